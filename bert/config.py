@@ -1,0 +1,370 @@
+"""Typed, validated configuration for one training run.
+
+One dataclass per component; every field has a default and a docstring-like comment that
+`run_pretraining.py --help-config` prints. A run's config is built from a YAML file (sections
+named like the dataclasses below) plus `--set section.key=value` overrides. Unknown keys and bad
+values raise `ConfigError` naming the key and value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names it."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass
+class ModelConfig:
+    """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
+
+    vocab_size: int = 30522  # real vocabulary; the embedding is padded to a multiple of 8
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    intermediate_size: int = 4096
+    hidden_act: str = "gelu"  # gelu (erf) or gelu_tanh
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_vocab_to_multiple_of: int = 8
+    # attention implementation: "padded_sdpa" (reference: pads inside attention only, exact,
+    # CPU and GPU) or "flash_varlen" (CUDA fp16/bf16 flash kernel on packed tokens; not yet
+    # validated on a GPU, so off by default)
+    attention: str = "padded_sdpa"
+    bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
+
+    def __post_init__(self) -> None:
+        if self.bert_config_file:
+            self._load_json(self.bert_config_file)
+        _check(self.hidden_size % self.num_attention_heads == 0,
+               f"model.hidden_size={self.hidden_size} is not divisible by "
+               f"model.num_attention_heads={self.num_attention_heads}")
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                     "pad_vocab_to_multiple_of"):
+            _check(getattr(self, name) > 0, f"model.{name}={getattr(self, name)} must be > 0")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            _check(0.0 <= getattr(self, name) < 1.0,
+                   f"model.{name}={getattr(self, name)} must be in [0, 1)")
+        _check(self.hidden_act in ("gelu", "gelu_tanh"),
+               f"model.hidden_act={self.hidden_act!r}: expected 'gelu' or 'gelu_tanh'")
+        _check(self.attention in ("padded_sdpa", "flash_varlen"),
+               f"model.attention={self.attention!r}: expected 'padded_sdpa' or 'flash_varlen'")
+
+    def _load_json(self, path: str) -> None:
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
+        known = {f.name for f in dataclasses.fields(self)}
+        for key, value in values.items():
+            if key in known and key != "bert_config_file":
+                setattr(self, key, value)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_to_multiple_of
+        return (self.vocab_size + m - 1) // m * m
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+@dataclass
+class SyntheticConfig:
+    """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
+
+    enabled: bool = False  # generate train/eval data under data.train_dir if it is missing
+    num_shards: int = 4
+    samples_per_shard: int = 4096
+    eval_samples: int = 2000
+    seed: int = 12345
+
+    def __post_init__(self) -> None:
+        for name in ("num_shards", "samples_per_shard", "eval_samples"):
+            _check(getattr(self, name) > 0,
+                   f"data.synthetic.{name}={getattr(self, name)} must be > 0")
+
+
+@dataclass
+class DataConfig:
+    """Where the MLPerf variable-length HDF5 data lives and how it is shaped."""
+
+    train_dir: str = ""  # folder of part_*.hdf5 training shards
+    eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf)
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 76
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.max_seq_length > 1, f"data.max_seq_length={self.max_seq_length} must be > 1")
+        _check(self.max_predictions_per_seq > 0,
+               f"data.max_predictions_per_seq={self.max_predictions_per_seq} must be > 0")
+
+
+@dataclass
+class OptimConfig:
+    """LAMB hyperparameters (MLPerf names in comments)."""
+
+    name: str = "lamb"
+    lr: float = 4.25e-4  # opt_base_learning_rate
+    beta1: float = 0.9  # opt_lamb_beta_1
+    beta2: float = 0.999  # opt_lamb_beta_2
+    eps: float = 1e-6  # opt_lamb_epsilon
+    weight_decay: float = 0.01  # opt_lamb_weight_decay_rate
+    max_grad_norm: float = 1.0  # global gradient-norm clip
+
+    def __post_init__(self) -> None:
+        _check(self.name == "lamb", f"optim.name={self.name!r}: only 'lamb' is available")
+        _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
+        for name in ("beta1", "beta2"):
+            _check(0.0 <= getattr(self, name) < 1.0,
+                   f"optim.{name}={getattr(self, name)} must be in [0, 1)")
+        _check(self.eps > 0, f"optim.eps={self.eps} must be > 0")
+        _check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
+        _check(self.max_grad_norm > 0, f"optim.max_grad_norm={self.max_grad_norm} must be > 0")
+
+
+@dataclass
+class ScheduleConfig:
+    """Linear warmup, then polynomial (power 1) decay to zero."""
+
+    total_steps: int = 6700  # opt_learning_rate_training_steps
+    warmup_steps: int = 0  # opt_learning_rate_warmup_steps / num_warmup_steps
+    start_warmup_step: int = 0
+    power: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.total_steps > 0, f"schedule.total_steps={self.total_steps} must be > 0")
+        _check(0 <= self.warmup_steps <= self.total_steps,
+               f"schedule.warmup_steps={self.warmup_steps} must be in [0, total_steps]")
+
+
+@dataclass
+class RunConfig:
+    """Batching, evaluation, precision, device and logging for one run."""
+
+    global_batch_size: int = 448
+    gradient_accumulation_steps: int = 1
+    max_steps: int = 0  # 0: schedule.total_steps
+    max_samples: int = 0  # 0: no limit beyond max_steps
+    seed: int = -1  # -1: drawn from os.urandom and logged
+    target_mlm_accuracy: float = 0.720
+    eval_interval_samples: int = 0  # 0: the MLPerf formula (150,000 for GBS <= 2048)
+    eval_samples: int = 10000  # 0: the whole eval file
+    eval_batch_size: int = 128  # per rank
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast)
+    device: str = "auto"  # auto | cpu | cuda
+    init_checkpoint: str = ""  # phase-1 checkpoint (.pt, project or NVIDIA naming)
+    output_dir: str = "results/run"
+    log_interval_s: float = 10.0  # seconds between progress lines
+    quiet: bool = False
+    threads: int = 0  # torch intra-op threads on CPU; 0: leave PyTorch's default
+    submission_org: str = "open-bert"
+    submission_platform: str = "cpu"
+    submission_division: str = "closed"
+    submission_status: str = "onprem"
+
+    def __post_init__(self) -> None:
+        _check(self.global_batch_size > 0,
+               f"run.global_batch_size={self.global_batch_size} must be > 0")
+        _check(self.gradient_accumulation_steps > 0,
+               f"run.gradient_accumulation_steps={self.gradient_accumulation_steps} must be > 0")
+        _check(self.precision in ("fp32", "bf16", "fp16"),
+               f"run.precision={self.precision!r}: expected fp32, bf16 or fp16")
+        _check(self.device in ("auto", "cpu", "cuda"),
+               f"run.device={self.device!r}: expected auto, cpu or cuda")
+        _check(0.0 < self.target_mlm_accuracy <= 1.0,
+               f"run.target_mlm_accuracy={self.target_mlm_accuracy} must be in (0, 1]")
+        _check(self.eval_batch_size > 0, f"run.eval_batch_size={self.eval_batch_size} must be > 0")
+        _check(self.submission_division in ("closed", "open"),
+               f"run.submission_division={self.submission_division!r}: expected closed or open")
+        for name in ("max_steps", "max_samples", "eval_interval_samples", "eval_samples"):
+            _check(getattr(self, name) >= 0, f"run.{name}={getattr(self, name)} must be >= 0")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.data.max_seq_length <= self.model.max_position_embeddings,
+               f"data.max_seq_length={self.data.max_seq_length} exceeds "
+               f"model.max_position_embeddings={self.model.max_position_embeddings}")
+
+    @property
+    def max_steps(self) -> int:
+        return self.run.max_steps or self.schedule.total_steps
+
+    @property
+    def eval_interval_samples(self) -> int:
+        """MLPerf eval spacing (REFERENCE 1) unless the run overrides it."""
+        if self.run.eval_interval_samples:
+            return self.run.eval_interval_samples
+        return mlperf_eval_interval(self.run.global_batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def mlperf_eval_interval(global_batch_size: int) -> int:
+    """Samples between evals by the MLPerf BERT rule: floor(0.05*(230.23*GBS+3e6)/25e3)*25e3."""
+    return int(math.floor(0.05 * (230.23 * global_batch_size + 3_000_000) / 25_000) * 25_000)
+
+
+@dataclass(frozen=True)
+class BatchGeometry:
+    """Per-rank batch sizes derived once from the global batch and the world size."""
+
+    world_size: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+
+    @property
+    def local_batch_size(self) -> int:
+        """Samples one rank trains per optimizer step (all micro-batches)."""
+        return self.global_batch_size // self.world_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples one rank feeds the model per forward/backward."""
+        return self.local_batch_size // self.gradient_accumulation_steps
+
+    @classmethod
+    def build(cls, run: RunConfig, world_size: int) -> "BatchGeometry":
+        gbs, accum = run.global_batch_size, run.gradient_accumulation_steps
+        _check(gbs % world_size == 0,
+               f"run.global_batch_size={gbs} is not divisible by the world size {world_size}")
+        _check((gbs // world_size) % accum == 0,
+               f"per-rank batch {gbs // world_size} (run.global_batch_size={gbs} / {world_size} "
+               f"ranks) is not divisible by run.gradient_accumulation_steps={accum}")
+        return cls(world_size, gbs, accum)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a Config from YAML and overrides
+
+
+def _coerce(value: Any, typ: Any, key: str) -> Any:
+    """Convert a YAML or command-line value to the annotated field type, or raise."""
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{key}={value!r}: expected true or false")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r}: expected an integer")
+        try:
+            as_float = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={value!r}: expected an integer") from None
+        if not as_float.is_integer():
+            raise ConfigError(f"{key}={value!r}: expected an integer")
+        return int(as_float)
+    if typ is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r}: expected a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={value!r}: expected a number") from None
+    if typ is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}={value!r}: expected a string")
+        return str(value)
+    raise ConfigError(f"{key}: unsupported field type {typ}")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {values!r}")
+    hints = get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"unknown config key {full!r} (known: {', '.join(names)})")
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value or {}, f"{full}.")
+        else:
+            kwargs[key] = _coerce(value, typ, full)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    return key.strip(), value.strip()
+
+
+def load_config(path: str | os.PathLike | None = None,
+                overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a YAML config (or the defaults when `path` is None) and apply `key=value` overrides."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise ConfigError(f"config file {str(path)!r}: {err.strerror}") from None
+        try:
+            tree = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {str(path)!r}: invalid YAML ({err})") from None
+        if not isinstance(tree, dict):
+            raise ConfigError(f"config file {str(path)!r}: top level must be a mapping")
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    return _build(Config, tree, "")
+
+
+def describe_fields(cls: type = Config, prefix: str = "") -> list[str]:
+    """`section.key (type) = default` lines for --help-config."""
+    lines = []
+    hints = get_type_hints(cls)
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        typ = hints[f.name]
+        if dataclasses.is_dataclass(typ):
+            lines += describe_fields(typ, f"{prefix}{f.name}.")
+        else:
+            lines.append(f"{prefix}{f.name} ({typ.__name__}) = {getattr(defaults, f.name)!r}")
+    return lines

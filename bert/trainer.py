@@ -1,0 +1,244 @@
+"""The training loop: MLPerf phases around train_step() and evaluate().
+
+    Trainer(cfg) -> init phase: process group, model, optimizer, checkpoint   (init_start..stop)
+    trainer.train() -> run phase: blocks of training between evals until the target or the
+                       step budget                                           (run_start..stop)
+
+No training or eval data is opened before run_start. Losses and accuracy sums stay on the device
+and are read only at progress and eval points.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from bert.checkpoint import load_checkpoint_file
+from bert.config import BatchGeometry, Config
+from bert.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.mlperf import MLPerfLogger
+from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
+from bert.optim import LAMB, PolyWarmupScheduler, param_groups
+from bert.progress import Progress
+from data.batching import PackedBatch, pack_samples
+from data.shards import DataError, ShardStream, list_shards, read_eval_samples
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainResult:
+    status: str  # "success" or "aborted"
+    steps: int
+    samples: int
+    eval_accuracy: float
+    log_path: str
+    train_seconds: float
+
+
+def preflight_data(cfg: Config) -> list[Path]:
+    """Fail before init if the data is not where the config says (names only, no reads)."""
+    files = list_shards(os.path.expanduser(cfg.data.train_dir))
+    eval_file = os.path.expanduser(cfg.data.eval_file)
+    if not eval_file:
+        raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
+    if not os.path.isfile(eval_file):
+        raise DataError(f"{eval_file}: data.eval_file does not exist")
+    return files
+
+
+class Trainer:
+    def __init__(self, cfg: Config, mlperf_log: str | None = None):
+        self.cfg = cfg
+        self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
+        self.ctx: DistContext = init_distributed(cfg.run.device)
+        self.out_dir = Path(cfg.run.output_dir)
+        if self.ctx.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = mlperf_log or str(self.out_dir / "mlperf.log")
+        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
+        self.progress = Progress(enabled=self.ctx.is_main and not cfg.run.quiet,
+                                 interval_s=cfg.run.log_interval_s)
+        self._init_phase()
+
+    # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
+
+    def _init_phase(self) -> None:
+        cfg, log = self.cfg, self.mllog
+        log.cache_clear(True)
+        log.init_start()
+        log.submission_info(cfg.run.submission_org, cfg.run.submission_platform,
+                            cfg.run.submission_division, cfg.run.submission_status)
+        self.seed = self._run_seed()
+        log.hyperparameters(cfg, train_samples=None, eval_samples=self._eval_sample_count(),
+                            seed=self.seed)
+        self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
+        if cfg.run.threads and self.ctx.device.type == "cpu":
+            torch.set_num_threads(cfg.run.threads)
+        torch.manual_seed(self.seed)
+        self.model = self._build_model()
+        self.optimizer = LAMB(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
+                              betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
+                              weight_decay=cfg.optim.weight_decay,
+                              max_grad_norm=cfg.optim.max_grad_norm)
+        s = cfg.schedule
+        self.scheduler = PolyWarmupScheduler(self.optimizer, s.total_steps, s.warmup_steps,
+                                             s.start_warmup_step, s.power)
+        self.grad_scaler = torch.amp.GradScaler(
+            self.ctx.device.type, enabled=cfg.run.precision == "fp16")
+        self.progress.line(
+            f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
+            f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
+            f"{cfg.run.global_batch_size} = {self.ctx.world_size} x "
+            f"{self.geometry.micro_batch_size} x {cfg.run.gradient_accumulation_steps} accum, "
+            f"precision {cfg.run.precision}, seed {self.seed}")
+        log.init_stop()
+
+    def _run_seed(self) -> int:
+        seed = self.cfg.run.seed
+        if seed < 0:
+            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
+
+    def _eval_sample_count(self) -> int:
+        return self.cfg.run.eval_samples
+
+    def _build_model(self) -> torch.nn.Module:
+        model = BertForPretraining(self.cfg.model)
+        if self.cfg.run.init_checkpoint:
+            load_checkpoint_file(model, self.cfg.run.init_checkpoint)
+        model.to(self.ctx.device)
+        self.raw_model = model
+        if self.ctx.is_distributed:
+            device_ids = [self.ctx.local_rank] if self.ctx.device.type == "cuda" else None
+            model = DistributedDataParallel(model, device_ids=device_ids)
+        return model
+
+    # -- run phase ---------------------------------------------------------------------------
+
+    def train(self) -> TrainResult:
+        """The timed run. An error inside it still closes the log (run_stop aborted)."""
+        try:
+            return self._train()
+        except BaseException:
+            if self.mllog.run_started and not self.mllog.run_stopped:
+                self.mllog.run_stop("aborted")
+            raise
+
+    def _train(self) -> TrainResult:
+        cfg, log = self.cfg, self.mllog
+        log.run_start()
+        started = time.time()
+        stream, eval_set = self._open_data()
+        interval = cfg.eval_interval_samples
+        gbs = cfg.run.global_batch_size
+        # An eval point rounds up to a whole global batch (REFERENCE 1).
+        steps_per_block = max(1, -(-interval // gbs))
+        step, samples, accuracy, status = 0, 0, 0.0, "aborted"
+        max_steps = self._max_steps()
+        self.progress.start(max_steps * gbs)
+        while step < max_steps:
+            block_steps = min(steps_per_block, max_steps - step)
+            log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
+            for _ in range(block_steps):
+                lr = self.scheduler.get_last_lr()[0]
+                step_loss = self.train_step(stream)
+                step += 1
+                samples += gbs
+                self.progress.step(step, samples, step_loss, lr)
+            log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
+                           epoch_count=block_steps * gbs)
+            accuracy = self._eval_point(eval_set, samples)
+            if accuracy >= cfg.run.target_mlm_accuracy:
+                status = "success"
+                break
+        log.train_samples(samples)
+        log.run_stop(status)
+        seconds = time.time() - started
+        self.progress.line(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
+                           f"{samples} samples ({step} steps) in {seconds:.1f} s")
+        return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
+
+    def _max_steps(self) -> int:
+        steps = self.cfg.max_steps
+        if self.cfg.run.max_samples:
+            steps = min(steps, -(-self.cfg.run.max_samples // self.cfg.run.global_batch_size))
+        return steps
+
+    def _open_data(self):
+        """Training stream and this rank's share of the eval set (first data access)."""
+        d = self.cfg.data
+        stream = ShardStream(self.train_files, self.ctx.rank, self.ctx.world_size,
+                             self.seed, d.max_seq_length, d.max_predictions_per_seq)
+        eval_set = read_eval_samples(os.path.expanduser(d.eval_file), self.ctx.rank, self.ctx.world_size,
+                                     self.cfg.run.eval_samples, d.max_seq_length,
+                                     d.max_predictions_per_seq)
+        return stream, eval_set
+
+    def train_step(self, stream: ShardStream) -> torch.Tensor:
+        """One optimizer step over `gradient_accumulation_steps` micro-batches.
+
+        Returns the step's loss (MLM + NSP, averaged over micro-batches) as a device tensor.
+        """
+        accum = self.cfg.run.gradient_accumulation_steps
+        step_loss = torch.zeros((), device=self.ctx.device)
+        self.model.train()
+        for micro in range(accum):
+            batch = pack_samples(stream.next_batch(self.geometry.micro_batch_size))
+            batch = batch.to(self.ctx.device, non_blocking=True)
+            # DDP all-reduces gradients only on the last micro-batch.
+            sync = micro == accum - 1 or not self.ctx.is_distributed
+            with (contextlib.nullcontext() if sync else self.model.no_sync()):
+                loss = self.forward_loss(batch) / accum
+                self.grad_scaler.scale(loss).backward()
+            step_loss += loss.detach()
+        # fp16 only: GradScaler reads its inf flag on the host here (one sync per step);
+        # the device-side loss scaler of the distributed optimizer removes it.
+        self.grad_scaler.step(self.optimizer)
+        self.grad_scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return step_loss
+
+    def forward_loss(self, batch: PackedBatch) -> torch.Tensor:
+        with self._autocast():
+            mlm_logits, nsp_logits = self.model(batch)
+        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, self.cfg.model.vocab_size)
+        return mlm + nsp
+
+    def _autocast(self):
+        dtype = AUTOCAST_DTYPES.get(self.cfg.run.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=dtype)
+
+    def _eval_point(self, eval_set, samples: int) -> float:
+        self.mllog.eval_start(samples)
+        accuracy = self.evaluate(eval_set)
+        self.mllog.eval_stop(samples)
+        self.mllog.eval_accuracy(accuracy, samples)
+        self.progress.line(f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
+                           f"(target {self.cfg.run.target_mlm_accuracy})")
+        return accuracy
+
+    @torch.no_grad()
+    def evaluate(self, eval_set) -> float:
+        """Token-weighted MLM accuracy over the whole eval set (all ranks' shares)."""
+        self.model.eval()
+        model = self.raw_model  # no gradient sync needed for eval
+        counts = torch.zeros(2, dtype=torch.int64, device=self.ctx.device)
+        size = self.cfg.run.eval_batch_size
+        for start in range(0, len(eval_set), size):
+            batch = pack_samples(eval_set[start:start + size]).to(self.ctx.device)
+            with self._autocast():
+                mlm_logits, _ = model(batch)
+            counts[0] += mlm_correct(mlm_logits, batch, self.cfg.model.vocab_size)
+            counts[1] += batch.num_masked
+        all_reduce_sum(counts, self.ctx)
+        correct, total = counts.tolist()  # the eval point's one host read
+        return correct / max(total, 1)

@@ -1,0 +1,114 @@
+"""Samples -> packed (unpadded) batches, computed on the host with numpy.
+
+The model never sees padding. For a local batch of B sequences with lengths l_i and
+T = sum(l_i) tokens, the host builds everything the GPU step needs, so the step has no
+data-dependent shapes to discover and never reads the device:
+
+    input_ids       (T,)   int64   token ids, sequences back to back
+    segment_ids     (T,)   int64   0 for sentence A, 1 for sentence B
+    position_ids    (T,)   int64   0..l_i-1 within each sequence
+    token_index     (T,)   int64   index of each token in the padded [B, max_seqlen] layout
+    cu_seqlens      (B+1,) int32   prefix sums of l_i (cu_seqlens[0] = 0)
+    max_seqlen      int            max(l_i)
+    masked_positions(M,)   int64   masked tokens, as indices into the packed token axis
+    masked_labels   (M,)   int64   original ids of those tokens
+    nsp_labels      (B,)   int64   0: B follows A, 1: B is random (Google/HF convention)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+
+class Sample(NamedTuple):
+    """One training sequence as stored in the MLPerf variable-length HDF5 format."""
+
+    input_ids: np.ndarray  # (l,) int16 in the file; [CLS] A [SEP] B [SEP], masked ids in place
+    segment_ids: np.ndarray  # (l,) int8
+    masked_positions: np.ndarray  # (m,) int16, positions within the sequence
+    masked_ids: np.ndarray  # (m,) int16, original token ids at those positions
+    nsp_label: int
+
+
+@dataclass
+class PackedBatch:
+    """A local batch in packed form; fields are numpy arrays on the host or tensors on a device."""
+
+    input_ids: object
+    segment_ids: object
+    position_ids: object
+    token_index: object
+    cu_seqlens: object
+    masked_positions: object
+    masked_labels: object
+    nsp_labels: object
+    max_seqlen: int
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.cu_seqlens.shape[0]) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_masked(self) -> int:
+        return int(self.masked_positions.shape[0])
+
+    def to(self, device, non_blocking: bool = False) -> "PackedBatch":
+        """Tensors on `device` (numpy arrays are wrapped without a copy first)."""
+        import torch
+
+        moved = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, np.ndarray):
+                value = torch.from_numpy(value)
+            if isinstance(value, torch.Tensor):
+                value = value.to(device, non_blocking=non_blocking)
+            moved[f.name] = value
+        return PackedBatch(**moved)
+
+    def pin_memory(self) -> "PackedBatch":
+        """Same batch with every tensor in pinned host memory (for asynchronous H2D copies)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in pinned.items():
+            if hasattr(value, "pin_memory"):
+                pinned[name] = value.pin_memory()
+        return PackedBatch(**pinned)
+
+
+def pack_samples(samples: Sequence[Sample]) -> PackedBatch:
+    """Concatenate samples into one PackedBatch (vectorized; no per-token Python work)."""
+    if not samples:
+        raise ValueError("pack_samples: empty batch")
+    lengths = np.fromiter((s.input_ids.shape[0] for s in samples), dtype=np.int64,
+                          count=len(samples))
+    cu_seqlens = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=cu_seqlens[1:])
+    total = int(cu_seqlens[-1])
+    max_seqlen = int(lengths.max())
+    starts = np.repeat(cu_seqlens[:-1], lengths)
+    position_ids = np.arange(total, dtype=np.int64) - starts
+    seq_of_token = np.repeat(np.arange(len(samples), dtype=np.int64), lengths)
+    token_index = seq_of_token * max_seqlen + position_ids
+
+    masked_counts = np.fromiter((s.masked_positions.shape[0] for s in samples), dtype=np.int64,
+                                count=len(samples))
+    masked_offsets = np.repeat(cu_seqlens[:-1], masked_counts)
+    masked_positions = np.concatenate([s.masked_positions for s in samples]).astype(np.int64)
+    return PackedBatch(
+        input_ids=np.concatenate([s.input_ids for s in samples]).astype(np.int64),
+        segment_ids=np.concatenate([s.segment_ids for s in samples]).astype(np.int64),
+        position_ids=position_ids,
+        token_index=token_index,
+        cu_seqlens=cu_seqlens.astype(np.int32),
+        masked_positions=masked_positions + masked_offsets,
+        masked_labels=np.concatenate([s.masked_ids for s in samples]).astype(np.int64),
+        nsp_labels=np.fromiter((s.nsp_label for s in samples), dtype=np.int64,
+                               count=len(samples)),
+        max_seqlen=max_seqlen,
+    )

@@ -1,0 +1,64 @@
+"""MLPerf BERT pretraining: load a config, build the Trainer, train to the target accuracy.
+
+    python run_pretraining.py                                   # tiny CPU run on synthetic data
+    python run_pretraining.py --config configs/NAME.yaml [--set section.key=value ...]
+    torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_8xa100.yaml
+
+Exit status: 0 when the run reached its target accuracy, 1 when it stopped without reaching it,
+2 for bad input (config, data, checkpoint), with one line naming what is wrong.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_CONFIG = ROOT / "configs" / "tiny_cpu.yaml"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
+                        help="YAML config (default: %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one config value; repeatable")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--help-config", action="store_true",
+                        help="list every config key with its type and default, then exit")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from bert.checkpoint import CheckpointError
+    from bert.config import ConfigError, describe_fields, load_config
+    from bert.mlperf import MLPerfLogError
+    from data.shards import DataError
+
+    if args.help_config:
+        print("\n".join(describe_fields()))
+        return 0
+    overrides = args.set + (["run.quiet=true"] if args.quiet else [])
+    try:
+        cfg = load_config(args.config, overrides)
+        from data.synthetic import ensure_synthetic_data
+        ensure_synthetic_data(cfg)  # data preparation, outside the timed MLPerf region
+        from bert.trainer import Trainer
+        trainer = Trainer(cfg)
+        result = trainer.train()
+    except (ConfigError, DataError, CheckpointError, MLPerfLogError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        from bert.distributed import shutdown_distributed
+        shutdown_distributed()
+    if trainer.ctx.is_main:
+        print(f"MLPerf log: {result.log_path}  (check it with: python scripts/check_compliance.py "
+              f"{result.log_path})")
+    return 0 if result.status == "success" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

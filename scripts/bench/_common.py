@@ -1,0 +1,104 @@
+"""Shared by the kernel microbenchmarks: CUDA timing, run metadata, the JSON record.
+
+Each benchmark times a fused kernel and the unfused PyTorch composition it replaces in the same
+process, on the same inputs, and writes one JSON file with the device, torch version, date,
+commit and command next to the numbers. Timings are medians of per-iteration CUDA-event times.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/bench_<op>.py` from anywhere
+
+import torch  # noqa: E402
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def parser(description: str, default_sizes: list[int], size_name: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(f"--{size_name}", type=int, nargs="+", default=default_sizes)
+    p.add_argument("--dtype", choices=sorted(DTYPES), nargs="+", default=["fp16", "bf16"])
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the torch.compile'd composition (saves compile time)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default: results/bench/<benchmark>.json)")
+    return p
+
+
+def require_cuda_and_kernels(op: str) -> None:
+    if not torch.cuda.is_available():
+        sys.exit(f"{op}: this benchmark needs a CUDA GPU")
+    import kernels
+
+    kernels.require(op)  # raises with the build hint if the extension is missing
+
+
+def time_ms(fn: Callable[[], object], warmup: int, iters: int) -> float:
+    """Median milliseconds per call of fn on the current stream."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends, strict=True):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def metadata() -> dict:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
+        "device": props.name,
+        "device_memory_gib": round(props.total_memory / 2**30, 1),
+        "sm_count": props.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "command": shlex.join([sys.executable, *sys.argv]),
+    }
+
+
+def write(name: str, out: Path | None, rows: list[dict]) -> Path:
+    path = out or ROOT / "results" / "bench" / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"benchmark": name, **metadata(), "results": rows}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def report(row: dict) -> None:
+    """One line per measured case, speedups relative to eager PyTorch."""
+    base = row["torch_eager_ms"]
+    parts = [f"{k}={v:.3f}ms ({base / v:.2f}x)" for k, v in row.items()
+             if k.endswith("_ms") and v]
+    keys = ", ".join(f"{k}={v}" for k, v in row.items() if not k.endswith("_ms")
+                     and not k.endswith("_gbps"))
+    print(f"{keys}: " + "  ".join(parts), flush=True)

@@ -1,0 +1,62 @@
+"""`import kernels` needs no build; a missing build fails only when a fused op is asked for."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernels
+from kernels import _loader, build
+
+
+def test_import_needs_no_build_and_no_gpu():
+    # A fresh interpreter: importing must not initialize CUDA nor load the extension.
+    code = ("import torch, kernels; "
+            "assert not torch.cuda.is_initialized(); "
+            "assert kernels.load_error() is None; "
+            "assert hasattr(torch.ops.bert_kernels, 'bdrln_forward')")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_require_raises_clearly_without_a_build(monkeypatch, tmp_path):
+    monkeypatch.setenv(_loader.ENV_LIB, str(tmp_path / "missing.so"))
+    monkeypatch.delenv(_loader.ENV_JIT, raising=False)
+    monkeypatch.setattr(_loader, "_loaded", False)
+    monkeypatch.setattr(_loader, "_error", None)
+    assert not kernels.available()
+    with pytest.raises(RuntimeError, match="python -m kernels.build") as info:
+        kernels.require("bias_dropout_residual_layernorm")
+    assert info.value.__cause__ is kernels.load_error()
+    assert "CPU-only" in str(info.value) or "missing.so" in str(info.value)
+
+
+def test_require_rejects_unknown_ops():
+    with pytest.raises(ValueError, match="unknown fused op"):
+        kernels.require("flash_attention")
+
+
+def test_build_lists_two_translation_units_per_op():
+    sources = build.sources()
+    assert len(sources) == 2 * len(build.OPS)
+    assert all(Path(s).is_file() for s in sources)
+
+
+def test_build_without_cuda_torch_fails_with_exit_status(monkeypatch, capsys):
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this PyTorch can build the extension")
+    assert build.main(["--check"]) == 1
+    assert "CPU-only" in capsys.readouterr().err
+
+
+def test_cpu_fallback_runs_reference_even_without_a_build(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(_loader, "_error", RuntimeError("not built"))
+    x = torch.randn(3, 1024)
+    y = torch.ops.bert_kernels.bdrln_forward(x, torch.zeros(1024), x, torch.ones(1024),
+                                             torch.zeros(1024), 0.0, 1e-5, 0, 0)[0]
+    torch.testing.assert_close(y, torch.nn.functional.layer_norm(2 * x, (1024,), eps=1e-5))
