@@ -125,16 +125,32 @@ class DataConfig:
 class OptimConfig:
     """LAMB hyperparameters (MLPerf names in comments)."""
 
-    name: str = "lamb"
+    name: str = "lamb"  # lamb; adam (AdamW, open division only; needs optim.sharded)
     lr: float = 4.25e-4  # opt_base_learning_rate
     beta1: float = 0.9  # opt_lamb_beta_1
     beta2: float = 0.999  # opt_lamb_beta_2
     eps: float = 1e-6  # opt_lamb_epsilon
     weight_decay: float = 0.01  # opt_lamb_weight_decay_rate
     max_grad_norm: float = 1.0  # global gradient-norm clip
+    # DistributedFusedLAMB: sharded fp32 state (ZeRO-2), bucketed reduce-scatter overlapping the
+    # backward, LR and fp16 loss scaling on the device. Tested on gloo ranks; not yet on GPUs.
+    sharded: bool = False
+    # where the gradient norm is clipped (sharded only): after_allreduce (exact global norm),
+    # before_allreduce (each rank's local norm, as 1-node MLPerf runs do) or bucketwise (seed
+    # 001: each bucket to max_grad_norm/sqrt(buckets) before its reduction)
+    clip_mode: str = "after_allreduce"
+    bucket_cap_mb: float = 25.0  # gradient bucket size for the sharded optimizer
 
     def __post_init__(self) -> None:
-        _check(self.name == "lamb", f"optim.name={self.name!r}: only 'lamb' is available")
+        _check(self.name in ("lamb", "adam"), f"optim.name={self.name!r}: expected lamb or adam")
+        _check(self.name == "lamb" or self.sharded,
+               "optim.name=adam needs optim.sharded=true (the replicated path is LAMB only)")
+        _check(self.clip_mode in ("after_allreduce", "before_allreduce", "bucketwise"),
+               f"optim.clip_mode={self.clip_mode!r}: expected after_allreduce, "
+               f"before_allreduce or bucketwise")
+        _check(self.sharded or self.clip_mode == "after_allreduce",
+               f"optim.clip_mode={self.clip_mode!r} needs optim.sharded=true")
+        _check(self.bucket_cap_mb > 0, f"optim.bucket_cap_mb={self.bucket_cap_mb} must be > 0")
         _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
         for name in ("beta1", "beta2"):
             _check(0.0 <= getattr(self, name) < 1.0,
@@ -211,6 +227,9 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
 
     def __post_init__(self) -> None:
+        _check(self.optim.name == "lamb" or self.run.submission_division == "open",
+               f"optim.name={self.optim.name!r}: the closed division requires LAMB "
+               f"(REFERENCE 1); set run.submission_division=open")
         _check(self.data.max_seq_length <= self.model.max_position_embeddings,
                f"data.max_seq_length={self.data.max_seq_length} exceeds "
                f"model.max_position_embeddings={self.model.max_position_embeddings}")

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from bert.checkpoint import load_checkpoint_file
 from bert.config import BatchGeometry, Config
 from bert.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
 from bert.mlperf import MLPerfLogger
 from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
-from bert.optim import LAMB, PolyWarmupScheduler, param_groups
+from bert.optim.build import build_optimizer
 from bert.progress import Progress
 from data.batching import PackedBatch, pack_samples
 from data.shards import DataError, ShardStream, list_shards, read_eval_samples
@@ -81,16 +80,9 @@ class Trainer:
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(self.seed)
-        self.model = self._build_model()
-        self.optimizer = LAMB(param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
-                              betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
-                              weight_decay=cfg.optim.weight_decay,
-                              max_grad_norm=cfg.optim.max_grad_norm)
-        s = cfg.schedule
-        self.scheduler = PolyWarmupScheduler(self.optimizer, s.total_steps, s.warmup_steps,
-                                             s.start_warmup_step, s.power)
-        self.grad_scaler = torch.amp.GradScaler(
-            self.ctx.device.type, enabled=cfg.run.precision == "fp16")
+        self.raw_model = self._build_model()
+        self.optim = build_optimizer(cfg, self.raw_model, self.ctx)
+        self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
         self.progress.line(
             f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
@@ -112,12 +104,7 @@ class Trainer:
         model = BertForPretraining(self.cfg.model)
         if self.cfg.run.init_checkpoint:
             load_checkpoint_file(model, self.cfg.run.init_checkpoint)
-        model.to(self.ctx.device)
-        self.raw_model = model
-        if self.ctx.is_distributed:
-            device_ids = [self.ctx.local_rank] if self.ctx.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=device_ids)
-        return model
+        return model.to(self.ctx.device)
 
     # -- run phase ---------------------------------------------------------------------------
 
@@ -146,7 +133,7 @@ class Trainer:
             block_steps = min(steps_per_block, max_steps - step)
             log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
             for _ in range(block_steps):
-                lr = self.scheduler.get_last_lr()[0]
+                lr = self.optim.lr()
                 step_loss = self.train_step(stream)
                 step += 1
                 samples += gbs
@@ -191,18 +178,13 @@ class Trainer:
         for micro in range(accum):
             batch = pack_samples(stream.next_batch(self.geometry.micro_batch_size))
             batch = batch.to(self.ctx.device, non_blocking=True)
-            # DDP all-reduces gradients only on the last micro-batch.
-            sync = micro == accum - 1 or not self.ctx.is_distributed
-            with (contextlib.nullcontext() if sync else self.model.no_sync()):
+            # Gradients are reduced across ranks only on the last micro-batch.
+            last = micro == accum - 1
+            with (contextlib.nullcontext() if last else self.optim.no_sync()):
                 loss = self.forward_loss(batch) / accum
-                self.grad_scaler.scale(loss).backward()
+                self.optim.backward(loss)
             step_loss += loss.detach()
-        # fp16 only: GradScaler reads its inf flag on the host here (one sync per step);
-        # the device-side loss scaler of the distributed optimizer removes it.
-        self.grad_scaler.step(self.optimizer)
-        self.grad_scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        self.optim.step()
         return step_loss
 
     def forward_loss(self, batch: PackedBatch) -> torch.Tensor:

@@ -154,10 +154,12 @@ def assert_log_closed(log: Path) -> None:
 # -- torchrun -------------------------------------------------------------------------------
 
 @pytest.mark.distributed
-def test_torchrun_two_ranks(tmp_path, small_data):
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp_lamb", "sharded_lamb"])
+def test_torchrun_two_ranks(tmp_path, small_data, sharded):
     """2 gloo ranks: one log (rank 0 only), a complete run, structure accepted by the checker."""
     out = tmp_path / "out"
-    args = tiny_args(small_data, out, "--set", "run.global_batch_size=8",
+    args = tiny_args(small_data, out, "--set", f"optim.sharded={sharded}",
+                     "--set", "run.global_batch_size=8",
                      "--set", "run.max_steps=6", "--set", "run.eval_interval_samples=24",
                      "--set", "run.submission_division=open")
     proc = subprocess.run(

@@ -31,9 +31,11 @@ def tiny_config(data_dir, tmp_path, *extra):
         "schedule.total_steps=10", "optim.lr=1e-3", *extra])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_train_runs_and_evaluates(data_dir, tmp_path, precision, capsys):
-    trainer = Trainer(tiny_config(data_dir, tmp_path, f"run.precision={precision}"))
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded"])
+def test_train_runs_and_evaluates(data_dir, tmp_path, precision, sharded, capsys):
+    trainer = Trainer(tiny_config(data_dir, tmp_path, f"run.precision={precision}",
+                                  f"optim.sharded={sharded}"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
     assert result.steps == 4 and result.samples == 32 and result.status == "aborted"
@@ -62,3 +64,15 @@ def test_evaluate_is_token_weighted(data_dir, tmp_path):
     first = trainer.evaluate(eval_set)
     trainer.cfg.run.eval_batch_size = 7
     assert trainer.evaluate(eval_set) == pytest.approx(first)
+
+
+def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
+    """Same seed, same data: DistributedFusedLAMB (world 1) ends where LAMB ends."""
+    weights = []
+    for sharded in (False, True):
+        trainer = Trainer(tiny_config(data_dir, tmp_path / str(sharded),
+                                      f"optim.sharded={sharded}"))
+        trainer.train()
+        weights.append({k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()})
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
