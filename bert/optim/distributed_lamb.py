@@ -37,247 +37,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from bert.optim.flat import Bucket, FlatLayout, FlatParams, Segment
+from bert.optim.collectives import ShardComm
+from bert.optim.flat import Bucket, FlatLayout, FlatParams
 from bert.optim.lamb import _check_hparams, _clip_coef
 from bert.optim.loss_scale import DynamicLossScaler
+from bert.optim.shard_update import (LR, ShardBuffers, StepInputs, UpdateFn, _build_shard,
+                                     reference_update, sum_squares)
 
-LR = Union[float, Tensor]
 CLIP_MODES = ("after_allreduce", "before_allreduce", "bucketwise")
 OPTIMIZERS = ("lamb", "adam")
 STATE_KEYS = ("master", "exp_avg", "exp_avg_sq")
-
-# Newer PyTorch renames the tensor collectives; the signatures are unchanged.
-_all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-
-
-# ----------------------------------------------------------------------------- shard state
-
-@dataclass
-class GroupSegments:
-    """This rank's pieces of one param group's parameters inside one dtype shard (k pieces)."""
-
-    weight_decay: float
-    index: Tensor  # (k,) int64 on the device: parameter index of each piece
-    master: list[Tensor]  # k views into ShardBuffers.master
-    update: list[Tensor]  # k views into ShardBuffers.update
-
-
-@dataclass
-class ShardBuffers:
-    """Optimizer state of one dtype on this rank; every tensor is (S,), S = shard size."""
-
-    master: Tensor  # fp32 master weights
-    exp_avg: Tensor  # fp32 first moment
-    exp_avg_sq: Tensor  # fp32 second moment
-    update: Tensor  # fp32 scratch: the update direction
-    grad: Tensor  # reduced, averaged gradient, param dtype, still multiplied by the loss scale
-    groups: list[GroupSegments]  # one per param group, possibly with no pieces
-    num_params: int  # all parameters of the optimizer (length of per-parameter vectors)
-
-
-@dataclass
-class StepInputs:
-    """Per-step values for the shard update; all device tensors, never read on the host."""
-
-    coef: Tensor  # () fp32: multiplies the reduced gradient (1 / loss scale x clip factor)
-    ok: Optional[Tensor]  # () bool: False skips the update (fp16 overflow); None: no loss scaler
-    bc1: Tensor  # () fp64: 1 - beta1^t
-    bc2: Tensor  # () fp64: 1 - beta2^t
-    lrs: list[LR]  # one per param group
-    w_sq: Optional[Tensor]  # (n_params,) fp32 |w|^2 over all ranks; None: no trust ratio (Adam)
-    betas: tuple[float, float]
-    eps: float
-
-
-# (shard, inputs, reduce_sums) -> None; reduce_sums sums an (n,) fp32 vector over the shard group.
-UpdateFn = Callable[[ShardBuffers, StepInputs, Callable[[Tensor], Tensor]], None]
-
-
-def reference_update(shard: ShardBuffers, inputs: StepInputs,
-                     reduce_sums: Callable[[Tensor], Tensor]) -> None:
-    """LAMB (AdamW when `inputs.w_sq` is None) on one shard, in place; `_foreach` reference math.
-
-    Same operation order as `LAMB`, so the single-process results agree to rounding. Calls
-    `reduce_sums` exactly once when the trust ratio is on (every rank must).
-    """
-    beta1, beta2 = inputs.betas
-    g = shard.grad.float() * inputs.coef
-    keep1, keep2 = beta1, beta2
-    if inputs.ok is not None:
-        # A skipped step keeps the moments bit-identical: zero gradient and beta = 1.
-        g.masked_fill_(~inputs.ok, 0.0)
-        keep1, keep2 = (torch.where(inputs.ok, b, 1.0) for b in (beta1, beta2))
-    shard.exp_avg.mul_(keep1).add_(g, alpha=1.0 - beta1)
-    shard.exp_avg_sq.mul_(keep2).addcmul_(g, g, value=1.0 - beta2)
-    del g
-    denom = torch.div(shard.exp_avg_sq, inputs.bc2).sqrt_().add_(inputs.eps)
-    torch.div(shard.exp_avg, inputs.bc1, out=shard.update).div_(denom)
-    del denom
-    for group in shard.groups:
-        if group.weight_decay != 0.0 and group.update:
-            torch._foreach_add_(group.update, group.master, alpha=group.weight_decay)
-    for group, size in zip(shard.groups, _step_sizes(shard, inputs, reduce_sums)):
-        if group.update:
-            torch._foreach_mul_(group.update, size)
-    shard.master.sub_(shard.update)  # padding: m = v = w = 0 there, so its update is 0
-
-
-def _step_sizes(shard: ShardBuffers, inputs: StepInputs,
-                reduce_sums: Callable[[Tensor], Tensor]) -> list:
-    """Per group: lr x ok (a scalar), or one lr x ok x trust ratio per piece (a list)."""
-    ratio = None
-    if inputs.w_sq is not None:
-        u_sq = reduce_sums(sum_squares(shard.groups, "update", shard.num_params,
-                                       shard.master.device))
-        ratio = _trust_ratios(inputs.w_sq, u_sq)
-    sizes = []
-    for group, lr in zip(shard.groups, inputs.lrs):
-        size = lr if inputs.ok is None else lr * inputs.ok
-        if ratio is not None and group.weight_decay != 0.0:
-            size = list((ratio[group.index] * size).unbind())
-        sizes.append(size)
-    return sizes
-
-
-def _trust_ratios(w_sq: Tensor, u_sq: Tensor) -> Tensor:
-    """|w| / |u| per parameter, 1 where either is 0. (n,) -> (n,) fp32."""
-    w, u = w_sq.sqrt(), u_sq.sqrt()
-    # where() evaluates both branches; the 0/0 NaNs it discards are harmless.
-    return torch.where((w > 0) & (u > 0), w / u, torch.ones_like(w))
-
-
-def sum_squares(groups: list[GroupSegments], attr: str, n: int, device: torch.device) -> Tensor:
-    """(n,) fp32: this rank's sum of squares per parameter of the `attr` pieces, decay groups only.
-
-    Parameters without weight decay get no trust ratio, so their entries stay 0.
-    """
-    sums = torch.zeros(n, dtype=torch.float32, device=device)
-    for group in groups:
-        pieces = getattr(group, attr)
-        if group.weight_decay != 0.0 and pieces:
-            norms = torch.stack(torch._foreach_norm(pieces))
-            sums.index_add_(0, group.index, norms.square())
-    return sums
-
-
-def _build_shard(layout: FlatLayout, flat: FlatParams, dtype: torch.dtype,
-                 segments: list[Segment], group_of: list[int], decays: list[float],
-                 rank: int, grad_alias: bool) -> ShardBuffers:
-    """This rank's buffers for `dtype`, master weights copied from the flat parameters."""
-    size = layout.shard_numel[dtype]
-    device = flat.params[dtype].device
-    master = torch.zeros(size, dtype=torch.float32, device=device)
-    for bucket in layout.buckets:
-        if bucket.dtype == dtype:
-            lo = bucket.chunk_start(rank)
-            master[bucket.shard_start:bucket.shard_start + bucket.chunk] = \
-                flat.params[dtype][lo:lo + bucket.chunk]
-    # One rank owns whole buckets: the flat gradient buffer is already its shard.
-    grad = flat.grads[dtype] if grad_alias else torch.zeros(size, dtype=dtype, device=device)
-    shard = ShardBuffers(master, torch.zeros_like(master), torch.zeros_like(master),
-                         torch.zeros_like(master), grad, [], len(group_of))
-    for g, decay in enumerate(decays):
-        mine = [s for s in segments if group_of[s.index] == g]
-        index = torch.tensor([s.index for s in mine], dtype=torch.int64, device=device)
-        shard.groups.append(GroupSegments(
-            decay, index, [master[s.shard_start:s.shard_start + s.length] for s in mine],
-            [shard.update[s.shard_start:s.shard_start + s.length] for s in mine]))
-    return shard
-
-
-# ----------------------------------------------------------------------------- collectives
-
-class _Comm:
-    """The optimizer's collectives. Without an initialized process group: one rank, no-ops."""
-
-    def __init__(self, process_group, shard_group, replica_group,
-                 tensor_collectives: Optional[bool]):
-        self.active = dist.is_available() and dist.is_initialized()
-        self.group, self.shard_group, self.replica_group = process_group, None, replica_group
-        self.shard_world, self.shard_rank, self.replica_world = 1, 0, 1
-        self.tensor_collectives = False
-        if not self.active:
-            return
-        if replica_group is not None and shard_group is None:
-            raise ValueError("replica_group needs an explicit shard_group")
-        self.shard_group = shard_group if shard_group is not None else process_group
-        self.shard_world = dist.get_world_size(self.shard_group)
-        self.shard_rank = dist.get_rank(self.shard_group)
-        if replica_group is not None:
-            self.replica_world = dist.get_world_size(replica_group)
-        if self.world != dist.get_world_size(process_group):
-            raise ValueError(f"shard group ({self.shard_world}) x replica group "
-                             f"({self.replica_world}) must cover the process group "
-                             f"({dist.get_world_size(process_group)})")
-        nccl = dist.get_backend(self.shard_group) == "nccl"
-        self.tensor_collectives = nccl if tensor_collectives is None else tensor_collectives
-
-    @property
-    def world(self) -> int:
-        """Ranks whose gradients are averaged."""
-        return self.shard_world * self.replica_world
-
-    def broadcast(self, tensor: Tensor) -> None:
-        """Rank 0's values everywhere (what DDP does at construction)."""
-        if self.world > 1:
-            src = dist.get_global_rank(self.group or dist.group.WORLD, 0)
-            dist.broadcast(tensor, src=src, group=self.group)
-
-    def reduce_scatter(self, bucket: Tensor, out: Tensor) -> Callable[[], None]:
-        """Starts summing `bucket` (size,) over ranks into this rank's chunk `out` (size / W,).
-
-        Returns the function that waits for it (and for the cross-replica sum, if any).
-        """
-        work, local = None, bucket
-        if self.shard_world > 1 and self.tensor_collectives:
-            work = _reduce_scatter_tensor(out, bucket, group=self.shard_group, async_op=True)
-            local = out
-        elif self.shard_world > 1:
-            work = dist.all_reduce(bucket, group=self.shard_group, async_op=True)
-            local = bucket.view(self.shard_world, -1)[self.shard_rank]
-
-        def finish() -> None:
-            if work is not None:
-                work.wait()
-            if local.data_ptr() != out.data_ptr():
-                out.copy_(local)
-            if self.replica_world > 1:
-                dist.all_reduce(out, group=self.replica_group)
-        return finish
-
-    def all_gather(self, bucket: Tensor, chunk: Tensor) -> Callable[[], None]:
-        """Starts filling `bucket` (size,) with every rank's `chunk` (size / W,); returns wait."""
-        if self.shard_world == 1:
-            bucket.copy_(chunk)
-            return lambda: None
-        if self.tensor_collectives:
-            work = _all_gather_tensor(bucket, chunk, group=self.shard_group, async_op=True)
-        else:
-            outputs = list(bucket.view(self.shard_world, -1).unbind(0))
-            work = dist.all_gather(outputs, chunk, group=self.shard_group, async_op=True)
-        return work.wait
-
-    def all_reduce_sum(self, tensor: Tensor) -> Tensor:
-        """In-place sum over the shard group (replicas hold identical shards)."""
-        if self.shard_world > 1:
-            dist.all_reduce(tensor, group=self.shard_group)
-        return tensor
-
-    def gather_shards(self, shard: Tensor) -> list[Tensor]:
-        """Every shard-group rank's copy of `shard`, in rank order (for checkpoints)."""
-        if self.shard_world == 1:
-            return [shard]
-        out = [torch.empty_like(shard) for _ in range(self.shard_world)]
-        dist.all_gather(out, shard, group=self.shard_group)
-        return out
 
 
 # ----------------------------------------------------------------------------- optimizer
@@ -332,7 +106,7 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
         self.loss_scaler, self.lr_schedule = loss_scaler, lr_schedule
         self.fused_update_fn: UpdateFn = fused_update_fn or reference_update
         plist = self._check_groups()
-        self._comm = _Comm(process_group, shard_group, replica_group, tensor_collectives)
+        self._comm = ShardComm(process_group, shard_group, replica_group, tensor_collectives)
         self.layout = FlatLayout([(p.shape, p.dtype) for p in plist], self._comm.shard_world,
                                  int(bucket_cap_mb * 2 ** 20), align)
         self.flat = FlatParams(plist, self.layout)
