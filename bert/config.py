@@ -191,6 +191,7 @@ class RunConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast)
     device: str = "auto"  # auto | cpu | cuda
     init_checkpoint: str = ""  # phase-1 checkpoint (.pt, project or NVIDIA naming)
+    cache_cleared: bool = False  # the launcher flushed the page cache before this run (logged)
     output_dir: str = "results/run"
     log_interval_s: float = 10.0  # seconds between progress lines
     quiet: bool = False

@@ -69,7 +69,7 @@ class Trainer:
 
     def _init_phase(self) -> None:
         cfg, log = self.cfg, self.mllog
-        log.cache_clear(True)
+        log.cache_clear(cfg.run.cache_cleared)
         log.init_start()
         log.submission_info(cfg.run.submission_org, cfg.run.submission_platform,
                             cfg.run.submission_division, cfg.run.submission_status)

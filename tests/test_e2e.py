@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "run.log_interval_s=1000"]
 
 
-def run_main(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_main(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "run_pretraining.py"), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 

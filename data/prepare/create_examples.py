@@ -1,0 +1,64 @@
+"""Text shards -> fixed-length HDF5 examples, one output file per input shard.
+
+Each shard is processed on its own, as the reference does (one create_pretraining_data.py
+process per shard, every one with --random_seed=12345): the random-next sentences of a shard
+come from that shard's documents. Shards run in parallel, one per worker process, so a worker
+holds one shard's documents and instances at a time. Outputs that exist are skipped, and each
+is written atomically, so an interrupted run is resumed by running it again.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from data.prepare.fixed import write_fixed
+from data.prepare.instances import ExampleParams, create_instances
+from data.prepare.parallel import run_parallel
+from data.prepare.wordpiece import load_tokenizer, read_documents
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    text: Path
+    output: Path
+    vocab_file: Path
+    params: ExampleParams
+
+
+def output_name(text: Path) -> str:
+    """part-00000-of-00500 -> part-00000-of-00500.hdf5; eval.txt -> eval.hdf5."""
+    return (text.stem if text.suffix == ".txt" else text.name) + ".hdf5"
+
+
+def create_examples_file(job: ShardJob) -> tuple[Path, int, float]:
+    """One shard: (output path, samples written, seconds)."""
+    start = time.perf_counter()
+    tokenizer, vocab = load_tokenizer(job.vocab_file)
+    documents = read_documents(job.text, tokenizer)
+    rng = random.Random(job.params.random_seed)
+    instances = create_instances(documents, job.params, vocab, rng)
+    write_fixed(job.output, instances, job.params.max_seq_length, job.params.max_predictions)
+    return job.output, len(instances), time.perf_counter() - start
+
+
+def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
+                    vocab_file: str | os.PathLike, params: ExampleParams = ExampleParams(),
+                    workers: int = 1, log=print) -> list[Path]:
+    """All shards into `out_dir`; returns every output path (made now or earlier)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params)
+            for t in texts]
+    names = [j.output.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError("two input shards map to the same output name; rename them")
+    todo = [j for j in jobs if not j.output.exists()]
+    if len(todo) < len(jobs):
+        log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
+    for path, count, seconds in run_parallel(create_examples_file, todo, workers):
+        log(f"examples: wrote {path} ({count} samples, {seconds:.1f} s)")
+    return [j.output for j in jobs]

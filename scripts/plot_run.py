@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Plot MLPerf BERT runs: eval accuracy against samples trained, and training throughput over
+time (samples/s of each block between evals, so eval time is excluded).
+
+    python scripts/plot_run.py results/run/mlperf.log [MORE_LOGS...] --out run.png
+
+Reading the logs needs only mlperf-logging; drawing needs matplotlib (pip install matplotlib).
+Exit status: 0 written, 2 bad input or matplotlib missing.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from mlperf_logging.compliance_checker import mlp_parser
+
+RULESET = "5.0.0"
+TARGET = 0.720  # REFERENCE 1
+
+
+def read_lines(path: Path) -> list:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such log")
+    lines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
+    if errors or not lines:
+        raise ValueError(f"{path}: {len(errors)} unparsable MLLOG line(s), {len(lines)} parsed")
+    return lines
+
+
+def eval_curve(lines: list) -> tuple[list[int], list[float]]:
+    """(samples trained, MLM accuracy) at each eval; epoch_num is samples for BERT."""
+    points = [(line.value["metadata"]["epoch_num"], line.value["value"])
+              for line in lines if line.key == "eval_accuracy"]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def block_throughput(lines: list) -> tuple[list[float], list[float]]:
+    """(minutes since run_start at each block's end, samples/s within the block)."""
+    start = next((line.timestamp for line in lines if line.key == "run_start"), None)
+    minutes, rates, opened = [], [], None
+    for line in lines:
+        if line.key == "block_start":
+            opened = line
+        elif line.key == "block_stop" and opened is not None and start is not None:
+            seconds = (line.timestamp - opened.timestamp) / 1000
+            count = opened.value["metadata"].get("epoch_count", 0)
+            if seconds > 0:
+                minutes.append((line.timestamp - start) / 60_000)
+                rates.append(count / seconds)
+            opened = None
+    return minutes, rates
+
+
+def draw(logs: list[Path], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for path in logs:
+        lines = read_lines(path)
+        acc_ax.plot(*eval_curve(lines), marker="o", label=path.name)
+        rate_ax.plot(*block_throughput(lines), marker=".", label=path.name)
+    acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
+    acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
+    rate_ax.set(xlabel="minutes since run_start", ylabel="samples/s",
+                title="training throughput per block")
+    for ax in (acc_ax, rate_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logs", nargs="+", type=Path)
+    parser.add_argument("--out", required=True, type=Path, help="image file, e.g. run.png")
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        print("error: plot_run.py needs matplotlib: pip install matplotlib", file=sys.stderr)
+        return 2
+    try:
+        draw(args.logs, args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
