@@ -19,6 +19,10 @@ from typing import Any, get_type_hints
 import yaml
 
 
+# The attention backends of bert/ops.py (kept here so config imports no torch).
+ATTENTION_BACKENDS = ("padded_sdpa", "per_sequence", "flash_varlen")
+
+
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used; the message names it."""
 
@@ -46,8 +50,9 @@ class ModelConfig:
     layer_norm_eps: float = 1e-12
     pad_vocab_to_multiple_of: int = 8
     # attention implementation: "padded_sdpa" (reference: pads inside attention only, exact,
-    # CPU and GPU) or "flash_varlen" (CUDA fp16/bf16 flash kernel on packed tokens; not yet
-    # validated on a GPU, so off by default)
+    # CPU and GPU), "per_sequence" (CPU: one sequence at a time, no work on padding; reads the
+    # lengths on the host, so not for CUDA) or "flash_varlen" (CUDA fp16/bf16 flash kernel on
+    # packed tokens; not yet validated on a GPU, so off by default)
     attention: str = "padded_sdpa"
     bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
 
@@ -66,8 +71,8 @@ class ModelConfig:
                    f"model.{name}={getattr(self, name)} must be in [0, 1)")
         _check(self.hidden_act in ("gelu", "gelu_tanh"),
                f"model.hidden_act={self.hidden_act!r}: expected 'gelu' or 'gelu_tanh'")
-        _check(self.attention in ("padded_sdpa", "flash_varlen"),
-               f"model.attention={self.attention!r}: expected 'padded_sdpa' or 'flash_varlen'")
+        _check(self.attention in ATTENTION_BACKENDS,
+               f"model.attention={self.attention!r}: expected one of {ATTENTION_BACKENDS}")
 
     def _load_json(self, path: str) -> None:
         try:

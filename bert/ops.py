@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from bert.padding import key_padding_mask, pad_tokens, unpad_tokens
 
-ATTENTION_BACKENDS = ("padded_sdpa", "flash_varlen")
+from bert.config import ATTENTION_BACKENDS  # noqa: E402  (one list of names)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -25,6 +25,8 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_p)
     if backend == "flash_varlen":
         return flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p)
+    if backend == "per_sequence":
+        return per_sequence_attention(q, k, v, cu_seqlens, dropout_p)
     raise ValueError(f"unknown attention backend {backend!r}; expected one of "
                      f"{ATTENTION_BACKENDS}")
 
@@ -52,3 +54,44 @@ def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p):
     out = torch.ops.aten._flash_attention_forward(
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, False, False)[0]
     return out
+
+
+def per_sequence_attention(q, k, v, cu_seqlens, dropout_p):
+    """CPU path: attention one sequence at a time, so the work is sum(l_i^2), not B * max^2.
+
+    With REFERENCE 2's length mix a local batch of 16 has sum(l_i^2) of about 0.4 * B * 512^2,
+    and nothing is padded, masked or scattered. The lengths are read from cu_seqlens on the
+    host: free for a CPU tensor, a device sync per layer on a GPU, so CUDA tensors are refused
+    (flash_varlen is the GPU path).
+    q, k, v: (T, heads, head_dim); cu_seqlens: (B+1,) int32. Returns (T, heads, head_dim).
+    """
+    if q.is_cuda:
+        raise RuntimeError("model.attention=per_sequence is the CPU path (it reads sequence "
+                           "lengths on the host); use flash_varlen or padded_sdpa on CUDA")
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # CPU tensor: no device sync
+    if dropout_p > 0.0:
+        # Dropout's 1/(1-p) rescaling on V costs T*d multiplies instead of l^2 per sequence.
+        v = v * (1.0 / (1.0 - dropout_p))
+    # One transpose to (h, T, d): every sequence is then a (h, l, d) block whose matrices are
+    # contiguous, which the batched GEMM needs to run at full speed (strided views: several x).
+    # split() rather than slicing: its backward is one cat, not one full-size zero tensor per slice.
+    qs, ks, vs = (t.transpose(0, 1).contiguous().split(lengths, dim=1) for t in (q, k, v))
+    outs = [_sequence_attention(qi, ki, vi, dropout_p) for qi, ki, vi in zip(qs, ks, vs)]
+    return torch.cat(outs, dim=1).transpose(0, 1)
+
+
+def _sequence_attention(q, k, v, dropout_p):
+    """One sequence, no mask needed. q, k, v: (h, l, d) -> (h, l, d).
+
+    Without dropout SDPA's fused CPU kernel is fastest; with dropout SDPA falls back to a math
+    path with masked-row handling we do not need, so the math is written out here. V arrives
+    already scaled by 1/(1-p), so dropping is a multiply by a 0/1 mask. The mask comes from
+    uniform floats (rand >= p: exact to 2^-24) rather than bernoulli_, and is kept as floats:
+    on the CPU that is about 2x faster for the l^2 probabilities (bool masks need conversions).
+    """
+    if dropout_p == 0.0:
+        return F.scaled_dot_product_attention(q, k, v)
+    scale = q.shape[-1] ** -0.5
+    probs = torch.softmax(torch.matmul(q * scale, k.transpose(1, 2)), dim=-1)
+    keep = torch.rand_like(probs).ge_(dropout_p)
+    return torch.matmul(probs * keep, v)

@@ -1,0 +1,111 @@
+"""The training steps bench_throughput.py compares, each a full step on its own model copy.
+
+A variant owns a model, a LAMB optimizer (bert.optim, same hyperparameters everywhere) and a
+`step(i)` that trains on batch i of the shared workload: zero_grad, forward (under autocast
+for bf16), loss, backward, optimizer step. All variants start from the same weights (the HF
+model's random init, loaded into ours through bert/checkpoint.py).
+
+- ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
+         attention backend (bert/ops.py) and whether the model is torch.compile'd.
+- hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
+         loss (logits over every padded position, as HF computes it), eager or compiled.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch.profiler import record_function
+
+from bert.checkpoint import load_into_model
+from bert.model import BertForPretraining, pretraining_loss
+from bert.optim import LAMB, param_groups
+from scripts.bench.throughput_workload import Workload, hf_config, model_config
+
+LR = 1e-4  # any constant: the learning rate does not change the work of a step
+WEIGHT_DECAY = 0.01
+
+
+@dataclass
+class Variant:
+    name: str
+    options: dict
+    step: Callable[[int], None]  # one training step on batch i (mod the number of batches)
+
+
+def autocast_for(device: torch.device, precision: str):
+    """A context factory: autocast to bf16, or nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def init_state(size: str, seed: int) -> dict[str, torch.Tensor]:
+    """One random HF-format state dict that every variant starts from (on the CPU)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.BertForPreTraining(hf_config(model_config(size)))
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def build_ours(size: str, attention: str, compiled: bool, state: dict, workload: Workload,
+               device: torch.device, precision: str, name: str) -> Variant:
+    """The unpadded model with the given attention backend, optionally torch.compile'd."""
+    cfg = model_config(size, attention)
+    model = BertForPretraining(cfg)
+    load_into_model(model, dict(state), source="benchmark init")
+    model.to(device).train()
+    runner = torch.compile(model) if compiled else model
+    optimizer = LAMB(param_groups(model, WEIGHT_DECAY), lr=LR)
+    autocast = autocast_for(device, precision)
+    batches = workload.packed
+
+    def step(i: int) -> None:
+        batch = batches[i % len(batches)]
+        optimizer.zero_grad(set_to_none=True)
+        with record_function("bench::forward"):
+            with autocast():
+                mlm_logits, nsp_logits = runner(batch)
+            mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size)
+        with record_function("bench::backward"):
+            (mlm + nsp).backward()
+        with record_function("bench::optimizer"):
+            optimizer.step()
+
+    options = {"model": "unpadded BertForPretraining", "attention": attention,
+               "compile": compiled, "precision": precision}
+    return Variant(name, options, step)
+
+
+def build_hf(size: str, compiled: bool, state: dict, workload: Workload, device: torch.device,
+             precision: str, name: str) -> Variant:
+    """HF BertForPreTraining on the padded batches (same weights, optimizer and precision)."""
+    import transformers
+
+    model = transformers.BertForPreTraining(hf_config(model_config(size)))
+    model.load_state_dict(state)
+    model.to(device).train()
+    runner = torch.compile(model) if compiled else model
+    optimizer = LAMB(param_groups(model, WEIGHT_DECAY), lr=LR)
+    autocast = autocast_for(device, precision)
+    batches = workload.padded
+
+    def step(i: int) -> None:
+        inputs = batches[i % len(batches)]
+        optimizer.zero_grad(set_to_none=True)
+        with record_function("bench::forward"):
+            with autocast():
+                loss = runner(**inputs).loss
+        with record_function("bench::backward"):
+            loss.backward()
+        with record_function("bench::optimizer"):
+            optimizer.step()
+
+    options = {"model": "transformers BertForPreTraining (padded)",
+               "attention": model.config._attn_implementation, "compile": compiled,
+               "precision": precision, "padding": workload.padding,
+               "transformers": transformers.__version__}
+    return Variant(name, options, step)

@@ -1,0 +1,53 @@
+"""scripts/bench_throughput.py runs end to end on the CPU and writes the documented JSON.
+
+Only the schema is checked: performance is measured by the script, never asserted by a test.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP_KEYS = {"device", "torch", "commit", "command", "date", "model", "precision",
+            "matmul_peak_tflops", "variants", "ratios", "workload", "flop_formula", "profile"}
+VARIANT_KEYS = {"samples_per_s", "tokens_per_s", "mfu", "peak_mem_gb", "seconds_per_step",
+                "options"}
+
+
+def test_cpu_run_writes_schema(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
+           "--model", "mini", "--batch", "2", "--steps", "1", "--warmup", "1", "--repeats", "2",
+           "--max-length", "32", "--threads", "1", "--profile", "--json", str(out)]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    record = json.loads(out.read_text())
+    assert TOP_KEYS <= set(record), TOP_KEYS - set(record)
+    assert set(record["variants"]) == {"fastest", "reference", "hf_eager"}
+    for name, variant in record["variants"].items():
+        assert VARIANT_KEYS <= set(variant), (name, VARIANT_KEYS - set(variant))
+        assert variant["samples_per_s"] > 0 and variant["mfu"] > 0, name
+    assert record["variants"]["reference"]["options"]["attention"] == "padded_sdpa"
+    assert record["variants"]["hf_eager"]["options"]["padding"] == "batch_max"
+    assert {"fastest/hf_eager", "fastest/reference", "reference/hf_eager"} <= set(
+        record["ratios"])
+    assert record["model"] == "mini" and record["precision"] == "fp32"
+    assert record["commit"] and record["matmul_peak_tflops"] > 0
+    profile = record["profile"]
+    assert profile["wall_ms"] > 0 and abs(sum(profile["share"].values()) - 1.0) < 0.01
+    assert "gemm" in profile["share"] and profile["top_ops"]
+
+
+def test_bad_variant_is_refused(tmp_path):
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
+           "--model", "mini", "--variants", "fastest,nope", "--json", str(tmp_path / "x.json")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "nope" in done.stderr
+    assert not (tmp_path / "x.json").exists()
