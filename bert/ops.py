@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from bert.config import ATTENTION_BACKENDS
 from bert.padding import key_padding_mask, pad_tokens, unpad_tokens
-
-from bert.config import ATTENTION_BACKENDS  # noqa: E402  (one list of names)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
