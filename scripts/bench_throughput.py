@@ -30,12 +30,12 @@ import os
 import re
 import shlex
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_throughput.py` from anywhere
+from scripts.script_utils import git_commit  # noqa: E402 (needs the path above)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -283,17 +283,6 @@ def ratios(variants: dict, timings: dict) -> dict:
     return out
 
 
-def commit() -> str:
-    """HEAD, with -dirty when the working tree has changes."""
-    try:
-        run = dict(cwd=ROOT, capture_output=True, text=True, check=True)
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], **run).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def default_path(device: str, model: str, date: dt.datetime) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     return ROOT / "benchmarks" / "results" / f"{slug}_{model}_{date:%Y%m%d-%H%M%S}.json"
@@ -324,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
         "device": name,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "commit": commit(),
+        "commit": git_commit(),
         "command": shlex.join([sys.executable, *sys.argv]) if argv is None
         else shlex.join(["bench_throughput.py", *argv]),
         "date": date.isoformat(timespec="seconds"),

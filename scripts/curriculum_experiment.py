@@ -36,7 +36,6 @@ import multiprocessing
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from pathlib import Path
 # runnable as `python scripts/curriculum_experiment.py` from the repo root without installing
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from scripts.script_utils import git_commit, import_pyplot  # noqa: E402 (needs the path above)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -105,17 +105,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"unknown curricula {unknown}; choose from {RUNS}")
     args.boundaries = [int(x) for x in args.boundaries.split(",")]
     return args
-
-
-def import_pyplot():
-    """matplotlib.pyplot on a file-only backend; optional, so fail clearly (and early)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
-    return plt
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,17 +298,6 @@ def summarize(stream, points: list[dict], buckets: list[int], seconds: float,
 # Output
 # --------------------------------------------------------------------------------------------
 
-def commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def machine() -> dict:
     cpu = platform.processor()
     try:
@@ -374,7 +352,7 @@ def main(argv=None) -> None:
         "machine": machine(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "date": started.isoformat(timespec="seconds"),
-        "commit": commit(),
+        "commit": git_commit(),
         "command": shlex.join(["python", *sys.argv]),
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot", "data_dir")}
         | {"model": vars(model_config()), "pool_bucket_sizes": sizes},

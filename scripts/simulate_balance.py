@@ -19,6 +19,7 @@ from pathlib import Path
 
 # runnable as `python scripts/simulate_balance.py` from the repo root without installing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from scripts.script_utils import import_pyplot  # noqa: E402 (needs the path above)
 
 import numpy as np  # noqa: E402
 
@@ -90,17 +91,6 @@ def format_table(result: dict, args) -> str:
     if show_pub:
         lines.append("published: seed 001 Table 5 (matches this simulation at --ranks 1024)")
     return "\n".join(lines)
-
-
-def import_pyplot():
-    """matplotlib.pyplot on a file-only backend; matplotlib is optional, so fail clearly."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
-    return plt
 
 
 def write_plot(result: dict, path: str, title: str) -> None:

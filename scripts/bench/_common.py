@@ -11,13 +11,13 @@ import datetime as dt
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/bench_<op>.py` from anywhere
+from scripts.script_utils import git_commit  # noqa: E402 (needs the path above)
 
 import torch  # noqa: E402
 
@@ -59,17 +59,6 @@ def time_ms(fn: Callable[[], object], warmup: int, iters: int) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
 
 
-def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def metadata() -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {
@@ -79,7 +68,7 @@ def metadata() -> dict:
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": git_commit(),
         "command": shlex.join([sys.executable, *sys.argv]),
     }
 

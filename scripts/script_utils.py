@@ -1,0 +1,30 @@
+"""Small helpers shared by the scripts: provenance for result files, optional matplotlib."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """HEAD, with -dirty when the working tree has changes ("unknown" outside a git checkout)."""
+    try:
+        run = dict(cwd=ROOT, capture_output=True, text=True, check=True)
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], **run).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def import_pyplot():
+    """matplotlib.pyplot on a file-only backend; matplotlib is optional, so fail clearly."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
+    return plt
