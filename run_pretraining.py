@@ -25,6 +25,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value; repeatable")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--record-samples", metavar="DIR",
+                        help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
+                             "sample (sets run.record_samples_dir)")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its type and default, then exit")
     return parser.parse_args(argv)
@@ -33,6 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from bert.checkpoint import CheckpointError
+    from bert.launch_env import abort_mpi_job
     from bert.config import ConfigError, describe_fields, load_config
     from bert.mlperf import MLPerfLogError
     from data.shards import DataError
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_fields()))
         return 0
     overrides = args.set + (["run.quiet=true"] if args.quiet else [])
+    if args.record_samples:
+        overrides.append(f"run.record_samples_dir={args.record_samples}")
     try:
         cfg = load_config(args.config, overrides)
         from data.synthetic import ensure_synthetic_data
@@ -50,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         result = trainer.train()
     except (ConfigError, DataError, CheckpointError, MLPerfLogError) as err:
         print(f"error: {err}", file=sys.stderr)
+        abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
         return 2
+    except BaseException as err:
+        abort_mpi_job(1, err)
+        raise
     finally:
         from bert.distributed import shutdown_distributed
         shutdown_distributed()

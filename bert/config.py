@@ -118,12 +118,25 @@ class DataConfig:
     eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf)
     max_seq_length: int = 512
     max_predictions_per_seq: int = 76
+    # how samples are dealt to ranks (data/balance.py): none | global_presort | serpentine |
+    # stratified | stratified_local_presort | stratified_local_snake
+    balance: str = "none"
+    ranks_per_node: int = 0  # node size for the stratified_local_* strategies; 0: LOCAL_WORLD_SIZE
+    prefetch_depth: int = 2  # optimizer steps prepared ahead by the data thread
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:
+        from data.balance import STRATEGIES  # the strategies' single source of truth
+
         _check(self.max_seq_length > 1, f"data.max_seq_length={self.max_seq_length} must be > 1")
         _check(self.max_predictions_per_seq > 0,
                f"data.max_predictions_per_seq={self.max_predictions_per_seq} must be > 0")
+        _check(self.balance in STRATEGIES, f"data.balance={self.balance!r}: expected one of "
+               f"{', '.join(STRATEGIES)}")
+        _check(self.ranks_per_node >= 0,
+               f"data.ranks_per_node={self.ranks_per_node} must be >= 0 (0: LOCAL_WORLD_SIZE)")
+        _check(self.prefetch_depth >= 1,
+               f"data.prefetch_depth={self.prefetch_depth} must be >= 1")
 
 
 @dataclass
@@ -205,6 +218,7 @@ class RunConfig:
     submission_platform: str = "cpu"
     submission_division: str = "closed"
     submission_status: str = "onprem"
+    record_samples_dir: str = ""  # audit trail: DIR/rank<R>.txt, `step shard index` per sample
 
     def __post_init__(self) -> None:
         _check(self.global_batch_size > 0,

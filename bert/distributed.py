@@ -1,17 +1,18 @@
 """Process-group wiring for the training step (device collectives).
 
-torchrun (or any launcher that sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR) gives a multi-rank
-job; without those variables the run is a single process and needs no process group. NCCL is used
-when training on CUDA, gloo on CPU. Host-side collectives of the data pipeline live in
-data/exchange.py, not here.
+torchrun, mpirun/mpiexec or srun give a multi-rank job (bert/launch_env.py reads whichever
+launcher's variables are present, and under MPI broadcasts the rendezvous address from rank 0);
+without them the run is a single process and needs no process group. NCCL is used when training
+on CUDA, gloo on CPU. Host-side collectives of the data pipeline live in data/exchange.py.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from bert.launch_env import export_rendezvous, launch_layout
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class DistContext:
     world_size: int
     local_rank: int
     device: torch.device
+    local_world_size: int = 1  # ranks on this node
 
     @property
     def is_main(self) -> bool:
@@ -43,14 +45,15 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
 
 def init_distributed(requested_device: str) -> DistContext:
     """Start the default process group if the launcher asked for more than one rank."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = pick_device(requested_device, local_rank)
-    if world_size > 1 and not dist.is_initialized():
+    layout = launch_layout()
+    device = pick_device(requested_device, layout.local_rank)
+    if layout.world_size > 1 and not dist.is_initialized():
+        if layout.launcher != "torchrun":
+            export_rendezvous(layout)
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
-    return DistContext(rank, world_size, local_rank, device)
+    return DistContext(layout.rank, layout.world_size, layout.local_rank, device,
+                       layout.local_world_size)
 
 
 def shutdown_distributed() -> None:

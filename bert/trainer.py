@@ -25,7 +25,9 @@ from bert.model import BertForPretraining, mlm_correct, num_parameters, pretrain
 from bert.optim.build import build_optimizer
 from bert.progress import Progress
 from data.batching import PackedBatch, pack_samples
-from data.shards import DataError, ShardStream, list_shards, read_eval_samples
+from data.exchange import make_host_comm
+from data.pipeline import TrainPipeline
+from data.shards import DataError, list_shards, read_eval_samples
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -111,17 +113,20 @@ class Trainer:
     def train(self) -> TrainResult:
         """The timed run. An error inside it still closes the log (run_stop aborted)."""
         try:
-            return self._train()
+            result = self._train()
         except BaseException:
             if self.mllog.run_started and not self.mllog.run_stopped:
                 self.mllog.run_stop("aborted")
+            self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
             raise
+        self._close_data(finish=True)
+        return result
 
     def _train(self) -> TrainResult:
         cfg, log = self.cfg, self.mllog
         log.run_start()
         started = time.time()
-        stream, eval_set = self._open_data()
+        pipeline, eval_set = self._open_data()
         interval = cfg.eval_interval_samples
         gbs = cfg.run.global_batch_size
         # An eval point rounds up to a whole global batch (REFERENCE 1).
@@ -134,7 +139,7 @@ class Trainer:
             log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
             for _ in range(block_steps):
                 lr = self.optim.lr()
-                step_loss = self.train_step(stream)
+                step_loss = self.train_step(pipeline)
                 step += 1
                 samples += gbs
                 self.progress.step(step, samples, step_loss, lr)
@@ -158,16 +163,27 @@ class Trainer:
         return steps
 
     def _open_data(self):
-        """Training stream and this rank's share of the eval set (first data access)."""
-        d = self.cfg.data
-        stream = ShardStream(self.train_files, self.ctx.rank, self.ctx.world_size,
-                             self.seed, d.max_seq_length, d.max_predictions_per_seq)
-        eval_set = read_eval_samples(os.path.expanduser(d.eval_file), self.ctx.rank, self.ctx.world_size,
+        """Training pipeline and this rank's share of the eval set (first data access).
+
+        Collective when distributed: the host comm and its node groups are created here.
+        """
+        d, ctx = self.cfg.data, self.ctx
+        self.pipeline = TrainPipeline(
+            self.cfg, ctx.rank, ctx.world_size, self.seed, ctx.device,
+            make_host_comm(ctx.world_size), record_dir=self.cfg.run.record_samples_dir or None,
+            ranks_per_node=d.ranks_per_node or ctx.local_world_size)
+        eval_set = read_eval_samples(os.path.expanduser(d.eval_file), ctx.rank, ctx.world_size,
                                      self.cfg.run.eval_samples, d.max_seq_length,
                                      d.max_predictions_per_seq)
-        return stream, eval_set
+        return self.pipeline, eval_set
 
-    def train_step(self, stream: ShardStream) -> torch.Tensor:
+    def _close_data(self, finish: bool = True) -> None:
+        """Stop the data thread (before MPI or the process group shut down)."""
+        pipeline, self.pipeline = getattr(self, "pipeline", None), None
+        if pipeline is not None:
+            pipeline.close(finish)
+
+    def train_step(self, pipeline: TrainPipeline) -> torch.Tensor:
         """One optimizer step over `gradient_accumulation_steps` micro-batches.
 
         Returns the step's loss (MLM + NSP, averaged over micro-batches) as a device tensor.
@@ -175,9 +191,8 @@ class Trainer:
         accum = self.cfg.run.gradient_accumulation_steps
         step_loss = torch.zeros((), device=self.ctx.device)
         self.model.train()
-        for micro in range(accum):
-            batch = pack_samples(stream.next_batch(self.geometry.micro_batch_size))
-            batch = batch.to(self.ctx.device, non_blocking=True)
+        # micro-batches packed and already on the device: prepared ahead by the data thread
+        for micro, batch in enumerate(pipeline.next_step()):
             # Gradients are reduced across ranks only on the last micro-batch.
             last = micro == accum - 1
             with (contextlib.nullcontext() if last else self.optim.no_sync()):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -23,6 +24,7 @@ import h5py
 import numpy as np
 
 from data.batching import Sample
+from data.shard_loader import ShardLoader
 
 # Base dtype of each dataset; all but the label are variable-length per sample.
 VLEN_FIELDS = {
@@ -299,12 +301,17 @@ class ShardStream:
     k (index into `files`), samples are read in a permutation seeded with (seed, e, k). When the
     shard count is not a multiple of world_size, ranks hold unequal shard counts for the epoch.
 
-    The position is (epoch, shard_pos, offset): the next sample is number `offset` of the
-    `shard_pos`-th shard of this rank in that epoch. One shard is held in memory at a time.
+    `length_range=(lo, hi)` keeps only samples of length in (lo, hi]: one stream per length
+    stratum (data/strata.py). Such streams may share one `loader`, so a shard is read once.
+
+    The position is (epoch, shard_pos, offset): the next sample is number `offset` (among the
+    kept samples) of the `shard_pos`-th shard of this rank in that epoch. The current shard is
+    held in memory and the next one is read in the background (data/shard_loader.py).
     """
 
     def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
-                 seed: int, max_seq_length: int, max_predictions: int):
+                 seed: int, max_seq_length: int, max_predictions: int,
+                 length_range: tuple[int, int] | None = None, loader: ShardLoader | None = None):
         self.files = [Path(p) for p in files]
         if not 0 <= rank < world_size:
             raise ValueError(f"ShardStream: rank {rank} is outside world_size {world_size}")
@@ -315,13 +322,17 @@ class ShardStream:
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self.max_seq_length = max_seq_length
-        self.max_predictions = max_predictions
+        self.length_range = length_range
+        self.loader = loader or ShardLoader(
+            self.files, seed, partial(read_samples, max_seq_length=max_seq_length,
+                                      max_predictions=max_predictions))
         self.epoch = 0
         self.shard_pos = 0
         self.offset = 0
-        self._loaded_key: tuple[int, int] | None = None  # (epoch, shard_pos) held in _samples
+        self._loaded_key: tuple[int, int] | None = None  # (epoch, shard_pos) held below
         self._samples: list[Sample] = []
+        self._index = np.zeros(0, dtype=np.int64)  # (n,) sample index within the file
+        self._file_index = -1
 
     def shards_of_epoch(self, epoch: int) -> list[int]:
         """Indices into `files` that this rank reads in `epoch`, in reading order."""
@@ -330,15 +341,25 @@ class ShardStream:
 
     def next_batch(self, n: int) -> list[Sample]:
         """The next n samples, crossing shard and epoch boundaries as needed."""
+        return self.next_batch_tagged(n)[0]
+
+    def next_batch_tagged(self, n: int) -> tuple[list[Sample], np.ndarray]:
+        """The next n samples and their origin (n, 2) int64: (index into files, index in file)."""
         batch: list[Sample] = []
+        origin = np.empty((n, 2), dtype=np.int64)
+        empty_shards = 0
         while len(batch) < n:
-            shard = self._current_shard()
-            take = min(n - len(batch), len(shard) - self.offset)
-            batch.extend(shard[self.offset:self.offset + take])
+            self._load_current()
+            take = min(n - len(batch), len(self._samples) - self.offset)
+            origin[len(batch):len(batch) + take, 0] = self._file_index
+            origin[len(batch):len(batch) + take, 1] = self._index[self.offset:self.offset + take]
+            batch.extend(self._samples[self.offset:self.offset + take])
             self.offset += take
-            if self.offset == len(shard):
+            empty_shards = 0 if take else empty_shards + 1
+            self._check_not_starved(empty_shards)
+            if self.offset == len(self._samples):
                 self._advance_shard()
-        return batch
+        return batch, origin
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "shard_pos": self.shard_pos, "offset": self.offset}
@@ -354,22 +375,47 @@ class ShardStream:
             raise ValueError(f"ShardStream state {state} does not fit {num_local} shards of "
                              f"rank {self.rank} of {self.world_size}")
         self.epoch, self.shard_pos, self.offset = epoch, shard_pos, offset
-        shard = self._current_shard()
-        if offset >= len(shard):
-            raise ValueError(f"ShardStream state {state}: offset beyond the {len(shard)} "
-                             f"samples of {self.files[self.shards_of_epoch(epoch)[shard_pos]]}")
+        self._load_current()
+        # A stratum's stream may stand at the start of a shard holding none of its lengths.
+        at_end_ok = self.length_range is not None and offset == len(self._samples)
+        if offset >= len(self._samples) and not at_end_ok:
+            raise ValueError(f"ShardStream state {state}: offset beyond the "
+                             f"{len(self._samples)} samples of {self.files[self._file_index]}")
 
-    def _current_shard(self) -> list[Sample]:
-        """Samples of the shard at (epoch, shard_pos) in their shuffled order; loads on change."""
+    def close(self) -> None:
+        self.loader.close()
+
+    def _load_current(self) -> None:
+        """Hold the shard at (epoch, shard_pos) in its shuffled order; start reading the next."""
         key = (self.epoch, self.shard_pos)
-        if self._loaded_key != key:
-            file_index = self.shards_of_epoch(self.epoch)[self.shard_pos]
-            samples = read_samples(self.files[file_index], self.max_seq_length,
-                                   self.max_predictions)
-            rng = np.random.default_rng([self.seed, self.epoch, file_index])
-            self._samples = [samples[i] for i in rng.permutation(len(samples))]
-            self._loaded_key = key
-        return self._samples
+        if self._loaded_key == key:
+            return
+        self._file_index = self.shards_of_epoch(self.epoch)[self.shard_pos]
+        shard = self.loader.get(self.epoch, self._file_index)
+        self.loader.prefetch(*self._next_shard(*key))
+        keep = slice(None)
+        if self.length_range is not None:
+            lo, hi = self.length_range
+            keep = np.flatnonzero((shard.lengths > lo) & (shard.lengths <= hi))
+            self._samples = [shard.samples[i] for i in keep]
+        else:
+            self._samples = shard.samples
+        self._index = shard.index[keep]
+        self._loaded_key = key
+
+    def _next_shard(self, epoch: int, shard_pos: int) -> tuple[int, int]:
+        """(epoch, file index) of the shard after (epoch, shard_pos) for this rank."""
+        if shard_pos + 1 < len(self.shards_of_epoch(epoch)):
+            return epoch, self.shards_of_epoch(epoch)[shard_pos + 1]
+        return epoch + 1, self.shards_of_epoch(epoch + 1)[0]
+
+    def _check_not_starved(self, empty_shards: int) -> None:
+        # A stratum absent from the data would otherwise loop over the shards forever.
+        if empty_shards > len(self.files):
+            lo, hi = self.length_range or (0, 0)
+            raise DataError(f"{self.files[0].parent}: rank {self.rank} found no sample of length "
+                            f"in ({lo}, {hi}] in {empty_shards} shards in a row; the data lacks "
+                            f"this length stratum (data.balance=stratified*)")
 
     def _advance_shard(self) -> None:
         self.offset = 0

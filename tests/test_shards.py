@@ -394,3 +394,32 @@ def test_eval_split_across_ranks(tmp_path):
     assert len(read_eval_samples(path, 0, 1, 0, MAX_SEQ, MAX_PRED)) == 10
     with pytest.raises(DataError, match="fewer than the 11"):
         read_eval_samples(path, 0, 1, 11, MAX_SEQ, MAX_PRED)
+
+
+def test_next_shard_is_read_in_the_background(shard_files):
+    """While shard k is consumed, shard k+1 of the same rank is already being read."""
+    import time
+
+    stream = make_stream(shard_files, rank=0, world_size=2)
+    stream.next_batch(1)
+    order = stream.shards_of_epoch(0)
+    pending = stream.loader._shards[(0, order[1])]
+    deadline = time.monotonic() + 10
+    while not pending.done():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert len(pending.result().samples) == SHARD_SIZES[order[1]]
+    rest = SHARD_SIZES[order[0]] - 1
+    stream.next_batch(rest + 1)  # crosses into the prefetched shard, which is reused
+    assert stream.loader._shards[(0, order[1])] is pending
+    stream.close()
+
+
+def test_background_read_error_names_the_file_when_needed(shard_files):
+    stream = make_stream(shard_files, rank=0, world_size=1)
+    order = stream.shards_of_epoch(0)
+    shard_files[order[1]].write_bytes(b"broken")
+    first = SHARD_SIZES[order[0]]
+    stream.next_batch(first - 1)  # the broken next shard is read already, not yet needed
+    with pytest.raises(DataError, match=shard_files[order[1]].name):
+        stream.next_batch(2)

@@ -50,17 +50,19 @@ def test_train_runs_and_evaluates(data_dir, tmp_path, precision, sharded, capsys
 def test_gradient_accumulation_geometry(data_dir, tmp_path):
     trainer = Trainer(tiny_config(data_dir, tmp_path, "run.gradient_accumulation_steps=2"))
     assert trainer.geometry.micro_batch_size == 4
-    stream, _ = trainer._open_data()
+    pipeline, _ = trainer._open_data()
     trainer.mllog.run_start()
-    loss = trainer.train_step(stream)
+    loss = trainer.train_step(pipeline)
     assert loss.shape == () and math.isfinite(float(loss))
-    assert stream.state_dict()["offset"] == 8  # two micro-batches of 4 consumed
+    assert pipeline.state_dict()["source"]["offset"] == 8  # two micro-batches of 4 consumed
+    trainer._close_data()
 
 
 def test_evaluate_is_token_weighted(data_dir, tmp_path):
     """Accuracy = correct / all masked tokens of the eval set, whatever the batch split."""
     trainer = Trainer(tiny_config(data_dir, tmp_path))
     _, eval_set = trainer._open_data()
+    trainer._close_data()
     first = trainer.evaluate(eval_set)
     trainer.cfg.run.eval_batch_size = 7
     assert trainer.evaluate(eval_set) == pytest.approx(first)

@@ -1,0 +1,177 @@
+"""Host cost of preparing one local batch, per balancing strategy (single process, one core).
+
+What a rank's prefetch thread does per step, minus file reading (done a shard at a time in the
+background) and the network: encode its raw local batch for the exchange, decode the gathered
+global batch, deal it (data/balance.py), take its rows and pack them (data/batching.py). The
+all-gather result of the 8 ranks is given: the 8 raw local batches are encoded once up front,
+as every rank would receive them. Each timed iteration plays one rank of one step; the ranks
+take turns so that each iteration keeps a different share.
+
+Default: MLPerf BERT-Large on 8 GPUs, global batch 448 = 8 x 56, lengths up to 512 from
+REFERENCE 2's histogram, up to 76 masked tokens (15 %), one node of 8 ranks. The stratified
+strategies draw their local batches with fixed per-stratum counts, as in training. Target:
+>= 20,000 samples/s per rank (about 3 ms per local batch of 56, small next to a GPU step).
+
+    python scripts/bench_pipeline.py [--iters 400] [--json out.json] [--record FILE]
+
+--json writes {strategy: {"samples_per_s_per_rank": x, "us_per_local_batch": y}};
+--record writes the same with the machine, date, commit and command (benchmarks/results/).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_pipeline.py`
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from data import balance as bal  # noqa: E402
+from data.batching import Sample, pack_samples  # noqa: E402
+from data.codec import GlobalBatch, encode  # noqa: E402
+
+TARGET = 20_000.0  # samples/s per rank
+
+
+def make_samples(lengths: np.ndarray, max_pred: int, rng: np.random.Generator) -> list[Sample]:
+    """Samples with the given lengths, int16/int8 as read from the files."""
+    out = []
+    for length in lengths.tolist():
+        m = min(max_pred, max(1, round(0.15 * length)))
+        ids = rng.integers(104, 30522, length).astype(np.int16)
+        seg = (np.arange(length) > length // 2).astype(np.int8)
+        pos = np.sort(rng.choice(length, m, replace=False)).astype(np.int16)
+        out.append(Sample(ids, seg, pos, ids[pos].copy(), int(rng.integers(0, 2))))
+    return out
+
+
+def global_batches(strategy: str, args, rng: np.random.Generator) -> list[list[list[Sample]]]:
+    """`args.batches` global batches, each a list of the ranks' raw local batches."""
+    local = args.global_batch // args.ranks
+    pmf = bal.length_pmf(args.max_len)
+    out = []
+    for _ in range(args.batches):
+        if strategy in bal.STRATIFIED:
+            lengths = bal.sample_stratified_lengths(1, args.ranks, local, rng, pmf,
+                                                    bal.strata_edges(args.max_len))[0]
+        else:
+            lengths = bal.sample_lengths(args.global_batch, args.max_len, rng)
+        samples = make_samples(lengths, args.max_pred, rng)
+        out.append([samples[r * local:(r + 1) * local] for r in range(args.ranks)])
+    return out
+
+
+def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, accum: int):
+    """One rank's host work for one step; `gathered` = the all-gather result (metas, payloads)."""
+    mine = raw[rank]
+    if strategy in ("none", "stratified"):
+        samples = mine
+    else:
+        encode(mine, np.zeros((len(mine), 2), dtype=np.int64))  # its send buffer
+        pooled = GlobalBatch(*gathered)
+        size = len(raw)
+        rows = bal.balance(strategy, pooled.lengths, size, size)[rank]
+        samples = pooled.samples(rows)
+    micro = len(samples) // accum
+    return [pack_samples(samples[i * micro:(i + 1) * micro]).to("cpu") for i in range(accum)]
+
+
+def bench(strategy: str, args) -> dict:
+    rng = np.random.default_rng(args.seed)
+    batches = global_batches(strategy, args, rng)
+    gathered = []
+    for raw in batches:
+        encoded = [encode(s, np.zeros((len(s), 2), dtype=np.int64)) for s in raw]
+        gathered.append(([m for m, _ in encoded], [p for _, p in encoded]))
+    for i in range(args.warmup):
+        prepare(strategy, i % args.ranks, batches[i % len(batches)], gathered[i % len(batches)],
+                args.accum)
+    times = []
+    for i in range(args.iters):
+        b = i % len(batches)
+        start = time.perf_counter()
+        prepare(strategy, i % args.ranks, batches[b], gathered[b], args.accum)
+        times.append(time.perf_counter() - start)
+    seconds = float(np.median(times))
+    local = args.global_batch // args.ranks
+    return {"samples_per_s_per_rank": local / seconds, "us_per_local_batch": seconds * 1e6}
+
+
+def machine() -> dict:
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", *cmd], cwd=ROOT, capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
+    dirty = "-dirty" if git("status", "--porcelain") else ""
+    return {"platform": platform.platform(), "cpu": _cpu_model(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "numpy": np.__version__, "torch_threads": torch.get_num_threads(),
+            "load_average": os.getloadavg(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": git("rev-parse", "HEAD") + dirty,
+            "command": shlex.join(["python", *sys.argv])}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--strategies", nargs="+", default=list(bal.STRATEGIES),
+                   choices=list(bal.STRATEGIES))
+    p.add_argument("--global-batch", type=int, default=448)
+    p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per local batch")
+    p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--max-pred", type=int, default=76)
+    p.add_argument("--batches", type=int, default=8, help="distinct global batches cycled")
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--iters", type=int, default=400)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="{strategy: {samples_per_s_per_rank: x}}")
+    p.add_argument("--record", type=Path, help="the results with machine info")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    results = {s: bench(s, args) for s in args.strategies}
+    print(f"host prep of one local batch: global {args.global_batch} over {args.ranks} ranks, "
+          f"max length {args.max_len}, {args.accum} micro-batch(es), 1 thread")
+    print(f"{'strategy':<26}{'samples/s/rank':>16}{'us/batch':>10}  target {TARGET:,.0f}")
+    for name, r in results.items():
+        ok = "ok" if r["samples_per_s_per_rank"] >= TARGET else "BELOW"
+        print(f"{name:<26}{r['samples_per_s_per_rank']:>16,.0f}"
+              f"{r['us_per_local_batch']:>10,.0f}  {ok}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    if args.record:
+        args.record.parent.mkdir(parents=True, exist_ok=True)
+        args.record.write_text(json.dumps({"benchmark": "bench_pipeline", "machine": machine(),
+                                           "results": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""data.pipeline and data.strata in one process: the world's ranks run as threads.
+
+`ThreadComm` stands in for MPI/gloo (an all-gather through shared slots and a barrier), so every
+strategy can be checked at several world sizes in seconds: each rank trains exactly the samples
+the strategy assigns it, every sample of a global batch once, every sample once per epoch.
+Resume, the crash hook and error propagation are checked on one rank.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bert.config import load_config
+from data.balance import STRATEGIES, STRATIFIED, strata_counts, stratum_of
+from data.exchange import HostComm, LocalComm
+from data.pipeline import TrainPipeline
+from data.batching import Sample
+from data.shards import DataError, ShardStream, list_shards, read_samples, write_samples
+from data.strata import StratifiedStream
+from data.synthetic import generate
+
+from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
+                        read_rank_files, trained)
+
+MAX_SEQ, MAX_PRED, SEED = 64, 10, 11
+SHARDS, PER_SHARD = 4, 48
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("pipeline_data")
+    generate(folder, num_shards=SHARDS, samples_per_shard=PER_SHARD, eval_samples=8,
+             max_seq_length=MAX_SEQ, max_predictions=MAX_PRED, vocab_size=256, seed=4)
+    return folder
+
+
+def config(data_dir: Path, strategy: str = "none", global_batch: int = 8, accum: int = 1,
+           *extra: str):
+    return load_config(None, [
+        f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
+        f"data.max_predictions_per_seq={MAX_PRED}", "model.max_position_embeddings=64",
+        f"data.balance={strategy}", f"run.global_batch_size={global_batch}",
+        f"run.gradient_accumulation_steps={accum}", *extra])
+
+
+# --------------------------------------------------------------------------------------------
+# Ranks as threads
+# --------------------------------------------------------------------------------------------
+
+class _Slots:
+    def __init__(self, size: int):
+        self.values = [None] * size
+        self.barrier = threading.Barrier(size, timeout=20)
+
+
+class ThreadComm(HostComm):
+    """All-gather among threads; `registry` holds the shared slots of each group."""
+
+    def __init__(self, members: tuple[int, ...], rank: int, registry: dict, lock):
+        self.members, self.rank, self.size = members, rank, len(members)
+        self._registry, self._lock = registry, lock
+        with lock:
+            self._slots = registry.setdefault(members, _Slots(len(members)))
+
+    def allgather_obj(self, obj):
+        self._slots.barrier.wait()  # nobody still reads the previous round
+        self._slots.values[self.rank] = obj
+        self._slots.barrier.wait()
+        return list(self._slots.values)
+
+    def allgather_array(self, array, sizes=None):
+        return [np.array(a) for a in self.allgather_obj(np.array(array))]
+
+    def split(self, color: int):
+        colors = self.allgather_obj(color)
+        members = tuple(m for m, c in zip(self.members, colors) if c == color)
+        return ThreadComm(members, members.index(self.members[self.rank]), self._registry,
+                          self._lock)
+
+
+def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> None:
+    """Train `steps` steps of data on `world` thread ranks, recording the samples."""
+    registry, lock, errors = {}, threading.Lock(), []
+
+    def rank_main(rank: int) -> None:
+        try:
+            comm = ThreadComm(tuple(range(world)), rank, registry, lock)
+            with TrainPipeline(cfg, rank, world, SEED, "cpu", comm, record_dir=record_dir,
+                               ranks_per_node=ranks_per_node) as pipeline:
+                for _ in range(steps):
+                    pipeline.next_step()
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("world, ranks_per_node", [(2, 2), (4, 2)])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_sample_of_every_global_batch_trained_once(data_dir, tmp_path, strategy, world,
+                                                        ranks_per_node):
+    local = 8
+    cfg = config(data_dir, strategy, global_batch=world * local)
+    epoch_steps = SHARDS * PER_SHARD // (world * local)
+    steps = epoch_steps
+    if strategy in STRATIFIED:  # queues pass through their strata at their own rates
+        steps = min(epoch_steps, first_pass_steps(data_dir, world, local, SEED, MAX_SEQ,
+                                                  MAX_PRED))
+        assert steps >= 2
+    run_world(cfg, world, steps, tmp_path, ranks_per_node)
+    recorded = read_rank_files(tmp_path, world)
+    expected = expected_assignment(data_dir, strategy, world, world * local, SEED, MAX_SEQ,
+                                   MAX_PRED, ranks_per_node, steps)
+    check_trail(recorded, expected, steps)
+    counts = Counter(trained(recorded))
+    assert max(counts.values()) == 1  # no sample twice in the run
+    if strategy not in STRATIFIED:  # one whole epoch: every sample exactly once
+        assert sorted(counts) == sorted(all_samples(data_dir))
+
+
+def test_balancing_evens_out_tokens(data_dir, tmp_path):
+    """serpentine's per-rank token spread is below no balancing's (same global batches)."""
+    spread = {}
+    for strategy in ("none", "serpentine"):
+        folder = tmp_path / strategy
+        run_world(config(data_dir, strategy, global_batch=32), 4, 3, folder)
+        lengths = {(p.name, i): len(s.input_ids) for p in list_shards(data_dir)
+                   for i, s in enumerate(read_samples(p, MAX_SEQ, MAX_PRED))}
+        recorded = read_rank_files(folder, 4)
+        spread[strategy] = sum(
+            np.ptp([sum(lengths[k] for k in rank[step]) for rank in recorded])
+            for step in range(3))
+    assert spread["serpentine"] < spread["none"]
+
+
+# --------------------------------------------------------------------------------------------
+# One rank: shapes, resume, failures
+# --------------------------------------------------------------------------------------------
+
+def test_micro_batches_of_a_step(data_dir):
+    with TrainPipeline(config(data_dir, "global_presort", 12, 3), 0, 1, SEED, "cpu",
+                       LocalComm()) as pipeline:
+        micro = pipeline.next_step()
+    assert len(micro) == 3 and all(b.num_sequences == 4 for b in micro)
+    # global_presort on one rank sorts the local batch longest first before splitting
+    maxima = [b.max_seqlen for b in micro]
+    assert maxima == sorted(maxima, reverse=True)
+
+
+def test_prefetch_runs_at_most_depth_steps_ahead(data_dir):
+    cfg = config(data_dir, "none", 4, 1, "data.prefetch_depth=2")
+    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+        pipeline.next_step()
+        # 1 consumed + 2 queued + 1 prepared and waiting for room, and no more
+        deadline = time.monotonic() + 10
+        while pipeline._next_to_prepare < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert pipeline._next_to_prepare == 4
+        assert pipeline.state_dict()["step"] == 1
+
+
+@pytest.mark.parametrize("strategy", ["none", "serpentine", "stratified_local_snake"])
+def test_resume_continues_with_the_same_batches(data_dir, strategy):
+    cfg = config(data_dir, strategy, 8, 2)
+
+    def take(pipeline, n):
+        return [[b.input_ids.numpy().copy() for b in pipeline.next_step()] for _ in range(n)]
+
+    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as original:
+        take(original, 7)  # crosses a shard boundary (48 samples per shard)
+        state = original.state_dict()
+        expected = take(original, 4)
+    assert state["step"] == 7
+    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as resumed:
+        resumed.load_state_dict(state)
+        got = take(resumed, 4)
+        with pytest.raises(RuntimeError, match="before next_step"):
+            resumed.load_state_dict(state)
+    for a, b in zip(got, expected):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_resume_appends_to_the_record(data_dir, tmp_path):
+    cfg = config(data_dir, "none", 4)
+    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as first:
+        first.next_step()
+        first.next_step()
+        state = first.state_dict()
+    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as second:
+        second.load_state_dict(state)
+        second.next_step()
+    steps = [int(line.split()[0]) for line in (tmp_path / "rank0.txt").read_text().splitlines()]
+    assert steps == [0] * 4 + [1] * 4 + [2] * 4
+
+
+def test_crash_hook_fails_the_step_on_its_rank_only(data_dir, monkeypatch):
+    monkeypatch.setenv("BERT_TEST_CRASH_RANK", "0")
+    monkeypatch.setenv("BERT_TEST_CRASH_STEP", "1")
+    with TrainPipeline(config(data_dir), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+        pipeline.next_step()
+        with pytest.raises(RuntimeError, match="BERT_TEST_CRASH_RANK=0: injected failure"):
+            pipeline.next_step()
+    monkeypatch.setenv("BERT_TEST_CRASH_RANK", "1")
+    with TrainPipeline(config(data_dir), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+        for _ in range(3):
+            pipeline.next_step()
+
+
+def test_a_broken_shard_surfaces_as_data_error(data_dir, tmp_path):
+    broken = tmp_path / "data"
+    broken.mkdir()
+    for path in list_shards(data_dir):
+        (broken / path.name).write_bytes(path.read_bytes())
+    list_shards(broken)[1].write_bytes(b"not hdf5")
+    with TrainPipeline(config(broken, "none", 8), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+        with pytest.raises(DataError, match="cannot read as HDF5"):
+            for _ in range(SHARDS * PER_SHARD // 8):
+                pipeline.next_step()
+
+
+def test_bad_node_size(data_dir):
+    cfg = config(data_dir, "stratified_local_presort", 24)
+    with pytest.raises(ValueError, match="not a whole number of 2-rank nodes"):
+        TrainPipeline(cfg, 0, 3, SEED, "cpu", LocalComm(), ranks_per_node=2)
+
+
+# --------------------------------------------------------------------------------------------
+# Stratified draw
+# --------------------------------------------------------------------------------------------
+
+def test_stratified_batches_have_the_fixed_counts(data_dir):
+    files = list_shards(data_dir)
+    stream = StratifiedStream(files, 0, 2, SEED, MAX_SEQ, MAX_PRED)
+    counts = stream.counts(8)
+    assert counts.sum() == 8 and counts.tolist() == strata_counts(8, stream.fracs).tolist()
+    seen = []
+    for _ in range(3):
+        samples, origin = stream.next_batch_tagged(8)
+        lengths = np.array([len(s.input_ids) for s in samples])
+        np.testing.assert_array_equal(
+            np.bincount(stratum_of(lengths, stream.edges), minlength=len(counts)), counts)
+        seen += [tuple(o) for o in origin.tolist()]
+    assert len(seen) == len(set(seen))
+    state = stream.state_dict()
+    expected = stream.next_batch_tagged(8)[1]
+    again = StratifiedStream(files, 0, 2, SEED, MAX_SEQ, MAX_PRED)
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again.next_batch_tagged(8)[1], expected)
+    with pytest.raises(ValueError, match="stratum positions"):
+        again.load_state_dict({"strata": []})
+
+
+def test_missing_stratum_is_a_clear_error(tmp_path):
+    """All samples short: the first longer stratum finds nothing and says so."""
+    for k in range(2):
+        samples = [Sample(np.full(6, 104, np.int16), np.zeros(6, np.int8),
+                          np.array([1], np.int16), np.array([104], np.int16), 0)] * 10
+        write_samples(tmp_path / f"part_{k:05d}_of_00002.hdf5", samples)
+    stream = StratifiedStream(list_shards(tmp_path), 0, 1, SEED, MAX_SEQ, MAX_PRED)
+    with pytest.raises(DataError, match=r"no sample of length in \(16, 32\]"):
+        stream.next_batch_tagged(8)
+
+
+def test_stratum_stream_resumes_before_a_shard_without_its_lengths(tmp_path):
+    """A stratum queue's position may point at a shard holding none of its lengths."""
+    def sample(length):
+        return Sample(np.full(length, 104, np.int16), np.zeros(length, np.int8),
+                      np.array([1], np.int16), np.array([104], np.int16), 0)
+
+    first = int(np.random.default_rng([SEED, 0]).permutation(2)[0])  # read first in epoch 0
+    write_samples(tmp_path / f"part_{first:05d}_of_00002.hdf5", [sample(60)] * 3)
+    write_samples(tmp_path / f"part_{1 - first:05d}_of_00002.hdf5", [sample(6)] * 3)
+    files = list_shards(tmp_path)
+    stream = ShardStream(files, 0, 1, SEED, MAX_SEQ, MAX_PRED, length_range=(48, 64))
+    stream.next_batch(3)  # the long samples of the first shard, up to its end
+    state = stream.state_dict()
+    assert state == {"epoch": 0, "shard_pos": 1, "offset": 0}  # a shard with none of them
+    again = ShardStream(files, 0, 1, SEED, MAX_SEQ, MAX_PRED, length_range=(48, 64))
+    again.load_state_dict(state)
+    np.testing.assert_array_equal(again.next_batch_tagged(2)[1], stream.next_batch_tagged(2)[1])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.balance=sorted", "data.balance='sorted': expected one of none, "),
+    ("data.prefetch_depth=0", "data.prefetch_depth=0 must be >= 1"),
+    ("data.ranks_per_node=-1", "data.ranks_per_node=-1 must be >= 0"),
+])
+def test_data_config_is_validated(override, message):
+    from bert.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_config(None, [override])
