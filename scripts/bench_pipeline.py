@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from data import balance as bal  # noqa: E402
+from scripts.script_utils import cpu_model  # noqa: E402
 from data.batching import Sample, pack_samples  # noqa: E402
 from data.codec import GlobalBatch, encode  # noqa: E402
 
@@ -116,23 +117,13 @@ def machine() -> dict:
             return "unknown"
 
     dirty = "-dirty" if git("status", "--porcelain") else ""
-    return {"platform": platform.platform(), "cpu": _cpu_model(),
+    return {"platform": platform.platform(), "cpu": cpu_model() or platform.processor() or "unknown",
             "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "numpy": np.__version__, "torch_threads": torch.get_num_threads(),
             "load_average": os.getloadavg(),
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "commit": git("rev-parse", "HEAD") + dirty,
             "command": shlex.join(["python", *sys.argv])}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -28,3 +28,14 @@ def import_pyplot():
     except ImportError:
         sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
     return plt
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, or "" where that file does not say."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from scripts.script_utils import cpu_model
+
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
 
@@ -31,13 +33,7 @@ def device_name(device: torch.device) -> str:
     """The name PyTorch reports for a GPU; the CPU model from /proc/cpuinfo otherwise."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model() or platform.processor() or platform.machine()
 
 
 class MemoryMeter:
