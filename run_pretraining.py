@@ -2,10 +2,13 @@
 
     python run_pretraining.py                                   # tiny CPU run on synthetic data
     python run_pretraining.py --config configs/NAME.yaml [--set section.key=value ...]
-    torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_8xa100.yaml
+    torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_1x8xa100_lb56_ga1.yaml
+    python run_pretraining.py --resume auto      # continue from the newest checkpoint
+    python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
 
-Exit status: 0 when the run reached its target accuracy, 1 when it stopped without reaching it,
-2 for bad input (config, data, checkpoint), with one line naming what is wrong.
+Exit status: 0 when the run reached its target accuracy (or an eval-only run finished), 1 when
+it stopped without reaching it, 2 for bad input (config, data, checkpoint), with one line naming
+what is wrong.
 """
 from __future__ import annotations
 
@@ -28,6 +31,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--record-samples", metavar="DIR",
                         help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
                              "sample (sets run.record_samples_dir)")
+    parser.add_argument("--resume", metavar="auto|DIR",
+                        help="continue from the newest complete checkpoint under the run's "
+                             "output dir (auto) or from DIR (sets run.resume)")
+    parser.add_argument("--eval-only", action="store_true",
+                        help="evaluate the initial weights (run.init_checkpoint) once, report "
+                             "the MLM accuracy and stop (sets run.eval_only)")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its type and default, then exit")
     return parser.parse_args(argv)
@@ -47,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     overrides = args.set + (["run.quiet=true"] if args.quiet else [])
     if args.record_samples:
         overrides.append(f"run.record_samples_dir={args.record_samples}")
+    if args.resume:
+        overrides.append(f"run.resume={args.resume}")
+    if args.eval_only:
+        overrides.append("run.eval_only=true")
     try:
         cfg = load_config(args.config, overrides)
         from data.synthetic import ensure_synthetic_data
@@ -67,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.ctx.is_main:
         print(f"MLPerf log: {result.log_path}  (check it with: python scripts/check_compliance.py "
               f"{result.log_path})")
-    return 0 if result.status == "success" else 1
+    return 0 if result.status in ("success", "eval_only") else 1
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ import yaml
 
 
 # The attention backends of bert/ops.py (kept here so config imports no torch).
-ATTENTION_BACKENDS = ("padded_sdpa", "per_sequence", "flash_varlen")
+ATTENTION_BACKENDS = ("padded_sdpa", "per_sequence", "flash_varlen", "grouped_flash")
+# The only hidden size the kernels in kernels/ are built for (kernels.reference.HIDDEN).
+FUSED_HIDDEN_SIZE = 1024
 
 
 class ConfigError(ValueError):
@@ -51,9 +53,29 @@ class ModelConfig:
     pad_vocab_to_multiple_of: int = 8
     # attention implementation: "padded_sdpa" (reference: pads inside attention only, exact,
     # CPU and GPU), "per_sequence" (CPU: one sequence at a time, no work on padding; reads the
-    # lengths on the host, so not for CUDA) or "flash_varlen" (CUDA fp16/bf16 flash kernel on
-    # packed tokens; not yet validated on a GPU, so off by default)
+    # lengths on the host, so not for CUDA), "flash_varlen" (CUDA fp16/bf16 flash kernel on
+    # packed tokens) or "grouped_flash" (seed 000: sequences grouped by length, one launch per
+    # group on its own CUDA stream; flash on CUDA fp16/bf16, padded SDPA per group elsewhere).
+    # flash_varlen and grouped_flash are not yet validated on a GPU, so off by default.
     attention: str = "padded_sdpa"
+    # Fused CUDA kernels (kernels/), each replacing a plain-PyTorch path. NOT yet validated on a
+    # GPU (kernels/VALIDATION.md), so off by default. Built for hidden size 1024 only; on CUDA
+    # they need the compiled extension (checked when the model is built) and fp16/bf16
+    # activations (run.precision); on CPU tensors their PyTorch twins run (kernels/reference.py).
+    fused_bias_dropout_residual_layernorm: bool = False  # end of every attention/FFN sublayer
+    fused_embedding_backward: bool = False  # word-embedding gradient with packed atomics
+    fused_mlm_loss: bool = False  # MLM softmax cross-entropy, its gradient made in the forward
+    # cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and gradient reductions in the
+    # GEMMs' epilogues. NOT yet validated on a GPU, so off by default. Any hidden size, but every
+    # dense layer's input and output features must be multiples of 8 (checked here, on CPU too).
+    # fused_dense: GEMM + bias as one GEMM (bias gradient inside the weight-gradient GEMM) for
+    # QKV, attention output, FFN (unless fused_dense_gelu), MLM transform, decoder and pooler;
+    # the residual's gradient is added inside the QKV/FFN data-gradient GEMM. Fits either GeLU.
+    fused_dense: bool = False
+    # fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and GeLU' + bias gradient inside the next
+    # data-gradient GEMM: FFN and MLM transform. cuBLASLt's GeLU is the tanh approximation, so it
+    # needs hidden_act=gelu_tanh: open division / experimental (MLPerf's BERT uses erf gelu).
+    fused_dense_gelu: bool = False
     bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
 
     def __post_init__(self) -> None:
@@ -73,6 +95,40 @@ class ModelConfig:
                f"model.hidden_act={self.hidden_act!r}: expected 'gelu' or 'gelu_tanh'")
         _check(self.attention in ATTENTION_BACKENDS,
                f"model.attention={self.attention!r}: expected one of {ATTENTION_BACKENDS}")
+        self._check_fused_shapes()
+
+    def _check_fused_shapes(self) -> None:
+        """The kernels' shape limits hold on CPU too: their twins run the same checks."""
+        for name in ("fused_bias_dropout_residual_layernorm", "fused_embedding_backward"):
+            _check(not getattr(self, name) or self.hidden_size == FUSED_HIDDEN_SIZE,
+                   f"model.{name}=true needs model.hidden_size={FUSED_HIDDEN_SIZE} (the kernel "
+                   f"is built for BERT-Large only), got {self.hidden_size}")
+        _check(not self.fused_mlm_loss or self.padded_vocab_size % 8 == 0,
+               f"model.fused_mlm_loss=true needs the padded vocabulary to be a multiple of 8, "
+               f"got {self.padded_vocab_size} (model.pad_vocab_to_multiple_of="
+               f"{self.pad_vocab_to_multiple_of})")
+        self._check_fused_dense()
+
+    def _check_fused_dense(self) -> None:
+        """cuBLASLt's dense epilogues (kernels.dense.FEATURE_MULTIPLE): in and out features of
+        every fused GEMM a multiple of 8. The CPU twins do not need it; checked anyway, so that
+        a config tested on the CPU also runs on a GPU."""
+        _check(not self.fused_dense_gelu or self.hidden_act == "gelu_tanh",
+               f"model.fused_dense_gelu=true needs model.hidden_act=gelu_tanh (cuBLASLt's GeLU "
+               f"epilogue is the tanh approximation), got {self.hidden_act!r}; with erf gelu "
+               f"(MLPerf's reference BERT) use model.fused_dense alone")
+        multiple = 8
+        for flag in ("fused_dense", "fused_dense_gelu"):
+            if not getattr(self, flag):
+                continue
+            for name in ("hidden_size", "intermediate_size"):
+                _check(getattr(self, name) % multiple == 0,
+                       f"model.{flag}=true needs model.{name} to be a multiple of {multiple} "
+                       f"(cuBLASLt GEMM features), got {getattr(self, name)}")
+        _check(not self.fused_dense or self.padded_vocab_size % multiple == 0,
+               f"model.fused_dense=true needs the padded vocabulary (the MLM decoder's output "
+               f"features) to be a multiple of {multiple}, got {self.padded_vocab_size} "
+               f"(model.pad_vocab_to_multiple_of={self.pad_vocab_to_multiple_of})")
 
     def _load_json(self, path: str) -> None:
         try:
@@ -123,6 +179,23 @@ class DataConfig:
     balance: str = "none"
     ranks_per_node: int = 0  # node size for the stratified_local_* strategies; 0: LOCAL_WORLD_SIZE
     prefetch_depth: int = 2  # optimizer steps prepared ahead by the data thread
+    # length bucketing + bucket-order curriculum (seed 002, docs/curriculum.md), open division
+    # only: none (off) | shuffled | random | increasing | decreasing | loss_controlled | exp3s.
+    # On: every step's batch comes from one length bucket, the same on every rank.
+    curriculum: str = "none"
+    # bucket upper edges, comma-separated and increasing, the last one max_seq_length;
+    # "": seed 001's four strata scaled to max_seq_length (128,256,384,512 at 512)
+    bucket_boundaries: str = ""
+    curriculum_round_batches: int = 100  # fixed orders: steps per round, split by bucket share
+    curriculum_loss_targets: str = "2.0"  # loss_controlled: one loss target, or one per bucket
+    curriculum_loss_window: int = 10  # loss_controlled: steps averaged against the target
+    curriculum_max_batches: int = 0  # loss_controlled: longest stay on one bucket; 0: no cap
+    curriculum_eta: float = 0.1  # exp3s step size
+    curriculum_gamma: float = 0.1  # exp3s exploration share
+    curriculum_alpha: str = "0.01"  # exp3s weight sharing: a number in [0, 1], or 1/t
+    # exp3s reward: visit_gain (loss drop since the bucket's last batch); prediction_gain
+    # needs a second forward per step, which the trainer does not run
+    curriculum_reward: str = "visit_gain"
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
 
     def __post_init__(self) -> None:
@@ -137,6 +210,74 @@ class DataConfig:
                f"data.ranks_per_node={self.ranks_per_node} must be >= 0 (0: LOCAL_WORLD_SIZE)")
         _check(self.prefetch_depth >= 1,
                f"data.prefetch_depth={self.prefetch_depth} must be >= 1")
+        self._check_curriculum()
+
+    def _check_curriculum(self) -> None:
+        from data.balance import STRATIFIED
+        from data.curriculum import CURRICULA
+
+        _check(self.curriculum in ("none", *CURRICULA), f"data.curriculum={self.curriculum!r}: "
+               f"expected none or one of {', '.join(CURRICULA)}")
+        if self.curriculum == "none":
+            _check(not self.bucket_boundaries, f"data.bucket_boundaries="
+                   f"{self.bucket_boundaries!r} needs a data.curriculum (the order of the "
+                   f"buckets; shuffled for a random one)")
+            return
+        _check(self.balance not in STRATIFIED, f"data.balance={self.balance} draws fixed "
+               f"per-stratum counts, but data.curriculum={self.curriculum} draws every batch "
+               f"from one length bucket; use data.balance none, global_presort or serpentine")
+        edges = self.bucket_edges  # parses and checks
+        _check(self.curriculum_round_batches >= len(edges), f"data.curriculum_round_batches="
+               f"{self.curriculum_round_batches} must be >= the {len(edges)} buckets")
+        _check(len(self.loss_targets) in (1, len(edges)) and min(self.loss_targets) > 0,
+               f"data.curriculum_loss_targets={self.curriculum_loss_targets!r}: expected one "
+               f"positive loss or {len(edges)} (one per bucket)")
+        _check(self.curriculum_loss_window >= 1 and self.curriculum_max_batches >= 0,
+               f"data.curriculum_loss_window={self.curriculum_loss_window} must be >= 1 and "
+               f"data.curriculum_max_batches={self.curriculum_max_batches} >= 0")
+        _check(self.curriculum_eta > 0 and 0 < self.curriculum_gamma <= 1,
+               f"data.curriculum_eta={self.curriculum_eta} must be > 0 and "
+               f"data.curriculum_gamma={self.curriculum_gamma} in (0, 1]")
+        alpha = self.curriculum_alpha
+        _check(alpha == "1/t" or self._is_number(alpha) and 0 <= float(alpha) <= 1,
+               f"data.curriculum_alpha={alpha!r}: expected a number in [0, 1] or 1/t")
+        _check(self.curriculum_reward == "visit_gain", f"data.curriculum_reward="
+               f"{self.curriculum_reward!r}: only visit_gain is supported in training; "
+               f"prediction_gain needs a second forward of every batch after the optimizer "
+               f"step, which the trainer does not run (docs/curriculum.md)")
+
+    @property
+    def bucket_edges(self) -> list[int]:
+        """Bucket upper edges (M,): data.bucket_boundaries, or the four strata by default."""
+        if not self.bucket_boundaries:
+            from data.balance import strata_edges
+            return [int(e) for e in strata_edges(self.max_seq_length)[1:]]
+        text, key = self.bucket_boundaries, "data.bucket_boundaries"
+        parts = [p.strip() for p in text.split(",")]
+        _check(all(p.lstrip("-").isdigit() for p in parts),
+               f"{key}={text!r}: expected comma-separated integers such as 128,256,384,512")
+        edges = [int(p) for p in parts]
+        _check(edges[0] >= 1 and all(a < b for a, b in zip(edges, edges[1:])),
+               f"{key}={text!r}: edges must be positive and strictly increasing")
+        _check(edges[-1] == self.max_seq_length, f"{key}={text!r}: the last edge must equal "
+               f"data.max_seq_length={self.max_seq_length}")
+        return edges
+
+    @property
+    def loss_targets(self) -> list[float]:
+        """data.curriculum_loss_targets as numbers (1 or M)."""
+        parts = [p.strip() for p in self.curriculum_loss_targets.split(",")]
+        _check(all(self._is_number(p) for p in parts), f"data.curriculum_loss_targets="
+               f"{self.curriculum_loss_targets!r}: expected comma-separated numbers")
+        return [float(p) for p in parts]
+
+    @staticmethod
+    def _is_number(text: str) -> bool:
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
 
 
 @dataclass
@@ -158,9 +299,16 @@ class OptimConfig:
     # 001: each bucket to max_grad_norm/sqrt(buckets) before its reduction)
     clip_mode: str = "after_allreduce"
     bucket_cap_mb: float = 25.0  # gradient bucket size for the sharded optimizer
+    # Sharded optimizer's norms and update as fused CUDA kernels (kernels/lamb.py: five launches
+    # over the flat shard instead of dozens of _foreach ops). Compiles, but NOT yet validated on
+    # a GPU (kernels/VALIDATION.md), so off by default. On CUDA it needs the compiled extension
+    # (checked when the optimizer is built); on CPU the ops run their _foreach reference.
+    fused_kernel: bool = False
 
     def __post_init__(self) -> None:
         _check(self.name in ("lamb", "adam"), f"optim.name={self.name!r}: expected lamb or adam")
+        _check(self.sharded or not self.fused_kernel,
+               "optim.fused_kernel=true needs optim.sharded=true (it updates the flat shards)")
         _check(self.name == "lamb" or self.sharded,
                "optim.name=adam needs optim.sharded=true (the replicated path is LAMB only)")
         _check(self.clip_mode in ("after_allreduce", "before_allreduce", "bucketwise"),
@@ -219,6 +367,17 @@ class RunConfig:
     submission_division: str = "closed"
     submission_status: str = "onprem"
     record_samples_dir: str = ""  # audit trail: DIR/rank<R>.txt, `step shard index` per sample
+    # training checkpoints (bert/train_state.py) under output_dir/checkpoints, every N optimizer
+    # steps and at the end of the run; 0: none. Each costs a host copy of the model and the
+    # full optimizer state, so MLPerf timing runs leave it off.
+    checkpoint_interval_steps: int = 0
+    checkpoint_keep: int = 2  # newest complete checkpoints kept; 0: keep all
+    # "" start fresh; "auto" continue from the newest complete checkpoint under output_dir (a
+    # fresh start when there is none); or a checkpoint folder (.../checkpoints/step_N)
+    resume: str = ""
+    # evaluate the initial model (init_checkpoint) once and stop: the starting accuracy
+    # (about 0.34085 for the MLPerf phase-1 checkpoint, REFERENCE 2); no training data is read
+    eval_only: bool = False
 
     def __post_init__(self) -> None:
         _check(self.global_batch_size > 0,
@@ -234,7 +393,8 @@ class RunConfig:
         _check(self.eval_batch_size > 0, f"run.eval_batch_size={self.eval_batch_size} must be > 0")
         _check(self.submission_division in ("closed", "open"),
                f"run.submission_division={self.submission_division!r}: expected closed or open")
-        for name in ("max_steps", "max_samples", "eval_interval_samples", "eval_samples"):
+        for name in ("max_steps", "max_samples", "eval_interval_samples", "eval_samples",
+                     "checkpoint_interval_steps", "checkpoint_keep"):
             _check(getattr(self, name) >= 0, f"run.{name}={getattr(self, name)} must be >= 0")
 
 
@@ -250,6 +410,10 @@ class Config:
         _check(self.optim.name == "lamb" or self.run.submission_division == "open",
                f"optim.name={self.optim.name!r}: the closed division requires LAMB "
                f"(REFERENCE 1); set run.submission_division=open")
+        from data.curriculum import division_error  # the division rule's single source
+
+        problem = division_error(self.data.curriculum, self.run.submission_division)
+        _check(problem is None, problem or "")
         _check(self.data.max_seq_length <= self.model.max_position_embeddings,
                f"data.max_seq_length={self.data.max_seq_length} exceeds "
                f"model.max_position_embeddings={self.model.max_position_embeddings}")

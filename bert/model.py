@@ -6,6 +6,12 @@ the pooler sees only each sequence's [CLS] token and the MLM head only the maske
 Parameter names follow Google's BERT closely (bert/checkpoint.py maps HF and NVIDIA names);
 every LayerNorm parameter name contains `layer_norm`, so the optimizer's no-decay rule
 (REFERENCE 1: LayerNorm and bias) is a name test.
+
+The fused kernels (model.fused_* flags, kernels/) swap a function, never a parameter: the
+parameter names, and so checkpoints, are the same with every flag. Each module picks its
+functions from bert/ops.py once, at build. The embeddings' LayerNorm is not fused: their
+dropout comes after the LayerNorm, not before the residual add the kernel fuses. The NSP layer
+stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLASLt needs.
 """
 from __future__ import annotations
 
@@ -18,10 +24,6 @@ from bert.config import ModelConfig
 from data.batching import PackedBatch
 
 
-def gelu(x: torch.Tensor, approximate: str) -> torch.Tensor:
-    return F.gelu(x, approximate=approximate)
-
-
 class Embeddings(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -30,10 +32,11 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.lookup_words = ops.word_embedding_impl(cfg.fused_embedding_backward)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """-> (T, hidden)"""
-        x = (self.word_embeddings(batch.input_ids)
+        x = (self.lookup_words(batch.input_ids, self.word_embeddings)
              + self.position_embeddings(batch.position_ids)
              + self.token_type_embeddings(batch.segment_ids))
         return self.dropout(self.layer_norm(x))
@@ -53,16 +56,21 @@ class SelfAttention(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.attention_dropout = cfg.attention_probs_dropout_prob
         self.backend = cfg.attention
+        self.linear_with_residual = ops.linear_with_residual_impl(cfg.fused_dense)
+        self.sublayer_output = ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm,
+                                                        cfg.fused_dense)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)"""
         tokens = x.shape[0]
-        q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        # residual: x, or with fused_dense the node that adds its gradient in the QKV GEMM.
+        qkv, residual = self.linear_with_residual(x, self.qkv.weight, self.qkv.bias)
+        q, k, v = qkv.view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
         dropout_p = self.attention_dropout if self.training else 0.0
         context = ops.varlen_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen,
-                                       batch.token_index, dropout_p, self.backend)
-        attended = self.out(context.reshape(tokens, -1))
-        return self.layer_norm(x + self.dropout(attended))
+                                       batch.token_index, dropout_p, self.backend, groups=batch)
+        return self.sublayer_output(context.reshape(tokens, -1), self.out, self.dropout,
+                                    self.layer_norm, residual)
 
 
 class FeedForward(nn.Module):
@@ -73,11 +81,13 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
+        self.sublayer = ops.feed_forward_impl(cfg.fused_bias_dropout_residual_layernorm,
+                                              cfg.fused_dense, cfg.fused_dense_gelu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (T, hidden) -> (T, hidden)"""
-        h = gelu(self.intermediate(x), self.approximate)
-        return self.layer_norm(x + self.dropout(self.output(h)))
+        """x: (T, hidden) -> LayerNorm(x + dropout(output(gelu(intermediate(x))))), (T, hidden)"""
+        return self.sublayer(x, self.intermediate, self.output, self.dropout, self.layer_norm,
+                             self.approximate)
 
 
 class EncoderLayer(nn.Module):
@@ -102,20 +112,29 @@ class PretrainingHeads(nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
+        self.linear = ops.linear_impl(cfg.fused_dense)  # decoder and pooler
+        self.linear_gelu = ops.linear_gelu_impl(cfg.fused_dense, cfg.fused_dense_gelu)
 
     def mlm_logits(self, masked_hidden: torch.Tensor) -> torch.Tensor:
         """masked_hidden: (M, hidden) -> (M, padded_vocab)"""
-        h = self.transform_layer_norm(gelu(self.transform(masked_hidden), self.approximate))
-        return F.linear(h, self.decoder_weight, self.decoder_bias)
+        h = self.linear_gelu(masked_hidden, self.transform.weight, self.transform.bias,
+                             self.approximate)
+        return self.linear(self.transform_layer_norm(h), self.decoder_weight, self.decoder_bias)
 
     def nsp_logits(self, cls_hidden: torch.Tensor) -> torch.Tensor:
         """cls_hidden: (B, hidden) -> (B, 2)"""
-        return self.nsp(torch.tanh(self.pooler(cls_hidden)))
+        pooled = torch.tanh(self.linear(cls_hidden, self.pooler.weight, self.pooler.bias))
+        return self.nsp(pooled)
 
 
 class BertForPretraining(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, device: torch.device | str | None = None):
+        """device: where the model will run, if known. On CUDA, a fused kernel the config asks
+        for that cannot be loaded fails here, with the build hint, not at the first step. The
+        model is still built on the CPU; move it with .to(device)."""
         super().__init__()
+        if device is not None:
+            ops.require_fused_kernels(cfg, device)
         self.config = cfg
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
@@ -144,12 +163,14 @@ class BertForPretraining(nn.Module):
 
 
 def pretraining_loss(mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: PackedBatch,
-                     vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     vocab_size: int, fused_mlm_loss: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(MLM loss, NSP loss), each a mean: MLM over masked tokens, NSP over sequences.
 
     Logits of the vocabulary padding rows are dropped so they never enter the softmax.
+    fused_mlm_loss: model.fused_mlm_loss, the softmax cross-entropy kernel for the MLM loss.
     """
-    mlm = F.cross_entropy(mlm_logits[:, :vocab_size].float(), batch.masked_labels)
+    mlm = ops.mlm_cross_entropy_impl(fused_mlm_loss)(mlm_logits, batch.masked_labels, vocab_size)
     nsp = F.cross_entropy(nsp_logits.float(), batch.nsp_labels)
     return mlm, nsp
 

@@ -30,11 +30,12 @@ class Progress:
         if self.enabled:
             print(text, file=sys.stdout, flush=True)
 
-    def start(self, total_samples: int) -> None:
-        """Start the clock for a run of at most `total_samples` samples."""
+    def start(self, total_samples: int, start_samples: int = 0) -> None:
+        """Start the clock for a run of at most `total_samples` samples, `start_samples` of
+        them already trained (a resumed run)."""
         self.total_samples = total_samples
         self._t0 = self._last_time = time.time()
-        self._last_samples = 0
+        self._last_samples = start_samples
 
     def step(self, step: int, samples: int, step_loss: torch.Tensor, lr: float) -> None:
         """Record one optimizer step; print a line if one is due."""

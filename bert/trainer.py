@@ -6,6 +6,12 @@
 
 No training or eval data is opened before run_start. Losses and accuracy sums stay on the device
 and are read only at progress and eval points.
+
+Resume (`run.resume`, bert/train_state.py): the init phase restores model, optimizer, schedule,
+loss scale and RNG; the run phase restores the data position and continues the block and eval
+schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
+run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a timed MLPerf result.
+`run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
 """
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ from bert.mlperf import MLPerfLogger
 from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
 from bert.optim.build import build_optimizer
 from bert.progress import Progress
+from bert.train_state import (Manifest, check_compatible, checkpoint_root, kill_self,
+                              load_rank_state, load_trainer_state, resolve_resume, rng_state,
+                              save_checkpoint, set_rng_state, kill_hook_step)
 from data.batching import PackedBatch, pack_samples
 from data.exchange import make_host_comm
 from data.pipeline import TrainPipeline
@@ -43,8 +52,9 @@ class TrainResult:
 
 
 def preflight_data(cfg: Config) -> list[Path]:
-    """Fail before init if the data is not where the config says (names only, no reads)."""
-    files = list_shards(os.path.expanduser(cfg.data.train_dir))
+    """Fail before init if the data is not where the config says (names only, no reads).
+    An eval-only run needs no training shards."""
+    files = [] if cfg.run.eval_only else list_shards(os.path.expanduser(cfg.data.train_dir))
     eval_file = os.path.expanduser(cfg.data.eval_file)
     if not eval_file:
         raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
@@ -61,10 +71,11 @@ class Trainer:
         self.out_dir = Path(cfg.run.output_dir)
         if self.ctx.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = mlperf_log or str(self.out_dir / "mlperf.log")
-        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
         self.progress = Progress(enabled=self.ctx.is_main and not cfg.run.quiet,
                                  interval_s=cfg.run.log_interval_s)
+        self.resume_from, self.resume_manifest = self._find_resume_point()
+        self.log_path = mlperf_log or str(self.out_dir / self._log_name())
+        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
         self._init_phase()
 
     # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
@@ -75,7 +86,7 @@ class Trainer:
         log.init_start()
         log.submission_info(cfg.run.submission_org, cfg.run.submission_platform,
                             cfg.run.submission_division, cfg.run.submission_status)
-        self.seed = self._run_seed()
+        self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
         log.hyperparameters(cfg, train_samples=None, eval_samples=self._eval_sample_count(),
                             seed=self.seed)
         self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
@@ -85,6 +96,10 @@ class Trainer:
         self.raw_model = self._build_model()
         self.optim = build_optimizer(cfg, self.raw_model, self.ctx)
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
+        self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
+        self._resume_data: dict | None = None
+        if self.resume_from:
+            self._restore(self.resume_from)
         self.progress.line(
             f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
@@ -102,8 +117,61 @@ class Trainer:
     def _eval_sample_count(self) -> int:
         return self.cfg.run.eval_samples
 
+    def _find_resume_point(self) -> tuple[Path | None, Manifest | None]:
+        run = self.cfg.run
+        folder = resolve_resume(run.resume, run.output_dir)
+        if folder is None:
+            if run.resume == "auto":
+                self.progress.line("resume auto: no complete checkpoint yet, starting fresh")
+            return None, None
+        manifest = Manifest.read(folder)
+        check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        return folder, manifest
+
+    def _log_name(self) -> str:
+        if self.cfg.run.eval_only:
+            return "mlperf_eval_only.log"
+        if self.resume_from:
+            return f"mlperf_resumed_step_{self.resume_manifest.step}.log"
+        return "mlperf.log"
+
+    def _restore(self, folder: Path) -> None:
+        """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing
+        after it draws); the data position waits for the run phase."""
+        trainer_state = load_trainer_state(folder)
+        self.raw_model.load_state_dict(trainer_state["model"])
+        self.optim.load_state_dict(trainer_state["optimizer"])
+        self.start_point = trainer_state["progress"]
+        rank_state = load_rank_state(folder, self.ctx.rank)
+        self._resume_data = rank_state["pipeline"]
+        set_rng_state(rank_state["rng"], self.ctx.device)
+        self.progress.line(f"resumed from {folder}: step {self.start_point['step']}, "
+                           f"{self.start_point['samples']} samples trained")
+
+    def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
+        """Collective. A host sync (state copies): at checkpoint points only."""
+        cfg, ctx = self.cfg, self.ctx
+        optim_state = self.optim.state_dict()  # collective for the sharded optimizer
+        trainer_state = None
+        if ctx.is_main:
+            trainer_state = {"model": self.raw_model.state_dict(), "optimizer": optim_state,
+                             "progress": {"step": step, "samples": samples,
+                                          "accuracy": accuracy},
+                             "config": cfg.to_dict()}
+        rank_state = {"rng": rng_state(ctx.device), "pipeline": self.pipeline.state_dict()}
+        manifest = Manifest(step, samples, ctx.world_size, cfg.run.global_batch_size, self.seed)
+        folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
+                                 trainer_state, rank_state, cfg.run.checkpoint_keep)
+        self._last_checkpoint_step = step
+        self.progress.line(f"checkpoint: {folder}")
+
+    def _checkpoint_due(self, step: int) -> bool:
+        interval = self.cfg.run.checkpoint_interval_steps
+        return interval > 0 and step % interval == 0 and step != self._last_checkpoint_step
+
     def _build_model(self) -> torch.nn.Module:
-        model = BertForPretraining(self.cfg.model)
+        # on CUDA a fused kernel the config asks for must be built: fail here, not at step 1
+        model = BertForPretraining(self.cfg.model, device=self.ctx.device)
         if self.cfg.run.init_checkpoint:
             load_checkpoint_file(model, self.cfg.run.init_checkpoint)
         return model.to(self.ctx.device)
@@ -124,34 +192,48 @@ class Trainer:
 
     def _train(self) -> TrainResult:
         cfg, log = self.cfg, self.mllog
+        if cfg.run.eval_only:
+            return self._evaluate_only()
         log.run_start()
         started = time.time()
         pipeline, eval_set = self._open_data()
-        interval = cfg.eval_interval_samples
+        pipeline.announce(log, self.progress)  # bucketing and curriculum, when used
         gbs = cfg.run.global_batch_size
         # An eval point rounds up to a whole global batch (REFERENCE 1).
-        steps_per_block = max(1, -(-interval // gbs))
-        step, samples, accuracy, status = 0, 0, 0.0, "aborted"
+        steps_per_block = max(1, -(-cfg.eval_interval_samples // gbs))
+        step, samples = self.start_point["step"], self.start_point["samples"]
+        accuracy, status = self.start_point["accuracy"], "aborted"
+        self._last_checkpoint_step = step
+        self._kill_step = kill_hook_step(self.ctx.rank)
         max_steps = self._max_steps()
-        self.progress.start(max_steps * gbs)
+        self.progress.start(max_steps * gbs, samples)
         while step < max_steps:
-            block_steps = min(steps_per_block, max_steps - step)
+            # A resumed run finishes the interrupted block: evals stay where they were.
+            block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
             log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
-            for _ in range(block_steps):
+            for block_step in range(1, block_steps + 1):
                 lr = self.optim.lr()
                 step_loss = self.train_step(pipeline)
                 step += 1
                 samples += gbs
                 self.progress.step(step, samples, step_loss, lr)
+                if block_step < block_steps and self._checkpoint_due(step):
+                    self._save_checkpoint(step, samples, accuracy)
+                if step == self._kill_step:
+                    kill_self()
             log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
                            epoch_count=block_steps * gbs)
             accuracy = self._eval_point(eval_set, samples)
             if accuracy >= cfg.run.target_mlm_accuracy:
                 status = "success"
                 break
+            if self._checkpoint_due(step):
+                self._save_checkpoint(step, samples, accuracy)
         log.train_samples(samples)
         log.run_stop(status)
         seconds = time.time() - started
+        if cfg.run.checkpoint_interval_steps and step != self._last_checkpoint_step:
+            self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
         self.progress.line(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
                            f"{samples} samples ({step} steps) in {seconds:.1f} s")
         return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
@@ -172,10 +254,30 @@ class Trainer:
             self.cfg, ctx.rank, ctx.world_size, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.run.record_samples_dir or None,
             ranks_per_node=d.ranks_per_node or ctx.local_world_size)
-        eval_set = read_eval_samples(os.path.expanduser(d.eval_file), ctx.rank, ctx.world_size,
-                                     self.cfg.run.eval_samples, d.max_seq_length,
-                                     d.max_predictions_per_seq)
-        return self.pipeline, eval_set
+        if self._resume_data is not None:
+            self.pipeline.load_state_dict(self._resume_data)
+        return self.pipeline, self._read_eval_set()
+
+    def _read_eval_set(self):
+        """This rank's share of the eval set."""
+        d, ctx = self.cfg.data, self.ctx
+        return read_eval_samples(os.path.expanduser(d.eval_file), ctx.rank, ctx.world_size,
+                                 self.cfg.run.eval_samples, d.max_seq_length,
+                                 d.max_predictions_per_seq)
+
+    def _evaluate_only(self) -> TrainResult:
+        """One eval of the initial weights (no training data is opened)."""
+        log = self.mllog
+        log.run_start()
+        started = time.time()
+        accuracy = self._eval_point(self._read_eval_set(), samples=0)
+        status = "success" if accuracy >= self.cfg.run.target_mlm_accuracy else "aborted"
+        log.train_samples(0)
+        log.run_stop(status)
+        source = self.cfg.run.init_checkpoint or "randomly initialized weights"
+        self.progress.line(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
+                           f"{self.cfg.run.eval_samples or 'all'} eval samples")
+        return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
 
     def _close_data(self, finish: bool = True) -> None:
         """Stop the data thread (before MPI or the process group shut down)."""
@@ -200,12 +302,14 @@ class Trainer:
                 self.optim.backward(loss)
             step_loss += loss.detach()
         self.optim.step()
+        pipeline.observe_loss(step_loss)  # loss-driven curricula; a queued copy, no host sync
         return step_loss
 
     def forward_loss(self, batch: PackedBatch) -> torch.Tensor:
         with self._autocast():
             mlm_logits, nsp_logits = self.model(batch)
-        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, self.cfg.model.vocab_size)
+        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, self.cfg.model.vocab_size,
+                                    fused_mlm_loss=self.cfg.model.fused_mlm_loss)
         return mlm + nsp
 
     def _autocast(self):

@@ -13,6 +13,8 @@ data-dependent shapes to discover and never reads the device:
     masked_positions(M,)   int64   masked tokens, as indices into the packed token axis
     masked_labels   (M,)   int64   original ids of those tokens
     nsp_labels      (B,)   int64   0: B follows A, 1: B is random (Google/HF convention)
+
+plus the length groups of grouped attention (`attention_groups`, bert/ops.py grouped_flash).
 """
 from __future__ import annotations
 
@@ -45,6 +47,13 @@ class PackedBatch:
     masked_labels: object
     nsp_labels: object
     max_seqlen: int
+    # Length groups for grouped attention; see attention_groups(). Optional: batches built
+    # elsewhere may leave them out (the other attention backends do not read them).
+    group_order: object = None
+    group_inverse: object = None
+    group_token_index: object = None
+    group_cu_seqlens: object = None
+    group_shapes: tuple = ()
 
     @property
     def num_sequences(self) -> int:
@@ -111,4 +120,51 @@ def pack_samples(samples: Sequence[Sample]) -> PackedBatch:
         nsp_labels=np.fromiter((s.nsp_label for s in samples), dtype=np.int64,
                                count=len(samples)),
         max_seqlen=max_seqlen,
+        **attention_groups(lengths, cu_seqlens),
     )
+
+
+# Seed 000 (IV-A-2): sequences grouped by length into (0, 128], (128, 256], (256, 384] and
+# (384, ...), each group attended with its own kernel launch sized to the group's longest.
+ATTENTION_GROUP_BOUNDS = (128, 256, 384)
+
+
+def attention_groups(lengths: np.ndarray, cu_seqlens: np.ndarray,
+                     bounds: Sequence[int] = ATTENTION_GROUP_BOUNDS) -> dict:
+    """Host metadata of grouped attention, so the device step never reads lengths back.
+
+    lengths: (B,) int64; cu_seqlens: (B+1,) int64. Sequences keep their batch order within a
+    group; only non-empty groups are listed. Returns PackedBatch fields:
+        group_order       (T,)   int64  packed positions of the tokens, group after group
+        group_inverse     (T,)   int64  position of each packed token in group_order
+        group_token_index (T,)   int64  index of each group-ordered token in its group's
+                                        padded [B_g, S_g] layout
+        group_cu_seqlens  (B+G,) int32  each group's cu_seqlens (B_g + 1 entries), in turn
+        group_shapes      ((B_g, T_g, S_g), ...) host ints: sequences, tokens, longest
+    """
+    group_of_seq = np.searchsorted(np.asarray(bounds), lengths, side="left")
+    seq_order = np.argsort(group_of_seq, kind="stable")
+    ordered = lengths[seq_order]
+    ordered_starts = np.zeros(len(ordered) + 1, dtype=np.int64)
+    np.cumsum(ordered, out=ordered_starts[1:])
+    total = int(ordered_starts[-1])
+    position = np.arange(total, dtype=np.int64) - np.repeat(ordered_starts[:-1], ordered)
+    order = np.repeat(cu_seqlens[:-1][seq_order], ordered) + position
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(total, dtype=np.int64)
+
+    seqs_per_group = np.bincount(group_of_seq, minlength=len(bounds) + 1)
+    seq_in_group = np.empty(len(ordered), dtype=np.int64)
+    longest = np.empty(len(ordered), dtype=np.int64)
+    cu_parts, shapes, first = [], [], 0
+    for count in seqs_per_group[seqs_per_group > 0].tolist():
+        group = slice(first, first + count)
+        seq_in_group[group] = np.arange(count)
+        longest[group] = ordered[group].max()
+        cu_parts.append(ordered_starts[first:first + count + 1] - ordered_starts[first])
+        shapes.append((count, int(cu_parts[-1][-1]), int(longest[first])))
+        first += count
+    token_index = np.repeat(seq_in_group * longest, ordered) + position
+    return {"group_order": order, "group_inverse": inverse, "group_token_index": token_index,
+            "group_cu_seqlens": np.concatenate(cu_parts).astype(np.int32),
+            "group_shapes": tuple(shapes)}

@@ -2,6 +2,7 @@
 
     pipeline = TrainPipeline(cfg, rank, world_size, seed, device, comm)
     micro_batches = pipeline.next_step()   # list[PackedBatch] on the device, one optimizer step
+    pipeline.observe_loss(step_loss)       # after the step: feeds a loss-driven curriculum
     pipeline.state_dict() / load_state_dict(state)
     pipeline.close()
 
@@ -9,7 +10,9 @@ What one step's preparation does, on the prefetch thread (data/prefetch.py), whi
 trains earlier steps:
 1. Draw this rank's raw local batch of B = global_batch / world samples with their origin
    (shard file, index): from a ShardStream, or a StratifiedStream (data/strata.py) for the
-   stratified strategies, whose batches hold fixed per-stratum counts.
+   stratified strategies, whose batches hold fixed per-stratum counts, or, with a
+   data.curriculum, a BucketStream (data/bucketing.py): all B from the length bucket the
+   curriculum picks for the step (see "Curricula" below).
 2. Exchange (strategies that move samples): all-gather the raw batches over the group the
    strategy deals within: the world for global_presort/serpentine, the node for
    stratified_local_*; none and stratified move nothing.
@@ -21,6 +24,19 @@ trains earlier steps:
 The main thread then takes the step with `next_step()`, which also writes the audit trail
 (data/sample_record.py) when record_dir is set.
 
+Curricula (seed 002, docs/curriculum.md). Every rank holds the same curriculum and feeds it the
+same numbers, so all ranks pick the same bucket for a step without a collective of their own:
+the fixed orders are functions of (seed, step); loss_controlled and exp3s get, while the thread
+prepares step s, the loss of step s - lag (lag = prefetch_depth + 1, data/loss_feedback.py)
+averaged over all ranks by an all-gather on the host comm, on this thread (the training step
+never waits for it; every rank computes the same mean from the same gathered list). The
+trainer posts each step's loss with `observe_loss(loss)`, a device tensor: no host sync.
+
+State (`state_dict`): the source position after the last step handed out; with a curriculum,
+also the curriculum as it was right after drawing that step (with its draws awaiting losses)
+and this rank's losses of the last `lag` steps, which the curriculum has not seen yet. Taken
+after `observe_loss` of the last step; resuming from it prepares exactly the same batches.
+
 Test hook: BERT_TEST_CRASH_RANK=R makes rank R fail while preparing step BERT_TEST_CRASH_STEP
 (default 2). tests/test_data_distributed.py uses it to check that a failing rank ends the job.
 """
@@ -30,10 +46,14 @@ import os
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from data.balance import NODE_LOCAL, STRATIFIED, balance
 from data.batching import PackedBatch, pack_samples
+from data.bucketing import BucketStream
+from data.curriculum import curriculum_from_config
 from data.exchange import HostComm, allgather_batch
+from data.loss_feedback import LossFeedback
 from data.prefetch import DeviceTransfer, Prefetcher, Transferred
 from data.sample_record import SampleRecorder
 from data.shards import ShardStream, list_shards
@@ -46,7 +66,7 @@ class PreparedStep(NamedTuple):
     step: int  # optimizer step index, from 0
     transferred: Transferred  # the micro-batches, copy to the device issued
     origin: np.ndarray  # (B, 2) int64: (shard file index, sample index) of the rank's samples
-    state_after: dict  # source position once this step's samples are drawn
+    state_after: dict  # source position (and curriculum) once this step's samples are drawn
 
 
 class TrainPipeline:
@@ -65,9 +85,14 @@ class TrainPipeline:
         self.accum = run.gradient_accumulation_steps
         self.depth = d.prefetch_depth
         files = list_shards(os.path.expanduser(d.train_dir))
-        source_cls = StratifiedStream if self.strategy in STRATIFIED else ShardStream
-        self.source = source_cls(files, rank, world_size, seed, d.max_seq_length,
-                                 d.max_predictions_per_seq)
+        self.curriculum, self.feedback = None, None
+        if d.curriculum != "none":
+            self._open_curriculum(cfg, files, rank, world_size, seed, device)
+        else:
+            source_cls = StratifiedStream if self.strategy in STRATIFIED else ShardStream
+            self.source = source_cls(files, rank, world_size, seed, d.max_seq_length,
+                                     d.max_predictions_per_seq)
+        self.comm = comm  # all ranks: the curriculum's losses are averaged over it
         self.group = self._exchange_group(comm, ranks_per_node or d.ranks_per_node or world_size)
         self.transfer = DeviceTransfer(device)
         self.recorder = (SampleRecorder(record_dir, rank, [f.name for f in files])
@@ -75,7 +100,17 @@ class TrainPipeline:
         self._crash_step = _crash_step(rank)
         self._prefetcher: Prefetcher | None = None
         self._next_to_prepare = 0
-        self._state = {"source": self.source.state_dict(), "step": 0}
+        self._state = {**self._snapshot(), "step": 0}
+
+    def _open_curriculum(self, cfg, files, rank: int, world_size: int, seed: int,
+                         device) -> None:
+        """Bucketed source, the curriculum over its buckets, and the loss feedback it needs."""
+        d = cfg.data  # the division rule was checked with the config (Config.__post_init__)
+        self.source = BucketStream(files, rank, world_size, seed, d.max_seq_length,
+                                   d.max_predictions_per_seq, d.bucket_edges)
+        self.curriculum = curriculum_from_config(d, self.source.shares, seed)
+        if self.curriculum.uses_losses:
+            self.feedback = LossFeedback(device, lag=self.depth + 1)
 
     def _exchange_group(self, comm: HostComm, ranks_per_node: int) -> HostComm | None:
         """The ranks whose batches are pooled and dealt; None when nothing moves."""
@@ -95,6 +130,10 @@ class TrainPipeline:
 
     def next_step(self) -> list[PackedBatch]:
         """The micro-batches of the next optimizer step, on the device (starts the thread)."""
+        last = self._state["step"] - 1
+        if self.feedback is not None and last >= 0 and not self.feedback.observed(last):
+            raise RuntimeError(f"data.curriculum={self.curriculum.name} needs every step's "
+                               f"loss: call pipeline.observe_loss(loss) after step {last}")
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prepare, self.depth,
                                           name=f"data-prefetch-rank{self.rank}")
@@ -102,20 +141,66 @@ class TrainPipeline:
         batches = self.transfer.finish(prepared.transferred)
         if self.recorder is not None:
             self.recorder.write(prepared.step, prepared.origin)
-        self._state = {"source": prepared.state_after, "step": prepared.step + 1}
+        self._state = {**prepared.state_after, "step": prepared.step + 1}
         return batches
+
+    def observe_loss(self, loss: torch.Tensor, step: int | None = None) -> None:
+        """The loss of the last step handed out (or `step`): a () tensor on the training
+        device, this rank's. Only the loss-driven curricula use it; no host sync on CUDA."""
+        if self.feedback is not None:
+            self.feedback.observe(self._state["step"] - 1 if step is None else step, loss)
 
     def state_dict(self) -> dict:
         """Position after the last step handed out by next_step (prefetched steps excluded):
-        resuming from it continues with the step that follows."""
-        return {"source": self._state["source"], "step": self._state["step"]}
+        resuming from it continues with the step that follows (module docstring: State)."""
+        state = dict(self._state)
+        if self.feedback is not None:  # on CUDA reading these syncs: checkpoint points only
+            done = state["step"]
+            state["losses"] = self.feedback.values(range(max(0, done - self.feedback.lag),
+                                                         done))
+            state["loss_lag"] = self.feedback.lag
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if self._prefetcher is not None:
             raise RuntimeError("TrainPipeline.load_state_dict must come before next_step()")
         self.source.load_state_dict(state["source"])
+        if self.curriculum is not None:
+            self._load_curriculum(state)
         self._next_to_prepare = int(state["step"])
-        self._state = {"source": self.source.state_dict(), "step": self._next_to_prepare}
+        self._state = {**self._snapshot(), "step": self._next_to_prepare}
+
+    def _load_curriculum(self, state: dict) -> None:
+        if "curriculum" not in state:
+            raise ValueError("data state holds no curriculum: it was saved without "
+                             "data.curriculum")
+        self.curriculum.load_state_dict(state["curriculum"])
+        if self.feedback is not None:
+            if state.get("loss_lag") != self.feedback.lag:
+                raise ValueError(f"data state was saved with a loss lag of "
+                                 f"{state.get('loss_lag')} steps (data.prefetch_depth + 1), "
+                                 f"this run has {self.feedback.lag}: the buckets would differ")
+            self.feedback.preload(state["losses"])
+
+    def _snapshot(self) -> dict:
+        """The source position, and the curriculum's state, as they are now."""
+        snap = {"source": self.source.state_dict()}
+        if self.curriculum is not None:
+            snap["curriculum"] = self.curriculum.state_dict()
+        return snap
+
+    def announce(self, mllog, progress) -> None:
+        """Say which bucketing and curriculum the run uses: one MLPerf event, one progress
+        line (bert/mlperf.py, bert/progress.py). Nothing without a curriculum."""
+        if self.curriculum is None:
+            return
+        mllog.event("data_curriculum", self.curriculum.name,
+                    metadata={"bucket_boundaries": self.source.edges.tolist(),
+                              **self.curriculum.config()})
+        feedback = (f"; global loss of step t-{self.feedback.lag} fed back"
+                    if self.feedback is not None else "")
+        progress.line(f"data: {self.source.describe()}; curriculum "
+                      f"{self.curriculum.describe()}{feedback}")
 
     def close(self, finish: bool = True) -> None:
         """Stop the prefetch thread, then release shards and the record file.
@@ -123,6 +208,8 @@ class TrainPipeline:
         Collective when finish is True (all ranks close after the same step: their threads
         stop after the same exchange, see data/prefetch.py); finish=False on an error path.
         """
+        if self.feedback is not None:
+            self.feedback.close()  # a thread waiting for a loss that will not come gives up
         if self._prefetcher is not None:
             self._prefetcher.close(finish)
         self.source.close()
@@ -142,14 +229,31 @@ class TrainPipeline:
         if step == self._crash_step:
             raise RuntimeError(f"{CRASH_RANK_VAR}={self.rank}: injected failure while preparing "
                                f"step {step} (test hook)")
-        samples, origin = self.source.next_batch_tagged(self.local_batch)
-        state_after = self.source.state_dict()
+        samples, origin = self._draw(step)
+        state_after = self._snapshot()
         if self.group is not None:
             samples, origin = self._exchange(samples, origin)
         micro = self.local_batch // self.accum
         packed = [pack_samples(samples[i * micro:(i + 1) * micro]) for i in range(self.accum)]
         self._next_to_prepare = step + 1
         return PreparedStep(step, self.transfer.start(packed), origin, state_after)
+
+    def _draw(self, step: int):
+        """This rank's raw local batch of `step` and its origin (B, 2)."""
+        if self.curriculum is None:
+            return self.source.next_batch_tagged(self.local_batch)
+        if self.feedback is not None and step >= self.feedback.lag:
+            done = step - self.feedback.lag
+            self.curriculum.update_step(done, self._mean_over_ranks(self.feedback.value(done)))
+        bucket = self.curriculum.next_bucket(step)
+        return self.source.next_batch_tagged(self.local_batch, bucket)
+
+    def _mean_over_ranks(self, value: float) -> float:
+        """The mean of every rank's `value`: the same bits on every rank (the same gathered
+        list, summed in the same order), which keeps the curricula in step."""
+        gathered = self.comm.allgather_array(np.array([value], dtype=np.float64),
+                                             sizes=[1] * self.comm.size)
+        return float(np.mean(np.concatenate(gathered)))
 
     def _exchange(self, samples, origin):
         """This rank's share of the group's pooled batch under the strategy."""

@@ -14,8 +14,10 @@ until validated on a GPU (kernels/VALIDATION.md).
 """
 # The op modules register their custom ops on import; they need torch, not the extension.
 from kernels import bias_dropout_residual_layernorm, embedding_backward, softmax_cross_entropy
+from kernels import dense
+from kernels import lamb
 from kernels._loader import available, load_error, require
 from kernels._library import OPS
 
 __all__ = ["OPS", "available", "load_error", "require", "bias_dropout_residual_layernorm",
-           "embedding_backward", "softmax_cross_entropy"]
+           "embedding_backward", "softmax_cross_entropy", "dense", "lamb"]

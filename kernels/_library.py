@@ -5,9 +5,11 @@ import os
 from pathlib import Path
 
 LIB_NAME = "bert_kernels_cuda"  # also the torch.ops namespace of the raw C++ ops
-OPS = ("bias_dropout_residual_layernorm", "embedding_backward", "softmax_cross_entropy")
+OPS = ("bias_dropout_residual_layernorm", "embedding_backward", "softmax_cross_entropy",
+       "dense", "lamb")
 RAW_OPS = ("bdrln_forward", "bdrln_backward", "embedding_backward", "softmax_cross_entropy",
-           "softmax_cross_entropy_backward")
+           "softmax_cross_entropy_backward", "dense_forward", "dense_dgrad", "dense_wgrad",
+           "lamb_sums", "lamb_update", "lamb_apply")
 DEFAULT_BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "kernels"
 
 

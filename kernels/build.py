@@ -12,6 +12,8 @@ which builds into a per-torch-version cache folder and rebuilds only what change
 Needs a CUDA build of PyTorch, nvcc and ninja; set CUDA_HOME to the toolkit folder whose lib64/
 holds libcudart.so. Each op is two translation units: `<op>.cu` (kernels, no torch headers, so nvcc
 is quick) and `<op>_api.cpp` (checks and registration, the only files that see torch headers).
+The dense op links cuBLASLt: from CUDA_HOME when the toolkit has it, else from the nvidia-* wheels
+that a pip-installed PyTorch brings (`cublas_flags()`).
 """
 from __future__ import annotations
 
@@ -31,11 +33,49 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 
 CXX_FLAGS = ["-O3"]
 CUDA_FLAGS = ["-O3", "-lineinfo"]
+# Headers that the dense op's cuBLASLt calls and torch's ATen/cuda/CUDAContextLight.h include.
+CUDA_LIB_HEADERS = ("cublasLt.h", "cublas_v2.h", "cusparse.h", "cusolverDn.h")
 
 
 def sources(ops: tuple[str, ...] = OPS) -> list[str]:
     """The two translation units of each op, in a fixed order."""
     return [str(CSRC / op / name) for op in ops for name in (f"{op}.cu", f"{op}_api.cpp")]
+
+
+def cublas_flags() -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) for cuBLASLt, the library the dense op calls.
+
+    A full CUDA toolkit has the headers and libcublasLt.so under CUDA_HOME. A pip-installed
+    PyTorch instead brings them in its nvidia-* wheels (nvidia/cu13/ for CUDA 13; nvidia/cublas/,
+    nvidia/cusparse/, ... for CUDA 12), the very library torch loads; those folders are added as
+    -isystem after CUDA_HOME's, so the toolkit's own CUDA runtime headers still win.
+    """
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    toolkit = Path(CUDA_HOME or "/usr/local/cuda")
+    if (toolkit / "include" / "cublasLt.h").is_file() and any(
+            (toolkit / lib / "libcublasLt.so").exists() for lib in ("lib64", "lib")):
+        return [], ["-lcublasLt"]  # torch's build already adds -L$CUDA_HOME/lib64
+    includes, libs = [], []
+    for root in _nvidia_wheel_roots():
+        for pkg in sorted(p for p in root.iterdir() if p.is_dir()):
+            if any((pkg / "include" / h).is_file() for h in CUDA_LIB_HEADERS):
+                includes.append(pkg / "include")
+            libs += sorted((pkg / "lib").glob("libcublasLt.so*"))
+    if not any((inc / "cublasLt.h").is_file() for inc in includes) or not libs:
+        raise RuntimeError(f"cuBLASLt not found: no cublasLt.h and libcublasLt.so under "
+                           f"{toolkit} nor in the nvidia-* wheels beside torch; install the "
+                           "toolkit's cuBLAS or the nvidia-cublas wheel matching torch")
+    lib = libs[0]  # versioned (libcublasLt.so.13): wheels ship no unversioned link
+    return ([f for inc in includes for f in ("-isystem", str(inc))],
+            [f"-L{lib.parent}", f"-l:{lib.name}"])
+
+
+def _nvidia_wheel_roots() -> list[Path]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
 
 
 def jit_cache_dir() -> Path:
@@ -79,23 +119,28 @@ def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | Non
     build_dir.mkdir(parents=True, exist_ok=True)
     if ninja is None:
         ninja = is_ninja_available()
+    blas_cflags, blas_ldflags = cublas_flags()
     if ninja:
-        load(name=LIB_NAME, sources=sources(), extra_cflags=CXX_FLAGS,
-             extra_cuda_cflags=CUDA_FLAGS, extra_include_paths=[str(CSRC / "common")],
-             build_directory=str(build_dir), is_python_module=False, verbose=verbose)
+        load(name=LIB_NAME, sources=sources(), extra_cflags=CXX_FLAGS + blas_cflags,
+             extra_cuda_cflags=CUDA_FLAGS + blas_cflags, extra_ldflags=blas_ldflags,
+             extra_include_paths=[str(CSRC / "common")], build_directory=str(build_dir),
+             is_python_module=False, verbose=verbose)
     else:
-        _build_with_setuptools(build_dir, verbose)
+        _build_with_setuptools(build_dir, verbose, blas_cflags, blas_ldflags)
         torch.ops.load_library(str(library_path(build_dir)))
     return library_path(build_dir)
 
 
-def _build_with_setuptools(build_dir: Path, verbose: bool) -> None:
+def _build_with_setuptools(build_dir: Path, verbose: bool, blas_cflags: list[str],
+                           blas_ldflags: list[str]) -> None:
     """Serial fallback: setuptools' build_ext with torch's CUDAExtension, no ninja needed."""
     from setuptools import Distribution
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     ext = CUDAExtension(LIB_NAME, sources(), include_dirs=[str(CSRC / "common")],
-                        extra_compile_args={"cxx": CXX_FLAGS, "nvcc": CUDA_FLAGS})
+                        extra_compile_args={"cxx": CXX_FLAGS + blas_cflags,
+                                            "nvcc": CUDA_FLAGS + blas_cflags},
+                        extra_link_args=blas_ldflags)
     dist = Distribution({"name": LIB_NAME, "ext_modules": [ext],
                          "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)}})
     dist.verbose = int(verbose)

@@ -9,7 +9,10 @@ Every variant runs full training steps (forward, backward, LAMB) on the same syn
 timing, in the same precision and from the same initial weights:
 
     fastest     this project's fastest path: the unpadded model with the best validated options
-                (`--fastest auto` times the candidates for this device and keeps the fastest)
+                (`--fastest auto` times the candidates for this device and keeps the fastest;
+                with --include-unvalidated on CUDA, also flash_varlen, grouped_flash and, for
+                hidden size 1024, every fused kernel of kernels/ valid for the model at once:
+                not fused_dense_gelu, whose GeLU is tanh while this BERT's is erf, as MLPerf's)
     reference   the unpadded model with the reference attention (padded_sdpa), not compiled
     hf_eager    HF BertForPreTraining, padded to each batch's longest sequence, SDPA attention
     hf_compile  hf_eager under torch.compile (with --hf-compile)
@@ -46,12 +49,13 @@ from scripts.bench.throughput_profile import profile_step  # noqa: E402
 from scripts.bench.throughput_variants import build_hf, build_ours, init_state  # noqa: E402
 from scripts.bench.throughput_workload import (FLOP_FORMULA, MODEL_SIZES,  # noqa: E402
                                                build_workload, model_config, train_flops)
+from bert.config import FUSED_HIDDEN_SIZE  # noqa: E402
 
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
 # Attention backends whose results are checked against the reference (tests/test_ops.py, and
 # on a GPU tests/kernels); only these compete for `fastest` unless --include-unvalidated.
 VALIDATED = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa",)}
-UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen",)}
+UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen", "grouped_flash")}
 # Per device: local batch by model size, timed steps per round, warmup steps, rounds.
 DEFAULTS = {
     "cpu": {"batch": {"mini": 16, "tiny": 16, "base": 16, "large": 16}, "steps": 3, "warmup": 1,
@@ -77,10 +81,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variants", default="fastest,reference,hf_eager",
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
-    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile], "
-                   "e.g. per_sequence or flash_varlen+compile")
+    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused], "
+                   "e.g. per_sequence or flash_varlen+compile+fused")
     p.add_argument("--include-unvalidated", action="store_true",
-                   help="let --fastest auto also try backends not yet validated on this device")
+                   help="let --fastest auto also try backends and fused kernels not yet "
+                        "validated on this device")
     p.add_argument("--hf-padding", choices=("batch_max", "max_length"), default="batch_max",
                    help="pad HF batches to the batch's longest sequence or to --max-length")
     p.add_argument("--max-length", type=int, default=512,
@@ -122,20 +127,26 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def fastest_candidates(args: argparse.Namespace, kind: str) -> list[tuple[str, bool]]:
-    """(attention, compile) options that compete for the `fastest` variant."""
+def fastest_candidates(args: argparse.Namespace, kind: str) -> list[tuple[str, bool, bool]]:
+    """(attention, compile, fused) options that compete for the `fastest` variant."""
+    # The fused kernels are built for hidden size 1024 only.
+    fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
     if args.fastest != "auto":
-        attention, _, flag = args.fastest.partition("+")
-        if flag not in ("", "compile"):
-            sys.exit(f"--fastest {args.fastest!r}: expected ATTENTION or ATTENTION+compile")
-        return [(attention, flag == "compile")]
+        attention, *flags = args.fastest.split("+")
+        if not set(flags) <= {"compile", "fused"}:
+            sys.exit(f"--fastest {args.fastest!r}: expected ATTENTION[+compile][+fused]")
+        if "fused" in flags and not fusable:
+            sys.exit(f"--fastest {args.fastest!r}: the fused kernels need hidden size "
+                     f"{FUSED_HIDDEN_SIZE} (--model large)")
+        return [(attention, "compile" in flags, "fused" in flags)]
     backends = list(VALIDATED[kind])
     if args.include_unvalidated:
         backends += UNVALIDATED[kind]
     # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
-    # which breaks the graph at every layer.
+    # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
     compiles = (False, True) if kind == "cuda" else (False,)
-    return [(b, c) for b in backends for c in compiles]
+    fuses = (False, True) if kind == "cuda" and args.include_unvalidated and fusable else (False,)
+    return [(b, c, f) for b in backends for c in compiles for f in fuses]
 
 
 class Bench:
@@ -154,7 +165,8 @@ class Bench:
 
     # -- building ------------------------------------------------------------------------------
 
-    def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False):
+    def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False,
+              fused: bool = False):
         """Build a variant, warm it up, and record the memory it keeps between steps."""
         a, before = self.args, self._settled_memory()
         if name.startswith("hf"):
@@ -162,7 +174,7 @@ class Bench:
                                a.precision, name)
         else:
             variant = build_ours(a.model, attention, compiled, self.state, self.workload,
-                                 self.device, a.precision, name)
+                                 self.device, a.precision, name, fused)
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
         warmup = max(a.warmup, a.num_batches) if compiled else a.warmup
@@ -183,11 +195,16 @@ class Bench:
         if len(candidates) == 1:
             return self.build("fastest", *candidates[0])
         best, best_time, best_resident = None, float("inf"), 0
-        for attention, compiled in candidates:
-            variant = self.build("fastest", attention, compiled)
+        for attention, compiled, fused in candidates:
+            choice = {"attention": attention, "compile": compiled, "fused": fused}
+            try:
+                variant = self.build("fastest", attention, compiled, fused)
+            except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
+                self.selection.append({**choice, "error": str(err).splitlines()[0]})
+                self._collect()
+                continue
             wall, _ = timed_block(variant.step, 0, self.args.steps, self.device)
-            self.selection.append({"attention": attention, "compile": compiled,
-                                   "seconds_per_step": wall / self.args.steps})
+            self.selection.append({**choice, "seconds_per_step": wall / self.args.steps})
             if wall < best_time:
                 best, best_time, best_resident = variant, wall, self.resident["fastest"]
             # Free the slower candidate before the next one is built and measured.

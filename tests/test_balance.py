@@ -261,3 +261,13 @@ def test_script_plot_needs_matplotlib(tmp_path):
          "--plot", str(tmp_path / "x.png")], cwd=REPO, capture_output=True, text=True,
         timeout=60)
     assert proc.returncode != 0 and "pip install matplotlib" in proc.stderr
+
+
+def test_script_plot_renders_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "x.png"
+    proc = subprocess.run(
+        [sys.executable, "scripts/simulate_balance.py", "--trials", "2", "--plot", str(png)],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

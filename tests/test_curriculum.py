@@ -394,7 +394,7 @@ def test_experiment_plot_without_matplotlib_fails_before_training(tmp_path):
 def test_experiment_smoke(tmp_path):
     out = tmp_path / "r.json"
     # a few steps of three runs: the single-bucket baseline, a loss-driven curriculum and the
-    # bandit (which needs the second forward pass)
+    # bandit (rewarded by visit_gain: no second forward pass)
     cmd = [sys.executable, str(SCRIPT), "--steps", "4", "--eval-every", "2",
            "--eval-samples", "32", "--batch-size", "8", "--samples-per-shard", "128",
            "--num-shards", "2", "--round-batches", "8", "--boundaries", "32,64,128",

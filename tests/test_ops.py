@@ -8,7 +8,7 @@ import torch
 from bert import ops
 from bert.model import BertForPretraining, pretraining_loss
 from bert.config import ModelConfig
-from data.batching import Sample, pack_samples
+from data.batching import Sample, attention_groups, pack_samples
 
 # Length 1, a prime, the maximum, and repeats: the shapes where slicing bugs show up.
 LENGTHS = (1, 13, 48, 2, 48, 31)
@@ -116,3 +116,150 @@ def test_model_with_per_sequence_matches_reference_model():
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
     for (name, p_ref), p_fast in zip(reference.named_parameters(), fast.parameters()):
         torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+# ---- grouped_flash: sequences grouped by length, one launch per group -------------------------
+# Every group of data.batching.ATTENTION_GROUP_BOUNDS, each edge on both sides, length 1 and 512.
+GROUPED_LENGTHS = (1, 128, 129, 13, 256, 257, 384, 385, 512, 2, 200, 129)
+
+
+def test_attention_groups_metadata():
+    """The host's groups partition the tokens; each group's layout is what its launch needs."""
+    lengths = np.array([3, 9, 1, 17, 4, 5, 20], dtype=np.int64)
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    g = attention_groups(lengths, cu, bounds=(4, 16))  # groups (0, 4], (4, 16], (16, ...)
+    total = int(cu[-1])
+    assert sorted(g["group_order"]) == list(range(total))
+    assert (g["group_order"][g["group_inverse"]] == np.arange(total)).all()
+    members = ([0, 2, 4], [1, 5], [3, 6])  # sequences in batch order within each group
+    assert g["group_shapes"] == tuple((len(m), int(lengths[m].sum()), int(lengths[m].max()))
+                                      for m in members)
+    expected_order = np.concatenate([np.arange(cu[i], cu[i + 1]) for m in members for i in m])
+    assert (g["group_order"] == expected_order).all()
+    expected_cu = np.concatenate([np.concatenate([[0], np.cumsum(lengths[m])]) for m in members])
+    assert g["group_cu_seqlens"].dtype == np.int32
+    assert (g["group_cu_seqlens"] == expected_cu).all()
+    expected_index = np.concatenate([j * lengths[m].max() + np.arange(lengths[i])
+                                     for m in members for j, i in enumerate(m)])
+    assert (g["group_token_index"] == expected_index).all()
+
+
+def test_pack_samples_groups_by_the_seed_bounds():
+    _, batch = packed_qkv(GROUPED_LENGTHS)
+    assert [shape[0] for shape in batch.group_shapes] == [4, 4, 2, 2]
+    assert [shape[2] for shape in batch.group_shapes] == [128, 256, 384, 512]
+
+
+@pytest.mark.parametrize("lengths", [GROUPED_LENGTHS, (5, 5, 5), (512,), (1,)])
+def test_grouped_matches_padded_sdpa(lengths):
+    qkv, batch = packed_qkv(lengths)
+    expected = attention("padded_sdpa", qkv, batch)
+    got = ops.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index, 0.0,
+                               "grouped_flash", groups=batch)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for g, e in zip(grads(got, qkv), grads(expected, qkv)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_needs_the_batch_groups():
+    qkv, batch = packed_qkv((3, 4))
+    batch.group_order = None  # a batch built without pack_samples
+    with pytest.raises(ValueError, match="length groups"):
+        ops.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index, 0.0,
+                             "grouped_flash", groups=batch)
+
+
+def test_grouped_dropout_is_unbiased():
+    """v = 1: every output is (sum of kept probabilities) / (1 - p), mean 1, some dropped."""
+    (q, k, _), batch = packed_qkv(GROUPED_LENGTHS)
+    v = torch.ones_like(q)
+    torch.manual_seed(0)
+    out = ops.grouped_attention(q, k, v, batch, 0.1)
+    assert abs(out.mean().item() - 1.0) < 0.02
+    assert (out - 1.0).abs().max() > 0.01
+
+
+def test_grouped_reads_nothing_back(monkeypatch):
+    """CPU proxy for "no device sync": every shape comes from the host's group_shapes."""
+    qkv, batch = packed_qkv(GROUPED_LENGTHS)
+    for name in ("item", "tolist", "numpy", "__int__", "__bool__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, _refuse_host_read(name))
+    out = ops.grouped_attention(*qkv, batch, 0.0)
+    out.sum().backward()
+    monkeypatch.undo()
+    assert all(t.grad is not None for t in qkv)
+
+
+def _refuse_host_read(name):
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"Tensor.{name}() in grouped attention: a host read")
+    return refuse
+
+
+def test_model_with_grouped_matches_reference_model():
+    """The whole model across all four groups, dropout off: same losses and gradients."""
+    def config(attention):
+        return ModelConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=48,
+                           max_position_embeddings=512, hidden_dropout_prob=0.0,
+                           attention_probs_dropout_prob=0.0, attention=attention)
+
+    torch.manual_seed(0)
+    reference = BertForPretraining(config("padded_sdpa")).eval()
+    grouped = BertForPretraining(config("grouped_flash")).eval()
+    grouped.load_state_dict(reference.state_dict())
+    rng = np.random.default_rng(1)
+    samples = [Sample(rng.integers(1, 101, n).astype(np.int16),
+                      (np.arange(n) >= n // 2).astype(np.int8), np.array([0, n - 1], np.int16),
+                      np.array([7, 9], np.int16), i % 2) for i, n in enumerate(GROUPED_LENGTHS)]
+    batch = pack_samples(samples).to("cpu")
+    losses = []
+    for model in (reference, grouped):
+        mlm, nsp = pretraining_loss(*model(batch), batch, 101)
+        (mlm + nsp).backward()
+        losses.append(mlm + nsp)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for (name, p_ref), p_grouped in zip(reference.named_parameters(), grouped.parameters()):
+        torch.testing.assert_close(p_grouped.grad, p_ref.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().max().item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_grouped_flash_on_gpu(dtype):
+    """Flash per group on CUDA, one stream per group: output and q/k/v gradients within 2x
+    PyTorch's own low-precision error (padded_sdpa in `dtype`) of the fp32 padded_sdpa oracle;
+    no host sync in forward or backward; dropout draws differ between calls."""
+    if not torch.cuda.is_available():  # queried at run time, never at collection
+        pytest.skip("needs a CUDA GPU")
+    qkv32, host_batch = packed_qkv(GROUPED_LENGTHS * 2)
+    batch = host_batch.to("cuda")
+    qkv32 = [t.detach().cuda().requires_grad_() for t in qkv32]
+    qkv16 = [t.detach().to(dtype).requires_grad_() for t in qkv32]
+    oracle = attention("padded_sdpa", qkv32, batch)
+    torch_lp = attention("padded_sdpa", qkv16, batch)
+    qkv_grouped = [t.detach().clone().requires_grad_() for t in qkv16]
+    upstream = torch.randn(oracle.shape, generator=torch.Generator().manual_seed(1)).cuda()
+    upstream_lp = upstream.to(dtype)
+    ops.grouped_attention(*qkv_grouped, batch, 0.0)  # first use: side streams, kernel loading
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        grouped = ops.grouped_attention(*qkv_grouped, batch, 0.0)
+        grouped_grads = torch.autograd.grad(grouped, qkv_grouped, upstream_lp)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    pairs = [("out", grouped, torch_lp, oracle)]
+    torch_grads = torch.autograd.grad(torch_lp, qkv16, upstream_lp)
+    for name, g, t, o in zip("qkv", grouped_grads, torch_grads,
+                             torch.autograd.grad(oracle, qkv32, upstream)):
+        pairs.append((f"d{name}", g, t, o))
+    for name, got, torch_out, ref in pairs:
+        bound = 2 * max_error(torch_out, ref) + 1e-5 * max(1.0, ref.abs().max().item())
+        assert max_error(got, ref) <= bound, (name, max_error(got, ref), bound)
+    first = ops.grouped_attention(*qkv16, batch, 0.1)
+    second = ops.grouped_attention(*qkv16, batch, 0.1)
+    assert torch.isfinite(first).all() and not torch.equal(first, second)

@@ -83,26 +83,34 @@ class ThreadComm(HostComm):
                           self._lock)
 
 
-def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> None:
-    """Train `steps` steps of data on `world` thread ranks, recording the samples."""
+def run_thread_ranks(world: int, rank_main) -> None:
+    """Call rank_main(rank, comm) on `world` threads sharing one ThreadComm world; fail the
+    test with every rank's exception."""
     registry, lock, errors = {}, threading.Lock(), []
 
-    def rank_main(rank: int) -> None:
+    def guarded(rank: int) -> None:
         try:
-            comm = ThreadComm(tuple(range(world)), rank, registry, lock)
-            with TrainPipeline(cfg, rank, world, SEED, "cpu", comm, record_dir=record_dir,
-                               ranks_per_node=ranks_per_node) as pipeline:
-                for _ in range(steps):
-                    pipeline.next_step()
+            rank_main(rank, ThreadComm(tuple(range(world)), rank, registry, lock))
         except BaseException as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(world)]
+    threads = [threading.Thread(target=guarded, args=(r,)) for r in range(world)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert not errors, errors
+
+
+def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> None:
+    """Train `steps` steps of data on `world` thread ranks, recording the samples."""
+    def rank_main(rank: int, comm: ThreadComm) -> None:
+        with TrainPipeline(cfg, rank, world, SEED, "cpu", comm, record_dir=record_dir,
+                           ranks_per_node=ranks_per_node) as pipeline:
+            for _ in range(steps):
+                pipeline.next_step()
+
+    run_thread_ranks(world, rank_main)
 
 
 @pytest.mark.parametrize("world, ranks_per_node", [(2, 2), (4, 2)])

@@ -1,7 +1,6 @@
 """data.shards: the MLPerf variable-length HDF5 format, its validation, and the per-rank stream."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import h5py

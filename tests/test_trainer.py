@@ -78,3 +78,16 @@ def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
         weights.append({k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()})
     for name, tensor in weights[0].items():
         torch.testing.assert_close(weights[1][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_fused_mlm_loss_flag_reaches_the_training_loss(data_dir, tmp_path, monkeypatch):
+    """model.fused_mlm_loss must switch the trainer's loss, not only the model's default."""
+    import bert.ops as ops
+
+    chosen = []
+    original = ops.mlm_cross_entropy_impl
+    monkeypatch.setattr(ops, "mlm_cross_entropy_impl",
+                        lambda fused: chosen.append(fused) or original(fused))
+    Trainer(tiny_config(data_dir, tmp_path, "model.fused_mlm_loss=true",
+                        "run.max_steps=1")).train()
+    assert chosen and all(chosen)

@@ -6,10 +6,14 @@
 - `ShardedLAMB` (optim.sharded=true): `DistributedFusedLAMB`: flat buffers, bucketed
   reduce-scatter overlapped with backward, fp32 master weights and moments sharded over the
   ranks (ZeRO-2), LR schedule and fp16 loss scaling on the device (no host sync in the step).
-  Tested against LAMB on 1, 2 and 4 gloo ranks; not yet run with NCCL on GPUs.
+  Tested against LAMB on 1, 2 and 4 gloo ranks; not yet run with NCCL on GPUs. With
+  optim.fused_kernel=true its norms and update run as the fused kernels of kernels/lamb.py
+  (not yet validated on a GPU).
 
 Both expose: `model` (what to call forward on), `no_sync()` (gradient accumulation),
-`backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float, for display).
+`backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float, for display),
+`state_dict()`/`load_state_dict()` (optimizer, schedule and loss scale, for --resume; call on
+every rank).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import functools
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+import kernels
 from bert.config import Config
 from bert.distributed import DistContext
 from bert.optim.distributed_lamb import DistributedFusedLAMB
@@ -60,6 +65,15 @@ class ReplicatedLAMB:
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "grad_scaler": self.grad_scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.grad_scaler.load_state_dict(state["grad_scaler"])
+
 
 class ShardedLAMB:
     def __init__(self, cfg: Config, model: torch.nn.Module, ctx: DistContext):
@@ -74,7 +88,8 @@ class ShardedLAMB:
             param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
             weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm,
             bucket_cap_mb=o.bucket_cap_mb, clip_mode=o.clip_mode, optimizer=o.name,
-            loss_scaler=self.loss_scaler, lr_schedule=self._schedule)
+            loss_scaler=self.loss_scaler, lr_schedule=self._schedule,
+            **_fused_hooks(o.fused_kernel, ctx.device))
         self.base_lr = o.lr
         self.steps_taken = 0  # host count, for display only (skipped fp16 steps included)
 
@@ -93,6 +108,25 @@ class ShardedLAMB:
 
     def lr(self) -> float:
         return self._schedule(self.steps_taken, self.base_lr)
+
+    def state_dict(self) -> dict:
+        """Collective (the shards are gathered): call it on every rank."""
+        return {"optimizer": self.optimizer.state_dict(), "steps_taken": self.steps_taken}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Also sets the model's parameters from the saved fp32 master weights."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps_taken = int(state["steps_taken"])
+
+
+def _fused_hooks(fused: bool, device: torch.device) -> dict:
+    """DistributedFusedLAMB's hooks for the fused LAMB kernels (optim.fused_kernel), or none."""
+    if not fused:
+        return {}
+    if device.type == "cuda":
+        kernels.require(kernels.lamb.OP)  # fails here, with the build hint, not at the first step
+    return {"fused_sums_fn": kernels.lamb.shard_sums,
+            "fused_update_fn": kernels.lamb.shard_update}
 
 
 def build_optimizer(cfg: Config, model: torch.nn.Module, ctx: DistContext):

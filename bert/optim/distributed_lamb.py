@@ -30,8 +30,11 @@ update to its identical shard. Default: the whole `process_group` is one shard g
 
 Nothing in `step()` reads a device value on the host: clip factor, loss scale, overflow flag,
 step counter, bias corrections and lr are device tensors; an fp16 overflow is skipped by masking.
-The update math below (`reference_update`, `_foreach` ops) is the reference path; a CUDA kernel
-with the same signature plugs in as `fused_update_fn`.
+The shard math (`shard_update.py`: `reference_sums`, `reference_update`, `_foreach` ops) is the
+reference path; the fused CUDA kernels of kernels/lamb.py (norms, moments and update, apply, in
+five launches) plug in as `fused_sums_fn` and `fused_update_fn`. They compile but are not yet
+validated on a GPU (kernels/VALIDATION.md), so the trainer uses them only with
+`optim.fused_kernel=true`.
 """
 from __future__ import annotations
 
@@ -46,8 +49,8 @@ from bert.optim.collectives import ShardComm
 from bert.optim.flat import Bucket, FlatLayout, FlatParams
 from bert.optim.lamb import _check_hparams, _clip_coef
 from bert.optim.loss_scale import DynamicLossScaler
-from bert.optim.shard_update import (LR, ShardBuffers, StepInputs, UpdateFn, _build_shard,
-                                     reference_update, sum_squares)
+from bert.optim.shard_update import (LR, ShardBuffers, StepInputs, SumsFn, UpdateFn,
+                                     _build_shard, reference_sums, reference_update)
 
 CLIP_MODES = ("after_allreduce", "before_allreduce", "bucketwise")
 OPTIMIZERS = ("lamb", "adam")
@@ -75,7 +78,8 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
         lr_schedule: optional `f(step, base_lr) -> lr` evaluated on the device step counter
             (updates applied so far, 0-based), e.g. `functools.partial(lr_at, total_steps=...,
             warmup_steps=...)`; base_lr is each group's `initial_lr`. None: use group["lr"].
-        fused_update_fn: replaces `reference_update` (same signature) with a fused kernel.
+        fused_sums_fn / fused_update_fn: replace `reference_sums` / `reference_update` (same
+            signatures), e.g. with `kernels.lamb.shard_sums` / `kernels.lamb.shard_update`.
         tensor_collectives: use reduce_scatter_tensor / all_gather_into_tensor (default: on
             NCCL only; gloo uses all_reduce + slice and all_gather into a list).
 
@@ -94,6 +98,7 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
                  clip_mode: str = "after_allreduce", overlap: bool = True,
                  optimizer: str = "lamb", loss_scaler: Optional[DynamicLossScaler] = None,
                  lr_schedule: Optional[Callable[[Tensor, float], Tensor]] = None,
+                 fused_sums_fn: Optional[SumsFn] = None,
                  fused_update_fn: Optional[UpdateFn] = None,
                  tensor_collectives: Optional[bool] = None):
         _check_hparams(lr, betas, eps, weight_decay)
@@ -104,6 +109,7 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
         self.max_grad_norm, self.clip_mode = float(max_grad_norm), clip_mode
         self.trust_ratio = optimizer == "lamb"
         self.loss_scaler, self.lr_schedule = loss_scaler, lr_schedule
+        self.fused_sums_fn: SumsFn = fused_sums_fn or reference_sums
         self.fused_update_fn: UpdateFn = fused_update_fn or reference_update
         plist = self._check_groups()
         self._comm = ShardComm(process_group, shard_group, replica_group, tensor_collectives)
@@ -272,14 +278,8 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
         A non-finite gradient anywhere makes the first entry inf/nan on every rank, which is
         the overflow flag every rank agrees on.
         """
-        shards = list(self._shards.values())
-        grad_sq = sum(torch.linalg.vector_norm(s.grad, dtype=torch.float32).square()
-                      for s in shards)
-        parts = [grad_sq.reshape(1)]
-        if self.trust_ratio:
-            n, device = shards[0].num_params, shards[0].master.device
-            parts.append(sum(sum_squares(s.groups, "master", n, device) for s in shards))
-        sums = self._comm.all_reduce_sum(torch.cat(parts))
+        sums = sum(self.fused_sums_fn(s, self.trust_ratio) for s in self._shards.values())
+        sums = self._comm.all_reduce_sum(sums)
         return sums[0], (sums[1:] if self.trust_ratio else None)
 
     def _lrs(self) -> list[LR]:
@@ -299,7 +299,7 @@ class DistributedFusedLAMB(torch.optim.Optimizer):
 
     def _gather_params(self) -> None:
         """All-gathers every bucket's updated chunks into the model's flat parameter buffer."""
-        sources = {dtype: shard.master if dtype == torch.float32 else shard.master.to(dtype)
+        sources = {dtype: shard.master if shard.model is None else shard.model
                    for dtype, shard in self._shards.items()}
         waits = []
         for bucket in self.layout.buckets:

@@ -17,7 +17,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/bench_<op>.py` from anywhere
-from scripts.script_utils import git_commit  # noqa: E402 (needs the path above)
+from scripts.script_utils import cpu_model, git_commit  # noqa: E402 (needs the path above)
 
 import torch  # noqa: E402
 
@@ -60,11 +60,15 @@ def time_ms(fn: Callable[[], object], warmup: int, iters: int) -> float:
 
 
 def metadata() -> dict:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    """The GPU (the CPU where there is none: smoke runs), versions, date, commit, command."""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        device = {"device": props.name, "device_memory_gib": round(props.total_memory / 2**30, 1),
+                  "sm_count": props.multi_processor_count}
+    else:
+        device = {"device": f"cpu ({cpu_model() or 'unknown model'})"}
     return {
-        "device": props.name,
-        "device_memory_gib": round(props.total_memory / 2**30, 1),
-        "sm_count": props.multi_processor_count,
+        **device,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

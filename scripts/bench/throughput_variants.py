@@ -6,13 +6,15 @@ for bf16), loss, backward, optimizer step. All variants start from the same weig
 model's random init, loaded into ours through bert/checkpoint.py).
 
 - ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
-         attention backend (bert/ops.py) and whether the model is torch.compile'd.
+         attention backend (bert/ops.py), whether every fused kernel valid for the model
+         (model.fused_*, `fused_flags`) is on, and whether the model is torch.compile'd.
 - hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
          loss (logits over every padded position, as HF computes it), eager or compiled.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,6 +22,8 @@ import torch
 from torch.profiler import record_function
 
 from bert.checkpoint import load_into_model
+from bert import ops
+from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, param_groups
 from scripts.bench.throughput_workload import Workload, hf_config, model_config
@@ -51,11 +55,24 @@ def init_state(size: str, seed: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def fused_flags(cfg: ModelConfig) -> list[str]:
+    """The model.fused_* flags a fused variant turns on: all of them, but fused_dense_gelu only
+    for a tanh-GeLU model (cuBLASLt's GeLU epilogue is the tanh form). The benchmark's BERT has
+    erf GeLU, as MLPerf's does, so its dense layers get fused_dense alone."""
+    return [flag for flag in ops.FUSED_KERNELS
+            if flag != "fused_dense_gelu" or cfg.hidden_act == "gelu_tanh"]
+
+
 def build_ours(size: str, attention: str, compiled: bool, state: dict, workload: Workload,
-               device: torch.device, precision: str, name: str) -> Variant:
-    """The unpadded model with the given attention backend, optionally torch.compile'd."""
+               device: torch.device, precision: str, name: str, fused: bool = False) -> Variant:
+    """The unpadded model with the given attention backend, optionally with every fused kernel
+    valid for it and torch.compile'd. A fused kernel that cannot be loaded raises here
+    (RuntimeError)."""
     cfg = model_config(size, attention)
-    model = BertForPretraining(cfg)
+    flags = fused_flags(cfg) if fused else []
+    if flags:  # replace() validates again: some kernels need hidden size 1024
+        cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})
+    model = BertForPretraining(cfg, device=device)
     load_into_model(model, dict(state), source="benchmark init")
     model.to(device).train()
     runner = torch.compile(model) if compiled else model
@@ -69,14 +86,15 @@ def build_ours(size: str, attention: str, compiled: bool, state: dict, workload:
         with record_function("bench::forward"):
             with autocast():
                 mlm_logits, nsp_logits = runner(batch)
-            mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size)
+            mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size,
+                                        cfg.fused_mlm_loss)
         with record_function("bench::backward"):
             (mlm + nsp).backward()
         with record_function("bench::optimizer"):
             optimizer.step()
 
     options = {"model": "unpadded BertForPretraining", "attention": attention,
-               "compile": compiled, "precision": precision}
+               "compile": compiled, "fused": fused, "fused_flags": flags, "precision": precision}
     return Variant(name, options, step)
 
 
