@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 import yaml
 
 
-# The attention backends of bert/ops.py (kept here so config imports no torch).
+# The attention backends of bert/attention.py (kept here so config imports no torch).
 ATTENTION_BACKENDS = ("padded_sdpa", "per_sequence", "flash_varlen", "grouped_flash")
 # The only hidden size the kernels in kernels/ are built for (kernels.reference.HIDDEN).
 FUSED_HIDDEN_SIZE = 1024

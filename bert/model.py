@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bert import ops
+from bert import attention, ops
 from bert.config import ModelConfig
 from data.batching import PackedBatch
 
@@ -67,7 +67,7 @@ class SelfAttention(nn.Module):
         qkv, residual = self.linear_with_residual(x, self.qkv.weight, self.qkv.bias)
         q, k, v = qkv.view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
         dropout_p = self.attention_dropout if self.training else 0.0
-        context = ops.varlen_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen,
+        context = attention.varlen_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen,
                                        batch.token_index, dropout_p, self.backend, groups=batch)
         return self.sublayer_output(context.reshape(tokens, -1), self.out, self.dropout,
                                     self.layer_norm, residual)

@@ -14,7 +14,7 @@ data-dependent shapes to discover and never reads the device:
     masked_labels   (M,)   int64   original ids of those tokens
     nsp_labels      (B,)   int64   0: B follows A, 1: B is random (Google/HF convention)
 
-plus the length groups of grouped attention (`attention_groups`, bert/ops.py grouped_flash).
+plus the length groups of grouped attention (`attention_groups`, bert/attention.py grouped_flash).
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ from scripts.bench.throughput_workload import (FLOP_FORMULA, MODEL_SIZES,  # noq
 from bert.config import FUSED_HIDDEN_SIZE  # noqa: E402
 
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
-# Attention backends whose results are checked against the reference (tests/test_ops.py, and
+# Attention backends whose results are checked against the reference (tests/test_attention.py, and
 # on a GPU tests/kernels); only these compete for `fastest` unless --include-unvalidated.
 VALIDATED = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa",)}
 UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen", "grouped_flash")}

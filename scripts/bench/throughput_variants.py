@@ -6,7 +6,7 @@ for bf16), loss, backward, optimizer step. All variants start from the same weig
 model's random init, loaded into ours through bert/checkpoint.py).
 
 - ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
-         attention backend (bert/ops.py), whether every fused kernel valid for the model
+         attention backend (bert/attention.py), whether every fused kernel valid for the model
          (model.fused_*, `fused_flags`) is on, and whether the model is torch.compile'd.
 - hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
          loss (logits over every padded position, as HF computes it), eager or compiled.

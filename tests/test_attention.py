@@ -1,11 +1,11 @@
-"""Attention backends of bert/ops.py against the reference, padded_sdpa (CPU, fp32/fp64)."""
+"""Attention backends of bert/attention.py against the reference, padded_sdpa (CPU, fp32/fp64)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from bert import ops
+from bert import attention as backends
 from bert.model import BertForPretraining, pretraining_loss
 from bert.config import ModelConfig
 from data.batching import Sample, attention_groups, pack_samples
@@ -35,8 +35,8 @@ def packed_qkv(lengths, dtype=torch.float32, seed=0):
 
 
 def attention(backend, qkv, batch, dropout_p=0.0):
-    return ops.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
-                                dropout_p, backend)
+    return backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen,
+                                     batch.token_index, dropout_p, backend, groups=batch)
 
 
 def grads(out, qkv, seed=1):
@@ -62,7 +62,7 @@ def test_per_sequence_dropout_math_matches_its_own_gradient():
 
     def fn(q, k, v):
         torch.manual_seed(0)
-        return ops.per_sequence_attention(q, k, v, batch.cu_seqlens, 0.3)
+        return backends.per_sequence_attention(q, k, v, batch.cu_seqlens, 0.3)
 
     assert torch.autograd.gradcheck(fn, tuple(qkv))
 
@@ -73,7 +73,7 @@ def test_per_sequence_dropout_is_unbiased():
     (q, k, _), batch = packed_qkv((48, 48, 31))
     v = torch.ones_like(q)
     torch.manual_seed(0)
-    out = ops.per_sequence_attention(q, k, v, batch.cu_seqlens, 0.1)
+    out = backends.per_sequence_attention(q, k, v, batch.cu_seqlens, 0.1)
     assert abs(out.mean().item() - 1.0) < 0.02
     assert (out - 1.0).abs().max() > 0.01
 
@@ -154,8 +154,8 @@ def test_pack_samples_groups_by_the_seed_bounds():
 def test_grouped_matches_padded_sdpa(lengths):
     qkv, batch = packed_qkv(lengths)
     expected = attention("padded_sdpa", qkv, batch)
-    got = ops.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index, 0.0,
-                               "grouped_flash", groups=batch)
+    got = backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
+                                    0.0, "grouped_flash", groups=batch)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     for g, e in zip(grads(got, qkv), grads(expected, qkv)):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
@@ -165,8 +165,8 @@ def test_grouped_needs_the_batch_groups():
     qkv, batch = packed_qkv((3, 4))
     batch.group_order = None  # a batch built without pack_samples
     with pytest.raises(ValueError, match="length groups"):
-        ops.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index, 0.0,
-                             "grouped_flash", groups=batch)
+        backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
+                                  0.0, "grouped_flash", groups=batch)
 
 
 def test_grouped_dropout_is_unbiased():
@@ -174,7 +174,7 @@ def test_grouped_dropout_is_unbiased():
     (q, k, _), batch = packed_qkv(GROUPED_LENGTHS)
     v = torch.ones_like(q)
     torch.manual_seed(0)
-    out = ops.grouped_attention(q, k, v, batch, 0.1)
+    out = backends.grouped_attention(q, k, v, batch, 0.1)
     assert abs(out.mean().item() - 1.0) < 0.02
     assert (out - 1.0).abs().max() > 0.01
 
@@ -184,7 +184,7 @@ def test_grouped_reads_nothing_back(monkeypatch):
     qkv, batch = packed_qkv(GROUPED_LENGTHS)
     for name in ("item", "tolist", "numpy", "__int__", "__bool__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, _refuse_host_read(name))
-    out = ops.grouped_attention(*qkv, batch, 0.0)
+    out = backends.grouped_attention(*qkv, batch, 0.0)
     out.sum().backward()
     monkeypatch.undo()
     assert all(t.grad is not None for t in qkv)
@@ -229,10 +229,13 @@ def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_grouped_flash_on_gpu(dtype):
-    """Flash per group on CUDA, one stream per group: output and q/k/v gradients within 2x
-    PyTorch's own low-precision error (padded_sdpa in `dtype`) of the fp32 padded_sdpa oracle;
-    no host sync in forward or backward; dropout draws differ between calls."""
+@pytest.mark.parametrize("backend", ["flash_varlen", "grouped_flash"])
+def test_cuda_backend_on_gpu(backend, dtype):
+    """flash_varlen (one launch) and grouped_flash (flash per length group, one stream per
+    group) on CUDA: output and q/k/v gradients within 2x PyTorch's own low-precision error
+    (padded_sdpa in `dtype`) of the fp32 padded_sdpa oracle; no host sync in forward or
+    backward; dropout draws differ between calls. The acceptance test that lets a config turn
+    either backend on (kernels/VALIDATION.md)."""
     if not torch.cuda.is_available():  # queried at run time, never at collection
         pytest.skip("needs a CUDA GPU")
     qkv32, host_batch = packed_qkv(GROUPED_LENGTHS * 2)
@@ -241,25 +244,25 @@ def test_grouped_flash_on_gpu(dtype):
     qkv16 = [t.detach().to(dtype).requires_grad_() for t in qkv32]
     oracle = attention("padded_sdpa", qkv32, batch)
     torch_lp = attention("padded_sdpa", qkv16, batch)
-    qkv_grouped = [t.detach().clone().requires_grad_() for t in qkv16]
+    qkv_tested = [t.detach().clone().requires_grad_() for t in qkv16]
     upstream = torch.randn(oracle.shape, generator=torch.Generator().manual_seed(1)).cuda()
     upstream_lp = upstream.to(dtype)
-    ops.grouped_attention(*qkv_grouped, batch, 0.0)  # first use: side streams, kernel loading
+    attention(backend, qkv_tested, batch)  # first use: streams, kernel loading
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        grouped = ops.grouped_attention(*qkv_grouped, batch, 0.0)
-        grouped_grads = torch.autograd.grad(grouped, qkv_grouped, upstream_lp)
+        tested = attention(backend, qkv_tested, batch)
+        tested_grads = torch.autograd.grad(tested, qkv_tested, upstream_lp)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    pairs = [("out", grouped, torch_lp, oracle)]
+    pairs = [("out", tested, torch_lp, oracle)]
     torch_grads = torch.autograd.grad(torch_lp, qkv16, upstream_lp)
-    for name, g, t, o in zip("qkv", grouped_grads, torch_grads,
+    for name, g, t, o in zip("qkv", tested_grads, torch_grads,
                              torch.autograd.grad(oracle, qkv32, upstream)):
         pairs.append((f"d{name}", g, t, o))
     for name, got, torch_out, ref in pairs:
         bound = 2 * max_error(torch_out, ref) + 1e-5 * max(1.0, ref.abs().max().item())
         assert max_error(got, ref) <= bound, (name, max_error(got, ref), bound)
-    first = ops.grouped_attention(*qkv16, batch, 0.1)
-    second = ops.grouped_attention(*qkv16, batch, 0.1)
+    first = attention(backend, qkv16, batch, 0.1)
+    second = attention(backend, qkv16, batch, 0.1)
     assert torch.isfinite(first).all() and not torch.equal(first, second)
