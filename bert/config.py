@@ -59,9 +59,9 @@ class ModelConfig:
     # flash_varlen and grouped_flash are not yet validated on a GPU, so off by default.
     attention: str = "padded_sdpa"
     # Fused CUDA kernels (kernels/), each replacing a plain-PyTorch path. NOT yet validated on a
-    # GPU (kernels/VALIDATION.md), so off by default. Built for hidden size 1024 only; on CUDA
-    # they need the compiled extension (checked when the model is built) and fp16/bf16
-    # activations (run.precision); on CPU tensors their PyTorch twins run (kernels/reference.py).
+    # GPU (kernels/VALIDATION.md), so off by default. The first two are built for hidden size
+    # 1024 only. On CUDA they need the compiled extension (checked when the model is built) and
+    # fp16/bf16 activations (run.precision); on CPU their PyTorch twins run (kernels/reference.py).
     fused_bias_dropout_residual_layernorm: bool = False  # end of every attention/FFN sublayer
     fused_embedding_backward: bool = False  # word-embedding gradient with packed atomics
     fused_mlm_loss: bool = False  # MLM softmax cross-entropy, its gradient made in the forward

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from bert.checkpoint import CheckpointError
+from data.prepare.files import atomic_path, write_text_atomic
 
 FORMAT = "open-bert-train-state"
 VERSION = 1
@@ -147,23 +147,11 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 # -- writing ------------------------------------------------------------------------------------
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file in the same folder, then rename over `path`."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """torch.save under a temporary name, synced to disk, then renamed over `path`."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _barrier() -> None:
@@ -185,7 +173,7 @@ def save_checkpoint(root: Path, manifest: Manifest, rank: int, trainer_state: di
         atomic_torch_save(trainer_state, partial / TRAINER_FILE)
     _barrier()  # every rank's file is on disk
     if rank == 0:
-        _atomic_write_text(manifest.to_json(), partial / MANIFEST)
+        write_text_atomic(partial / MANIFEST, manifest.to_json())
         shutil.rmtree(final, ignore_errors=True)  # a same-step folder from an earlier attempt
         os.replace(partial, final)
         _prune(root, keep)

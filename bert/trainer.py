@@ -30,9 +30,9 @@ from bert.mlperf import MLPerfLogger
 from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
 from bert.optim.build import build_optimizer
 from bert.progress import Progress
-from bert.train_state import (Manifest, check_compatible, checkpoint_root, kill_self,
-                              load_rank_state, load_trainer_state, resolve_resume, rng_state,
-                              save_checkpoint, set_rng_state, kill_hook_step)
+from bert.train_state import (Manifest, check_compatible, checkpoint_root, kill_hook_step,
+                              kill_self, load_rank_state, load_trainer_state, resolve_resume,
+                              rng_state, save_checkpoint, set_rng_state)
 from data.batching import PackedBatch, pack_samples
 from data.exchange import make_host_comm
 from data.pipeline import TrainPipeline

@@ -15,7 +15,6 @@ offending value or sample, so a broken shard is found without a debugger.
 from __future__ import annotations
 
 import os
-import uuid
 from functools import partial
 from pathlib import Path
 from typing import Sequence
@@ -24,6 +23,7 @@ import h5py
 import numpy as np
 
 from data.batching import Sample
+from data.prepare.files import temp_name
 from data.shard_loader import ShardLoader
 
 # Base dtype of each dataset; all but the label are variable-length per sample.
@@ -248,7 +248,7 @@ def write_samples(path: str | os.PathLike, samples: Sequence[Sample]) -> Path:
         raise DataError(f"{path}: refusing to write a file with no samples")
     # A unique hidden name (not mkstemp, whose 0600 mode would survive the rename) that
     # h5py creates exclusively, so concurrent writers of the same path never share it.
-    tmp_name = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp_name = temp_name(path)
     try:
         with h5py.File(tmp_name, "x") as f:
             _write_columns(path, f, samples)

@@ -5,10 +5,8 @@ the same for a 2-rank torchrun job killed mid-run with SIGKILL. Plus atomicity (
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +20,8 @@ from bert.train_state import (MANIFEST, Manifest, complete_checkpoints, load_tra
 from bert.trainer import Trainer
 from data.sample_record import read_records
 from data.synthetic import generate
+
+from test_data_distributed import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,34 +156,33 @@ def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
 
 # -- a 2-rank job killed with SIGKILL mid-run, then resumed -----------------------------------
 
-def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> subprocess.CompletedProcess:
+def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]:
+    """A 2-rank torchrun job (tests/test_data_distributed.py's launcher): (status, output)."""
     settings = tiny_settings(data_dir, out, steps, **{
         "optim.sharded": True, "data.balance": "serpentine", "run.checkpoint_interval_steps": 3,
         "run.checkpoint_keep": 0, "run.global_batch_size": 16, "run.eval_interval_samples": 64,
         "run.log_interval_s": 1000})
     settings.pop("run.quiet")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec"),
-           *cli]
+    args = [str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec"),
+            *cli]
     for item in overrides(settings):
-        cmd += ["--set", item]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")},
-           "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        args += ["--set", item]
+    code, output, _ = launch("torchrun", 2, args, **env)
+    return code, output
 
 
 @pytest.mark.distributed
 def test_killed_two_rank_job_resumes_to_the_same_weights(data_dir, tmp_path):
-    whole = run_job(data_dir, tmp_path / "whole", 8)
-    assert whole.returncode == 1, whole.stderr[-3000:]  # budget too small for the target
-    killed = run_job(data_dir, tmp_path / "split", 8, BERT_TEST_KILL_RANK="1",
-                     BERT_TEST_KILL_STEP="5")
-    assert killed.returncode != 0
-    assert signal.SIGKILL.name in killed.stderr or "-9" in killed.stderr, killed.stderr[-3000:]
+    code, output = run_job(data_dir, tmp_path / "whole", 8)
+    assert code == 1, output[-3000:]  # budget too small for the target
+    code, output = run_job(data_dir, tmp_path / "split", 8, BERT_TEST_KILL_RANK="1",
+                           BERT_TEST_KILL_STEP="5")
+    assert code != 0
+    assert signal.SIGKILL.name in output or "-9" in output, output[-3000:]
     split_ckpts = tmp_path / "split" / "checkpoints"
     assert [p.name for p in complete_checkpoints(split_ckpts)] == ["step_00000003"]
-    resumed = run_job(data_dir, tmp_path / "split", 8, "--resume", "auto")
-    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    code, output = run_job(data_dir, tmp_path / "split", 8, "--resume", "auto")
+    assert code == 1, output[-3000:]
     assert_same_state(final_state(tmp_path / "whole", 8), final_state(tmp_path / "split", 8))
     # The audit trail: the killed job handed out steps 0-4 (rank 0 maybe more, before it
     # noticed its peer's death), the resumed one steps 3-7 again, each step with exactly the
