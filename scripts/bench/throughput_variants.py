@@ -63,6 +63,24 @@ def fused_flags(cfg: ModelConfig) -> list[str]:
             if flag != "fused_dense_gelu" or cfg.hidden_act == "gelu_tanh"]
 
 
+def training_step(model: torch.nn.Module,
+                  loss_of: Callable[[int], torch.Tensor]) -> Callable[[int], None]:
+    """Step i of a variant: loss_of(i), backward, a LAMB step, each phase named for the
+    profile (the same optimizer and phases for every variant, so only the model differs)."""
+    optimizer = LAMB(param_groups(model, WEIGHT_DECAY), lr=LR)
+
+    def step(i: int) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with record_function("bench::forward"):
+            loss = loss_of(i)
+        with record_function("bench::backward"):
+            loss.backward()
+        with record_function("bench::optimizer"):
+            optimizer.step()
+
+    return step
+
+
 def build_ours(size: str, attention: str, compiled: bool, state: dict, workload: Workload,
                device: torch.device, precision: str, name: str, fused: bool = False) -> Variant:
     """The unpadded model with the given attention backend, optionally with every fused kernel
@@ -76,23 +94,18 @@ def build_ours(size: str, attention: str, compiled: bool, state: dict, workload:
     load_into_model(model, dict(state), source="benchmark init")
     model.to(device).train()
     runner = torch.compile(model) if compiled else model
-    optimizer = LAMB(param_groups(model, WEIGHT_DECAY), lr=LR)
     autocast = autocast_for(device, precision)
     batches = workload.packed
 
-    def step(i: int) -> None:
+    def loss_of(i: int) -> torch.Tensor:
         batch = batches[i % len(batches)]
-        optimizer.zero_grad(set_to_none=True)
-        with record_function("bench::forward"):
-            with autocast():
-                mlm_logits, nsp_logits = runner(batch)
-            mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size,
-                                        cfg.fused_mlm_loss)
-        with record_function("bench::backward"):
-            (mlm + nsp).backward()
-        with record_function("bench::optimizer"):
-            optimizer.step()
+        with autocast():
+            mlm_logits, nsp_logits = runner(batch)
+        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size,
+                                    cfg.fused_mlm_loss)
+        return mlm + nsp
 
+    step = training_step(model, loss_of)
     options = {"model": "unpadded BertForPretraining", "attention": attention,
                "compile": compiled, "fused": fused, "fused_flags": flags, "precision": precision}
     return Variant(name, options, step)
@@ -107,21 +120,14 @@ def build_hf(size: str, compiled: bool, state: dict, workload: Workload, device:
     model.load_state_dict(state)
     model.to(device).train()
     runner = torch.compile(model) if compiled else model
-    optimizer = LAMB(param_groups(model, WEIGHT_DECAY), lr=LR)
     autocast = autocast_for(device, precision)
     batches = workload.padded
 
-    def step(i: int) -> None:
-        inputs = batches[i % len(batches)]
-        optimizer.zero_grad(set_to_none=True)
-        with record_function("bench::forward"):
-            with autocast():
-                loss = runner(**inputs).loss
-        with record_function("bench::backward"):
-            loss.backward()
-        with record_function("bench::optimizer"):
-            optimizer.step()
+    def loss_of(i: int) -> torch.Tensor:
+        with autocast():
+            return runner(**batches[i % len(batches)]).loss
 
+    step = training_step(model, loss_of)
     options = {"model": "transformers BertForPreTraining (padded)",
                "attention": model.config._attn_implementation, "compile": compiled,
                "precision": precision, "padding": workload.padding,
