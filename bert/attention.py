@@ -130,10 +130,11 @@ def grouped_attention(q, k, v, batch: PackedBatch | None, dropout_p):
     qs, ks, vs = (t.index_select(0, batch.group_order).split(token_counts) for t in (q, k, v))
     cu_seqlens = batch.group_cu_seqlens.split([seqs + 1 for seqs, _, _ in shapes])
     token_index = batch.group_token_index.split(token_counts)
-    launches = [functools.partial(_group_attention, qs[g], ks[g], vs[g], cu_seqlens[g],
-                                  shapes[g][2], token_index[g], dropout_p)
+    inputs = [(qs[g], ks[g], vs[g], cu_seqlens[g], token_index[g]) for g in range(len(shapes))]
+    launches = [functools.partial(_group_attention, *inputs[g][:4], shapes[g][2],
+                                  inputs[g][4], dropout_p)
                 for g in range(len(shapes))]
-    outs = _run_concurrently(launches, q.device)
+    outs = _run_concurrently(launches, inputs, q.device)
     return torch.cat(outs).index_select(0, batch.group_inverse)
 
 
@@ -156,13 +157,14 @@ def _side_streams(device: torch.device, count: int) -> list:
 
 
 def _run_concurrently(launches: list[Callable[[], torch.Tensor]],
+                      inputs: list[tuple[torch.Tensor, ...]],
                       device: torch.device) -> list[torch.Tensor]:
     """Run independent launches side by side: the first on the current stream, each other on
     a side stream. The side streams wait for the current one first (q, k, v are ready), and
     the current stream waits for all of them after (the scatter reads every output):
     wait_stream records and waits on the events that order the seed's kernels A -> FMHA -> C.
     Autograd runs each backward on its forward's stream, so the backward overlaps too.
-    Elsewhere (CPU) the launches run in turn.
+    Elsewhere (CPU) the launches run in turn. `inputs[g]`: the tensors launch g reads.
     """
     if device.type != "cuda" or len(launches) == 1:
         return [launch() for launch in launches]
@@ -171,8 +173,14 @@ def _run_concurrently(launches: list[Callable[[], torch.Tensor]],
     for stream in side:  # before the first launch, so no side stream waits for it
         stream.wait_stream(current)
     outs = [launches[0]()]
-    for stream, launch in zip(side, launches[1:]):
+    for stream, launch, tensors in zip(side, launches[1:], inputs[1:]):
         with torch.cuda.stream(stream):
+            # Made on the current stream, read on a side stream, in forward and (saved for
+            # backward) again in backward: without the record, the caching allocator could
+            # hand the memory to the current stream when Python frees it while the side
+            # kernel still reads it. Gradients crossing streams are recorded by autograd.
+            for tensor in tensors:
+                tensor.record_stream(stream)
             outs.append(launch())
     for stream, out in zip(side, outs[1:]):
         current.wait_stream(stream)

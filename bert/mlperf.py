@@ -36,30 +36,49 @@ ranks, and any logger built with `enabled=False`, still validate the call order 
 """
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import os
 import sys
 from typing import Any
 
-from mlperf_logging import mllog
-from mlperf_logging.mllog import constants as C
+
+class _Lazy:
+    """A module imported on first attribute access. mlperf-logging is needed to write a log,
+    not to import the trainer: the bare GPU image has no mlperf-logging, and the GPU harness
+    collects every test there (kernels/VALIDATION.md)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+
+mllog = _Lazy("mlperf_logging.mllog")
+C = _Lazy("mlperf_logging.mllog.constants")
+
 
 # Keys the 5.0.0 closed rules require exactly once (REQ: EXACTLY_ONE in common.yaml and
 # closed_common.yaml). A second line with the same value is only a checker warning, a different
 # value a failure; both are bugs, so they are refused before they reach the file.
-ONCE_KEYS = frozenset({
-    C.SUBMISSION_BENCHMARK, C.SUBMISSION_DIVISION, C.SUBMISSION_ORG, C.SUBMISSION_PLATFORM,
-    C.SUBMISSION_STATUS,
-    C.INIT_STOP, C.RUN_START, C.RUN_STOP,
-    C.SEED, C.TRAIN_SAMPLES, C.EVAL_SAMPLES,
-    C.GLOBAL_BATCH_SIZE, C.GRADIENT_ACCUMULATION_STEPS,
-    C.OPT_BASE_LR, C.OPT_LAMB_EPSILON, C.OPT_LR_TRAINING_STEPS, C.OPT_LR_WARMUP_STEPS,
-    C.NUM_WARMUP_STEPS, C.START_WARMUP_STEP, C.OPT_LAMB_BETA_1, C.OPT_LAMB_BETA_2,
-    C.OPT_LAMB_WEIGHT_DECAY,
-    C.MAX_SEQUENCE_LENGTH, C.OPT_LAMB_LR_DECAY_POLY_POWER,
-})
+@functools.cache
+def once_keys() -> frozenset[str]:
+    return frozenset({
+        C.SUBMISSION_BENCHMARK, C.SUBMISSION_DIVISION, C.SUBMISSION_ORG, C.SUBMISSION_PLATFORM,
+        C.SUBMISSION_STATUS,
+        C.INIT_STOP, C.RUN_START, C.RUN_STOP,
+        C.SEED, C.TRAIN_SAMPLES, C.EVAL_SAMPLES,
+        C.GLOBAL_BATCH_SIZE, C.GRADIENT_ACCUMULATION_STEPS,
+        C.OPT_BASE_LR, C.OPT_LAMB_EPSILON, C.OPT_LR_TRAINING_STEPS, C.OPT_LR_WARMUP_STEPS,
+        C.NUM_WARMUP_STEPS, C.START_WARMUP_STEP, C.OPT_LAMB_BETA_1, C.OPT_LAMB_BETA_2,
+        C.OPT_LAMB_WEIGHT_DECAY,
+        C.MAX_SEQUENCE_LENGTH, C.OPT_LAMB_LR_DECAY_POLY_POWER,
+    })
 
-RUN_STATUSES = (C.SUCCESS, C.ABORTED)
+
+RUN_STATUSES = ("success", "aborted")  # C.SUCCESS, C.ABORTED
 
 # mllog records the caller's file and line in each line's metadata. Frames between its
 # get_caller() and the trainer: _log_helper, start/end/event, _emit, our public method.
@@ -262,7 +281,7 @@ class MLPerfLogger:
         if self._retired:
             raise MLPerfLogError(
                 f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process")
-        if key in ONCE_KEYS and key in self._logged:
+        if key in once_keys() and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
         self._logged.add(key)
         if self.writes:
