@@ -86,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--include-unvalidated", action="store_true",
                    help="let --fastest auto also try backends and fused kernels not yet "
                         "validated on this device")
+    p.add_argument("--no-fused", action="store_true",
+                   help="keep the fused kernels out of --fastest auto's candidates")
     p.add_argument("--hf-padding", choices=("batch_max", "max_length"), default="batch_max",
                    help="pad HF batches to the batch's longest sequence or to --max-length")
     p.add_argument("--max-length", type=int, default=512,
@@ -145,7 +147,8 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[tuple[str, b
     # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
     # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
     compiles = (False, True) if kind == "cuda" else (False,)
-    fuses = (False, True) if kind == "cuda" and args.include_unvalidated and fusable else (False,)
+    fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
+             and not args.no_fused else (False,))
     return [(b, c, f) for b in backends for c in compiles for f in fuses]
 
 

@@ -1,6 +1,7 @@
 """Small helpers shared by the scripts: provenance for result files, optional matplotlib."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,14 +10,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def git_commit() -> str:
-    """HEAD, with -dirty when the working tree has changes ("unknown" outside a git checkout)."""
+    """The commit results are recorded under: $BERT_COMMIT, else HEAD (with -dirty when the
+    working tree has changes), else the .whl/COMMIT file that scripts/bench/prepare_gpu_carry.sh
+    writes before a GPU window (the GPU machine's copy of the tree has no .git); else "unknown"."""
+    if os.environ.get("BERT_COMMIT"):
+        return os.environ["BERT_COMMIT"]
     try:
         run = dict(cwd=ROOT, capture_output=True, text=True, check=True)
         sha = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain"], **run).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        pass
+    stamp = ROOT / ".whl" / "COMMIT"
+    return stamp.read_text().strip() if stamp.is_file() else "unknown"
 
 
 def import_pyplot():

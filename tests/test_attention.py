@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu_gate import require_cuda
 from bert import attention as backends
 from bert.model import BertForPretraining, pretraining_loss
 from bert.config import ModelConfig
@@ -236,8 +237,7 @@ def test_cuda_backend_on_gpu(backend, dtype):
     (padded_sdpa in `dtype`) of the fp32 padded_sdpa oracle; no host sync in forward or
     backward; dropout draws differ between calls. The acceptance test that lets a config turn
     either backend on (kernels/VALIDATION.md)."""
-    if not torch.cuda.is_available():  # queried at run time, never at collection
-        pytest.skip("needs a CUDA GPU")
+    require_cuda()  # queried at run time, never at collection
     qkv32, host_batch = packed_qkv(GROUPED_LENGTHS * 2)
     batch = host_batch.to("cuda")
     qkv32 = [t.detach().cuda().requires_grad_() for t in qkv32]

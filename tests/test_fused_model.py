@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gpu_gate import require_kernels
 import kernels
 from bert import ops
 from bert.config import FUSED_HIDDEN_SIZE, ConfigError, ModelConfig
@@ -363,10 +364,7 @@ def test_fused_model_on_gpu(dtype, attention, flags):
     loss within that of the rows; every gradient with cosine similarity >= 0.999 to the fp32
     one (the NSP path is checked there and in the loss: 16 logits make a brittle max-error
     test). The fused training pass never synchronizes with the host."""
-    if not torch.cuda.is_available():  # queried at run time, never at collection
-        pytest.skip("needs a CUDA GPU")
-    if not kernels.available():
-        pytest.skip(f"CUDA extension not available ({kernels.load_error()})")
+    require_kernels()  # queried at run time, never at collection
     large = dict(vocab_size=30522, intermediate_size=4096, max_position_embeddings=512)
     torch.manual_seed(0)
     reference = BertForPretraining(config(hidden_act=activation(flags), **large)).cuda().train()

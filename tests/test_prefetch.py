@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu_gate import require_cuda
 from data.batching import Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher
 
@@ -139,8 +140,7 @@ def test_device_transfer_on_cpu_wraps_arrays():
 
 @pytest.mark.gpu
 def test_device_transfer_on_cuda_uses_a_side_stream():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+    require_cuda()  # queried at run time, never at collection
     host = _batch()
     transfer = DeviceTransfer("cuda")
     assert transfer.stream != torch.cuda.current_stream()

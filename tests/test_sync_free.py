@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from gpu_gate import require_cuda
 from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, param_groups
@@ -93,8 +94,7 @@ def test_proxy_catches_a_host_read(monkeypatch):
 def test_training_step_never_syncs_on_cuda(attention, dtype):
     """Realistic token counts (batch 16, max length 512, about 4k tokens): some CUDA kernels
     (e.g. embedding backward) take a different, possibly syncing, path above a few thousand."""
-    if not torch.cuda.is_available():  # queried at run time, never at collection
-        pytest.skip("needs a CUDA GPU")
+    require_cuda()  # queried at run time, never at collection
     device = torch.device("cuda")
     cfg, model, optimizer, batches = setup(attention, device, 30522, 512, 16)
     train_step(cfg, model, optimizer, batches[0], dtype)  # allocations, library handles

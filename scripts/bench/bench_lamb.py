@@ -1,7 +1,7 @@
 """Fused LAMB step (kernels/lamb.py) vs the `_foreach` reference step on BERT-Large's parameters.
 
     python scripts/bench/bench_lamb.py [--world 1 8] [--param-dtype fp32 fp16]
-    python scripts/bench/bench_lamb.py --device cpu --tiny    # smoke run, no GPU needed
+    python scripts/bench/bench_lamb.py --device cpu --tiny --no-compile   # smoke run, no GPU
 
 One rank's shard of BERT-Large's 336M parameters laid out as DistributedFusedLAMB lays them out
 (--world 1: all of them; 8: rank 0's eighth), random state. Times one optimizer step on the
@@ -10,7 +10,8 @@ the trust ratio (`reference_update` vs `shard_update`), for a loss-scaled, clipp
 lr, bias corrections and flags are device tensors. fp16/bf16 params add the 16-bit model copy.
 Issue 4's target: fused_ms <= torch_eager_ms / 3. `fused_gbps` counts the fused path's minimum
 traffic (norms: read g, w; update: read g, m, v, w, write m, v, u; apply: read u, w, write w
-and the model copy). On the CPU the "fused" ops run their reference: a smoke run, not a measure.
+and the model copy). Unless --no-compile, the reference step under torch.compile is timed too.
+On the CPU the "fused" ops run their reference: a smoke run, not a measure.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="tiny parameter list instead of BERT-Large")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--no-compile", action="store_true",
+                   help="skip the torch.compile'd reference step (saves compile time)")
     p.add_argument("--out", type=Path, default=None,
                    help="JSON output (default: results/bench/bench_lamb.json)")
     return p.parse_args()
@@ -112,10 +115,18 @@ def main() -> None:
                    "elements": shard.master.numel(), "segments": shard.segments.shape[0]}
             impls = {"torch_eager": (ref.reference_sums, ref.reference_update),
                      "fused": (lamb.shard_sums, lamb.shard_update)}
+            if not args.no_compile:  # the same reference, fused by inductor instead
+                impls["torch_compile"] = (torch.compile(ref.reference_sums),
+                                          torch.compile(ref.reference_update))
             for name, fns in impls.items():
                 mine = copy.deepcopy(shard)
                 step = functools.partial(optimizer_step, *fns, mine, step_inputs(mine))
-                row[f"{name}_ms"] = timer(step, args.warmup, args.iters)
+                try:
+                    row[f"{name}_ms"] = timer(step, args.warmup, args.iters)
+                except Exception as err:  # noqa: BLE001 - a compile failure is a result too
+                    if name != "torch_compile":
+                        raise
+                    row["torch_compile_error"] = str(err).strip().splitlines()[-1][:300]
                 del mine, step
             row["fused_gbps"] = (fused_bytes_per_element(dtype) * row["elements"] /
                                  row["fused_ms"] / 1e6)

@@ -1,21 +1,20 @@
 """Fixtures for the kernel tests: GPU gating at run time (helpers live in kernel_checks.py)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared GPU gates
+from gpu_gate import require_kernels  # noqa: E402 (needs the path above)
 
 
 @pytest.fixture
 def cuda_kernels():
-    """Skip unless there is a CUDA device and the compiled extension loads.
+    """The kernels package with its extension loaded: skip without a GPU, skip (or, under the
+    GPU harness, fail) when the extension does not load.
 
     A fixture, not a skipif mark: the GPU is queried when a test runs, never at collection.
     """
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    import kernels
-
-    if not kernels.available():
-        pytest.skip(f"CUDA extension not available ({kernels.load_error()}); "
-                    "build it with `python -m kernels.build`")
-    return kernels
+    return require_kernels()

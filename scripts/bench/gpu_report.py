@@ -1,0 +1,101 @@
+"""What the GPU harness (validate_gpu.py) puts in summary.json: test counts, speedups, targets."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTCOMES = ("passed", "failed", "skipped", "errored")
+# Issue 12's targets for one H100, bf16, BERT-Large on the MLPerf length mix.
+TARGETS = {"fastest_samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
+
+
+def collected(log: Path) -> dict:
+    """Counts from `pytest --collect-only -q` output: node ids per file, and collection errors."""
+    text = log.read_text() if log.is_file() else ""
+    per_file = Counter(line.split("::")[0] for line in text.splitlines() if "::" in line
+                       and not line.startswith(("ERROR", "FAILED")))
+    errors = re.search(r"(\d+) errors?", text.splitlines()[-1] if text.strip() else "")
+    return {"collected": sum(per_file.values()), "errored": int(errors.group(1)) if errors else 0,
+            "per_file": {name: {"collected": n} for name, n in sorted(per_file.items())}}
+
+
+def junit_counts(xml: Path) -> dict:
+    """Passed, failed, skipped and errored tests, in all and per test file, from JUnit XML."""
+    if not xml.is_file():
+        return {"collected": 0, **dict.fromkeys(OUTCOMES, 0), "per_file": {},
+                "note": "no JUnit file: pytest did not finish (see gpu-tests.log)"}
+    per_file: dict[str, Counter] = defaultdict(Counter)
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        per_file[test_file(case.get("classname", ""))][outcome(case)] += 1
+    totals = Counter()
+    for counts in per_file.values():
+        totals.update(counts)
+    files = {name: {k: counts[k] for k in OUTCOMES} for name, counts in sorted(per_file.items())}
+    return {"collected": sum(totals.values()), **{k: totals[k] for k in OUTCOMES},
+            "per_file": files}
+
+
+def outcome(case: ET.Element) -> str:
+    tags = {child.tag for child in case}
+    if "error" in tags:
+        return "errored"
+    if "failure" in tags:
+        return "failed"
+    return "skipped" if "skipped" in tags else "passed"
+
+
+def test_file(classname: str) -> str:
+    """'tests.kernels.test_dense.TestX' -> 'tests/kernels/test_dense.py' (the longest prefix that
+    names a file of the project)."""
+    parts = classname.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:end]) + ".py"
+        if (ROOT / candidate).is_file():
+            return candidate
+    return classname
+
+
+def speedups(payload: dict) -> list[dict]:
+    """Per microbenchmark row: each of our implementations against each PyTorch one
+    (torch_eager, torch_compile), as time ratios (> 1: ours is faster)."""
+    rows = []
+    for row in payload.get("results", []):
+        times = {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and v}
+        case = {k: v for k, v in row.items() if not k.endswith(("_ms", "_gbps"))
+                and not isinstance(v, bool)}
+        ours = [name for name in times if not name.startswith("torch_")]
+        theirs = [name for name in times if name.startswith("torch_")]
+        case.update({f"{mine}_vs_{base}": round(times[base] / times[mine], 3)
+                     for mine in ours for base in theirs})
+        rows.append(case)
+    return rows
+
+
+def throughput(payload: dict) -> dict:
+    """samples/s and MFU per variant, the ratios, and what the fastest variant was."""
+    variants = {name: {"samples_per_s": round(v["samples_per_s"], 2), "mfu": round(v["mfu"], 4),
+                       "options": v.get("options")}
+                for name, v in payload.get("variants", {}).items()}
+    return {"device": payload.get("device"), "variants": variants,
+            "ratios": {k: round(v, 3) for k, v in payload.get("ratios", {}).items()
+                       if not k.endswith("_paired_median")},
+            "fastest_selection": payload.get("fastest_selection", [])}
+
+
+def targets(results: dict) -> dict:
+    """Each target with the best value measured in this stage (None: not measured)."""
+    best = dict.fromkeys(TARGETS)
+    for result in results.values():
+        fastest = result["variants"].get("fastest")
+        if fastest:
+            best["fastest_samples_per_s"] = max(best["fastest_samples_per_s"] or 0,
+                                                fastest["samples_per_s"])
+        for key in ("fastest/hf_eager", "fastest/hf_compile"):
+            if key in result["ratios"]:
+                best[key] = max(best[key] or 0, result["ratios"][key])
+    return {key: {"target": goal, "measured": best[key],
+                  "met": None if best[key] is None else best[key] >= goal}
+            for key, goal in TARGETS.items()}
