@@ -2,7 +2,7 @@
 """Lay out MLPerf result logs as a submission, run the official checkers, print the score.
 
     python scripts/package_results.py RUNS... --system NAME --out DIR
-        [--allow-aborted] [--unofficial | --skip-checks]
+        [--allow-aborted] [--unofficial] [--skip-checks]
 
 RUNS are result logs, folders of result_*.txt (launch/run_and_time.sh), or one run's
 output_dir, taken in the order given. Only complete, uninterrupted runs are packaged
@@ -273,7 +273,7 @@ def package(args: argparse.Namespace) -> int:
         if err.fatal:
             problems.append(str(err))
     if problems:
-        headline = (f"UNOFFICIAL, NOT A VALID SUBMISSION: the official checkers would reject it "
+        headline = (f"UNOFFICIAL, NOT A VALID SUBMISSION: it would be rejected "
                     f"({len(problems)} problem(s))" if args.unofficial else
                     f"FAIL: not a valid submission ({len(problems)} problem(s))")
         if not checked:

@@ -131,6 +131,14 @@ def resumed_reason(path: Path, first: dict) -> str | None:
     return None
 
 
+def resumed_log(path: Path) -> str | None:
+    """Why `path` is a resumed log, or None (also for a file that is no readable log)."""
+    try:
+        return read_run(path).resumed
+    except (LogError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 # -- which files -------------------------------------------------------------------------------
 
 def _result_index(path: Path) -> int:

@@ -249,6 +249,21 @@ def test_resumed_mark_key():
     assert load_script("run_logs").RESUMED_FROM_CHECKPOINT == "resumed_from_checkpoint"
 
 
+def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tiny, tmp_path):
+    """The user's report: the official checker takes a resumed log for a complete run."""
+    log = converged_copy(tiny["resumed"], tmp_path / "result_0.txt", 1, 0.2)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
+                           str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"PASS {log}" in proc.stdout
+    assert (f"note: resumed log (its first block starts after {RESUME_STEP * TINY_GBS} "
+            f"samples, not 0): not a timed MLPerf run") in proc.stdout
+    fresh = converged_copy(tiny["whole"], tmp_path / "result_1.txt", 1, 0.2)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
+                           str(fresh)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "note: resumed" not in proc.stdout, proc.stdout
+
+
 REFUSED = {
     # name: (arguments built from the tiny logs, fragments of the one error line)
     "the resumed log": (lambda t, d: [str(t["resumed"])],
