@@ -42,8 +42,9 @@ try:
 except ImportError:
     RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
 RESUMED_NAME = re.compile(r"mlperf_resumed_step_(\d+)\.log$")  # bert/trainer.py's _log_name
-# How the run was spread over the machine, as the trainer knows it; value types: int, int, str
-# (accelerators_per_node 0 and accelerator_model_name "N/A" for a CPU run).
+# How the run was spread over the machine, as the trainer knows it: POINT_IN_TIME events with
+# int, int, str values (accelerators_per_node 0 and accelerator_model_name "N/A" for a CPU run),
+# named after the system-description fields they fill (scripts/system_desc.py).
 TOPOLOGY_KEYS = ("number_of_nodes", "accelerators_per_node", "accelerator_model_name")
 # Files in an output_dir that are never result logs.
 NOT_LOGS = {"compliance_checker.log", "package_checker.log", "rcp_checker.log"}
