@@ -11,6 +11,10 @@ and an `ERROR - FAILED` line on failure; exit status 0 and an `INFO - SUCCESS` l
 the reasons are `WARNING - ...` blocks before the verdict. A file passes here only when both say
 so: exit status 0 and SUCCESS present and FAILED absent, so a crashed or silent checker fails.
 Exits 1 if any file fails or no file was found, 0 otherwise.
+
+The official checker also passes the log of a run resumed from a checkpoint, although it times
+only the part after the resume; such a log gets a note (scripts/run_logs.py says how it is
+recognised; scripts/package_results.py refuses it).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from run_logs import resumed_log  # scripts/ is this script's own folder, first on sys.path
 
 MLLOG_TOKEN = ":::MLLOG"
 # The checker's own report file; never a result log.
@@ -123,6 +129,10 @@ def report(verdict: Verdict, quiet: bool) -> None:
     print(f"{'PASS' if verdict.passed else 'FAIL'} {verdict.path}")
     if quiet:
         return
+    resumed = resumed_log(verdict.path)
+    if resumed:
+        print(f"    note: resumed log ({resumed}): not a timed MLPerf run, whatever the "
+              f"checker says")
     # On a pass the remaining lines are warnings; still worth seeing.
     for line in verdict.reasons:
         print(f"    {line}")

@@ -1,26 +1,41 @@
 #!/usr/bin/env python3
 """Lay out MLPerf result logs as a submission, run the official checkers, print the score.
 
-    python scripts/package_results.py RUNS... --system NAME --out DIR [--strict]
+    python scripts/package_results.py RUNS... --system NAME --out DIR
+        [--allow-aborted] [--unofficial] [--skip-checks]
 
-RUNS are result logs, or folders holding result_*.txt (launch/run_and_time.sh) or a mlperf.log
-(one run's output_dir), taken in the order given. The package is
+RUNS are result logs, folders of result_*.txt (launch/run_and_time.sh), or one run's
+output_dir, taken in the order given. Only complete, uninterrupted runs are packaged
+(scripts/run_logs.py): a resumed log (mlperf_resumed_step_N.log, or a log marked
+resumed_from_checkpoint, or one whose first block starts after 0 samples) times only the part
+after the resume, and a log without run_stop is a killed run; both are refused. A run whose
+run_stop says aborted (did not reach the target) is refused unless --allow-aborted: MLPerf
+scores at most one of 10 such runs, as the slowest. From an output_dir holding several logs the
+single complete, non-resumed one is taken, and the output says which and why.
+
+The package is
 
     DIR/results/<system>/bert/result_<i>.txt
-    DIR/systems/<system>.json      MLPerf system description (flags, then --field, then
-                                   --system-json; fields nobody filled say "unknown")
+    DIR/systems/<system>.json      MLPerf system description: read from the logs and this
+                                   machine (scripts/system_desc.py), then flags, then --field,
+                                   then --system-json
+    DIR/NOT_A_VALID_SUBMISSION.txt present while the package fails a check or was not checked
 
-Then, for training ruleset 5.0.0 (REFERENCE 1): the compliance checker on every log, the
-RCP checker on the results folder and the package checker on DIR; their verdicts are printed.
-The score is the olympic mean of run_stop - run_start in minutes: a non-converged run counts as
-the slowest, the fastest and slowest are dropped, the rest averaged; more than one
-non-converged run leaves no score. (The official result_summarizer also applies the RCP
-checker's scaling factor, when there is one.)
+Then, for training ruleset 5.0.0 (REFERENCE 1): the compliance checker on every log, the RCP
+checker on the results folder (closed division) and the package checker on DIR. A checker
+fails when it prints an ERROR line, exits non-zero or gives no verdict, whatever its exit
+status (the package checker exits 0 with ERROR lines). The rules checked here as well: BERT
+needs 10 runs with distinct seeds; at most one may fail to converge; a global batch size
+without an RCP entry can be compared only by interpolation between two entries, and outside
+the entries' range the closed division cannot accept it. The score is the olympic mean of
+run_stop - run_start in minutes (a non-converged run counts as the slowest; the fastest and
+slowest are dropped). The official result_summarizer also applies the RCP checker's scaling
+factor, when there is one.
 
-Exit status 1 when a converged run fails the compliance checker, more than one run did not
-converge, or no log was found; with --strict also when the package or RCP checker fails or the
-run count is not 10. Otherwise 0, whatever the package and RCP checkers say (tiny runs have no
-RCP entry; their verdict is reported, not hidden). Exit status 2 for bad arguments or logs.
+Exit status: 0 the package passed every check (or --unofficial, whose output and marker file
+say the package would be rejected and why); 1 a checker or rule failure (one summary line
+last); 2 bad input: arguments, unreadable, resumed or incomplete logs (one "error:" line).
+--skip-checks runs no checker: every run says "not checked" and the package is marked unchecked.
 """
 from __future__ import annotations
 
@@ -34,87 +49,31 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 import check_compliance  # scripts/ is this script's own folder, first on sys.path
-from mlperf_logging.compliance_checker import mlp_parser
+import system_desc
+from run_logs import RULESET, LogError, Run, collect
 
-RULESET = "5.0.0"
 BENCHMARK = "bert"
-RUNS_PER_SUBMISSION = 10  # REFERENCE 1
-AVAILABILITY = {"onprem": "Available on-premise", "cloud": "Available cloud",
-                "research": "Research, Development, or Internal (RDI)", "preview": "Preview"}
-# system_desc_checker's required fields that no flag fills.
-OTHER_FIELDS = (
-    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
-    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
-    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
-    "host_storage_capacity", "host_networking", "host_networking_topology",
-    "host_memory_configuration", "accelerator_host_interconnect", "accelerator_frequency",
-    "accelerator_on-chip_memories", "accelerator_memory_configuration",
-    "accelerator_memory_capacity", "accelerator_interconnect",
-    "accelerator_interconnect_topology", "cooling", "hw_notes", "operating_system", "sw_notes")
+MARKER = "NOT_A_VALID_SUBMISSION.txt"
+
+
+def runs_per_submission() -> int:
+    """10 for BERT (REFERENCE 1), as the official tools count it."""
+    from mlperf_logging.benchmark_meta import get_result_file_counts
+    return get_result_file_counts("training")[BENCHMARK]
+
+
+def rcp_batch_sizes() -> list[int]:
+    """The global batch sizes with a BERT reference convergence point in ruleset 5.0.0."""
+    import mlperf_logging.rcp_checker as rcp
+    path = Path(rcp.__file__).parent / f"training_{RULESET}" / f"rcps_{BENCHMARK}.json"
+    return sorted({int(entry["BS"]) for entry in json.loads(path.read_text()).values()})
 
 
 class PackageError(Exception):
-    """Bad arguments or logs (exit status 2)."""
-
-
-@dataclass
-class Run:
-    path: Path
-    seed: int | None
-    status: str  # run_stop's status, or "missing" when the log has no run_stop
-    minutes: float  # run_stop - run_start; inf when the run did not converge
-    org: str | None
-    division: str | None
-    submission_status: str | None
-
-    @property
-    def converged(self) -> bool:
-        return self.status == "success"
-
-
-# -- reading logs -----------------------------------------------------------------------------
-
-def read_run(path: Path) -> Run:
-    lines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
-    if errors:
-        raise PackageError(f"{path}: {len(errors)} unparsable MLLOG line(s), first: "
-                           f"{errors[0][0][:120]!r}")
-    first = {}
-    for line in lines:
-        first.setdefault(line.key, line)
-    start, stop = first.get("run_start"), first.get("run_stop")
-    status = stop.value["metadata"].get("status", "missing") if stop else "missing"
-    minutes = (stop.timestamp - start.timestamp) / 60_000 if start and stop else math.inf
-
-    def value(key: str):
-        return first[key].value["value"] if key in first else None
-
-    return Run(path, value("seed"), status, minutes if status == "success" else math.inf,
-               value("submission_org"), value("submission_division"),
-               value("submission_status"))
-
-
-def collect_logs(paths: list[str]) -> list[Path]:
-    logs: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_file():
-            logs.append(path)
-        elif path.is_dir() and list(path.glob("result_*.txt")):
-            logs += sorted(path.glob("result_*.txt"),
-                           key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
-        elif (path / "mlperf.log").is_file():
-            logs.append(path / "mlperf.log")
-        else:
-            raise PackageError(f"{path}: not a log, and holds no result_*.txt or mlperf.log")
-    if not logs:
-        raise PackageError("no result logs given")
-    return logs
+    """Bad arguments (exit status 2)."""
 
 
 # -- score ------------------------------------------------------------------------------------
@@ -140,48 +99,15 @@ def olympic_mean(minutes: list[float]) -> float:
 
 # -- the package ------------------------------------------------------------------------------
 
-def lay_out(logs: list[Path], out: Path, system: str, force: bool) -> list[Path]:
+def lay_out(runs: list[Run], out: Path, system: str, force: bool) -> list[Path]:
     bench = out / "results" / system / BENCHMARK
     if bench.exists() and any(bench.iterdir()):
         if not force:
             raise PackageError(f"{bench} is not empty; pass --force to replace its files")
         shutil.rmtree(bench)
     bench.mkdir(parents=True)
-    copies = []
-    for i, log in enumerate(logs):
-        copies.append(Path(shutil.copyfile(log, bench / f"result_{i}.txt")))
-    return copies
-
-
-def system_description(args: argparse.Namespace, runs: list[Run]) -> dict:
-    status = runs[0].submission_status or "onprem"
-    desc = {
-        "submitter": args.submitter or runs[0].org or "unknown",
-        "division": args.division or runs[0].division or "closed",
-        "status": AVAILABILITY.get(status, status),
-        "system_name": args.system,
-        "number_of_nodes": str(args.nodes),
-        "accelerators_per_node": str(args.accelerators_per_node),
-        "accelerator_model_name": args.accelerator,
-        "framework": f"PyTorch {_version('torch')}",
-        "other_software_stack": f"mlperf-logging {_version('mlperf-logging')}",
-    }
-    desc.update({name: "unknown" for name in OTHER_FIELDS})
-    for item in args.field:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise PackageError(f"--field {item!r}: expected key=value")
-        desc[key] = value
-    if args.system_json:
-        desc.update(json.loads(Path(args.system_json).read_text()))
-    return desc
-
-
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return [Path(shutil.copyfile(run.path, bench / f"result_{i}.txt"))
+            for i, run in enumerate(runs)]
 
 
 def write_system(out: Path, system: str, desc: dict) -> Path:
@@ -204,81 +130,172 @@ def run_module(module: str, *args: str) -> tuple[int, str]:
         proc = subprocess.run([sys.executable, "-m", module, *args, "--log_output",
                                os.path.join(tmp, "checker.log")],
                               capture_output=True, text=True, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout + "\n" + proc.stderr
 
 
-def rcp_checker(bench: Path) -> tuple[bool, list[str]]:
+def checker_errors(code: int, output: str, success_marker: str) -> list[str]:
+    """Why a checker's run fails: its ERROR lines, whatever its exit status; a non-zero exit or
+    a missing verdict count too (a crash prints neither)."""
+    errors = []
+    for line in output.splitlines():
+        match = re.match(r"\s*ERROR\s*-\s*(.*)", line)
+        if match and match.group(1).strip():
+            errors.append(match.group(1).strip())
+    if not errors and code != 0:
+        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()),
+                    "no output")
+        errors.append(f"exited with status {code}: {last[:200]}")
+    if not errors and success_marker not in output:
+        errors.append(f"no verdict (expected {success_marker!r})")
+    return list(dict.fromkeys(errors))
+
+
+def rcp_checker(bench: Path) -> list[str]:
     code, output = run_module("mlperf_logging.rcp_checker", "--rcp_version", RULESET,
                               "--rcp_usage", "training", str(bench))
-    return code == 0, _verdict_lines(output, ("RCP", "Missing", "Insufficient", "Could not"))
+    return checker_errors(code, output, "RCP test PASSED")
 
 
-def package_checker(out: Path) -> tuple[bool, list[str]]:
+def package_checker(out: Path) -> list[str]:
     code, output = run_module("mlperf_logging.package_checker", str(out), "training", RULESET)
-    passed = code == 0 and "PACKAGE CHECKER FOUND NO ERRORS" in output
-    return passed, _verdict_lines(output, ("ERROR",))
+    return checker_errors(code, output, "PACKAGE CHECKER FOUND NO ERRORS")
 
 
-def _verdict_lines(output: str, markers: tuple[str, ...], width: int = 200) -> list[str]:
-    """The checker's lines that carry its verdict or reasons, cut to `width` characters."""
-    return [line.strip()[:width] for line in output.splitlines()
-            if any(m in line for m in markers)]
+# -- rules ------------------------------------------------------------------------------------
+
+def rule_problems(runs: list[Run]) -> list[str]:
+    """What the BERT rules reject, found without the official tools."""
+    problems = []
+    need = runs_per_submission()
+    if len(runs) != need:
+        problems.append(f"{len(runs)} run(s): a BERT submission is exactly {need} runs, each "
+                        f"with its own seed (the olympic mean drops the fastest and slowest)")
+    seeds = [run.seed for run in runs]
+    repeated = sorted({str(s) for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        problems.append(f"seed(s) {', '.join(repeated)} used by more than one run; each run "
+                        f"needs its own seed")
+    return problems
+
+
+def rcp_note(runs: list[Run], division: str) -> str | None:
+    """What the runs' global batch size means for the RCP check (closed division)."""
+    sizes = sorted({run.global_batch_size for run in runs if run.global_batch_size})
+    if division != "closed" or not sizes:
+        return None
+    if len(sizes) > 1:
+        return f"runs use different global batch sizes {sizes}: one RCP check cannot cover them"
+    known, gbs = rcp_batch_sizes(), sizes[0]
+    if gbs in known:
+        return None
+    listed = f"RCP entries for bert in training {RULESET}: {', '.join(map(str, known))}"
+    if gbs > known[-1]:
+        return (f"global batch {gbs} has no reference convergence point and lies above every "
+                f"entry ({listed}): nothing to compare it with, so the closed division cannot "
+                f"accept it")
+    if gbs < known[0]:
+        return (f"global batch {gbs} has no reference convergence point ({listed}); below the "
+                f"smallest entry the runs must need at least as many samples as the {known[0]} "
+                f"reference, else the closed division cannot accept the result")
+    return (f"global batch {gbs} has no reference convergence point of its own ({listed}); "
+            f"the RCP checker compares it with an interpolation of its neighbours")
 
 
 # -- report -----------------------------------------------------------------------------------
 
-def report_runs(runs: list[Run], verdicts: list[check_compliance.Verdict]) -> int:
-    """Print one line per run; returns how many converged runs failed compliance."""
-    bad = 0
-    for i, (run, verdict) in enumerate(zip(runs, verdicts)):
+def report_runs(runs: list[Run], verdicts: list[check_compliance.Verdict] | None) -> list[str]:
+    """One line per run; returns the problems: converged runs that fail compliance."""
+    problems = []
+    for i, run in enumerate(runs):
         took = f"{run.minutes:.3f} min" if run.converged else f"not converged ({run.status})"
-        print(f"result_{i}.txt  seed {run.seed}  {took}  compliance "
-              f"{'PASS' if verdict.passed else 'FAIL'}  <- {run.path}")
-        if not verdict.passed:
-            bad += run.converged
+        verdict = verdicts[i] if verdicts else None
+        said = "not checked" if verdict is None else "PASS" if verdict.passed else "FAIL"
+        print(f"result_{i}.txt  seed {run.seed}  {took}  compliance {said}  <- {run.path}")
+        if verdict is not None and not verdict.passed:
             for reason in verdict.reasons[:5]:
                 print(f"    {reason}")
-    return bad
+            if run.converged:
+                first = verdict.reasons[0] if verdict.reasons else "no reason given"
+                problems.append(f"compliance checker: result_{i}.txt fails ({first.strip()})")
+    return problems
 
 
-def report_checker(name: str, result: tuple[bool, list[str]]) -> bool:
-    passed, lines = result
-    print(f"{name}: {'PASS' if passed else 'FAIL'}")
-    for line in lines[:12]:
-        print(f"    {line}")
-    return passed
+def report_checker(name: str, errors: list[str]) -> list[str]:
+    print(f"{name}: {'FAIL' if errors else 'PASS'}")
+    for line in errors[:12]:
+        print(f"    ERROR {line[:300]}")
+    return [f"{name}: {line[:300]}" for line in errors]
+
+
+def write_marker(out: Path, headline: str, problems: list[str]) -> None:
+    marker = out / MARKER
+    if not headline:
+        marker.unlink(missing_ok=True)
+        return
+    marker.write_text(headline + "\n" + "".join(f"- {p}\n" for p in problems))
 
 
 def package(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    logs = collect_logs(args.runs)
-    runs = [read_run(p) for p in logs]
-    copies = lay_out(logs, out, args.system, args.force)
-    system_json = write_system(out, args.system, system_description(args, runs))
+    runs, notes = collect(args.runs, args.allow_aborted)
+    for note in notes:
+        print(note)
+    desc, where = system_desc.describe(args, runs, system_desc.local_cuda())
+    copies = lay_out(runs, out, args.system, args.force)
+    system_json = write_system(out, args.system, desc)
     print(f"package: {len(copies)} logs in {copies[0].parent}, system description "
           f"{system_json}")
-    failures = 0
-    if args.skip_checks:
-        print("checkers: skipped (--skip-checks); a submission must pass them")
-        verdicts = [check_compliance.Verdict(p, True) for p in copies]
+    print(where)
+    checked = not args.skip_checks
+    problems = report_runs(runs, compliance(copies) if checked else None)
+    closed = desc.get("division") == "closed"
+    note = rcp_note(runs, desc.get("division", ""))
+    if note:
+        print(f"rcp note: {note}")
+    if not checked:
+        print("rcp checker, package checker: not run (--skip-checks)")
+    elif closed:
+        problems += report_checker("rcp checker", rcp_checker(copies[0].parent))
     else:
-        verdicts = compliance(copies)
-    failures += report_runs(runs, verdicts)
-    strict_failures = 0
-    if not args.skip_checks:
-        strict_failures += not report_checker("rcp checker", rcp_checker(copies[0].parent))
-        strict_failures += not report_checker("package checker", package_checker(out))
-    if len(runs) != RUNS_PER_SUBMISSION:
-        print(f"note: {len(runs)} runs; a BERT submission has {RUNS_PER_SUBMISSION}")
-        strict_failures += 1
+        print("rcp checker: not applicable (open division)")
+    if checked:
+        problems += report_checker("package checker", package_checker(out))
+    rules = rule_problems(runs)
+    for rule in rules:
+        print(f"rule: {rule}")
+    problems += rules
     try:
         score = olympic_mean([r.minutes for r in runs])
-        print(f"score: {score:.3f} min (olympic mean of {len(runs) - 2} of {len(runs)} runs)")
+        score_text = f"{score:.3f} min (olympic mean of {len(runs) - 2} of {len(runs)} runs)"
     except NoScore as err:
+        score_text = None
         print(f"score: none ({err})")
-        failures += err.fatal
-        strict_failures += 1
-    return 1 if failures or (args.strict and strict_failures) else 0
+        if err.fatal:
+            problems.append(str(err))
+    if problems:
+        headline = (f"UNOFFICIAL, NOT A VALID SUBMISSION: it would be rejected "
+                    f"({len(problems)} problem(s))" if args.unofficial else
+                    f"FAIL: not a valid submission ({len(problems)} problem(s))")
+        if not checked:
+            headline += "; the official checkers were not run (--skip-checks)"
+        if score_text:
+            print(f"unofficial score, not a valid result: {score_text}")
+        write_marker(out, headline, problems)
+        print(f"result: {headline}: " + "; ".join(
+            ("would be rejected: " if args.unofficial else "") + p for p in problems))
+        return 0 if args.unofficial else 1
+    if not checked:
+        headline = "NOT CHECKED: the official checkers were skipped (--skip-checks)"
+        if score_text:
+            print(f"unchecked score: {score_text}")
+        write_marker(out, headline, ["run the checkers: drop --skip-checks"])
+        print(f"result: {headline}; not a submission until they pass")
+        return 0
+    write_marker(out, "", [])
+    if score_text:
+        print(f"score: {score_text}")
+    print(f"result: OK: the official checkers (training {RULESET}) found no errors")
+    return 0
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -290,25 +307,37 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--submitter", help="default: the logs' submission_org")
     parser.add_argument("--division", choices=("closed", "open"),
                         help="default: the logs' submission_division")
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--accelerators-per-node", type=int, default=8)
-    parser.add_argument("--accelerator", default="unknown", help="e.g. NVIDIA A100-SXM4-80GB")
+    parser.add_argument("--nodes", type=int, help="default: the logs' number_of_nodes, else 1")
+    parser.add_argument("--accelerators-per-node", type=int,
+                        help="default: the logs' accelerators_per_node, else this host's CUDA "
+                             "devices (0 without CUDA: a CPU run)")
+    parser.add_argument("--accelerator", help="model name, e.g. NVIDIA A100-SXM4-80GB; default: "
+                                              "the logs', else this host's CUDA device")
     parser.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
                         help="any system description field; repeatable")
     parser.add_argument("--system-json", help="a system description whose fields win")
     parser.add_argument("--force", action="store_true", help="replace an existing package")
-    parser.add_argument("--strict", action="store_true",
-                        help="also fail on package/RCP checker failures and run count != 10")
+    parser.add_argument("--allow-aborted", action="store_true",
+                        help="package runs whose run_stop says aborted (not converged); MLPerf "
+                             "scores at most one of 10, as the slowest")
+    parser.add_argument("--unofficial", action="store_true",
+                        help="for test runs: exit 0 even when the checkers or rules reject the "
+                             "package; the output and DIR/" + MARKER + " say so and why")
     parser.add_argument("--skip-checks", action="store_true",
-                        help="layout and score only (quick look; not for submission)")
-    return parser.parse_args(argv)
+                        help="layout and score only, no checker (quick look; not a submission)")
+    args = parser.parse_args(argv)
+    for name in ("nodes", "accelerators_per_node"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name == "nodes" else 0):
+            parser.error(f"--{name.replace('_', '-')} {value}: out of range")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return package(args)
-    except (PackageError, OSError, json.JSONDecodeError) as err:
+    except (PackageError, LogError, system_desc.DescriptionError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -37,10 +37,11 @@ def import_pyplot():
     return plt
 
 
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, or "" where that file does not say."""
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name from /proc/cpuinfo (or another copy of it), or "" where that file
+    does not say."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path(cpuinfo).read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
