@@ -27,6 +27,10 @@ from pathlib import Path
 
 import pytest
 
+# The packaging scripts read logs with mlperf-logging; where it is absent (the bare GPU image)
+# these tests skip instead of failing the collection of the whole suite.
+pytest.importorskip("mlperf_logging")
+
 from bert.config import Config
 from bert.mlperf import MLPerfLogger
 from data.synthetic import generate

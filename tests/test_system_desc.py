@@ -11,6 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+# The packaging scripts read logs with mlperf-logging; where it is absent (the bare GPU image)
+# these tests skip instead of failing the collection of the whole suite.
+pytest.importorskip("mlperf_logging")
 import torch
 
 from test_package import load_script
