@@ -16,7 +16,7 @@ class Hide:
 
     def find_spec(self, name, path=None, target=None):
         if name == self.name or name.startswith(self.name + "."):
-            raise ImportError(f"{name} is hidden by pytest_without.py (the GPU image lacks it)")
+            raise ModuleNotFoundError(f"{name} is hidden by pytest_without.py (the GPU image lacks it)")
 
 
 if __name__ == "__main__":
