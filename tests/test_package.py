@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bert.config import Config
-from bert.mlperf import MLPerfLogger
+from bert.train.mlperf import MLPerfLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 150_000  # eval spacing for GBS 448 (REFERENCE 1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.batching import Sample, pack_samples
+from data.packing import Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher
 
 
