@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -65,6 +66,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.bert_config_file:
+            self.bert_config_file = os.path.expanduser(self.bert_config_file)
             self._load_json(self.bert_config_file)
         check(self.hidden_size % self.num_attention_heads == 0,
               f"model.hidden_size={self.hidden_size} is not divisible by "
