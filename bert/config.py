@@ -18,6 +18,7 @@ Unknown keys and bad values raise `ConfigError` naming the key and value. Keys t
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import types
 import typing
@@ -284,15 +285,33 @@ def _type_name(typ: Any) -> str:
     return typ.__name__
 
 
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the dataclass source: the one on its line, else the block
+    right above it. The comments are the keys' documentation (--help-config prints them)."""
+    comments, block = {}, []
+    for line in inspect.getsource(cls).splitlines():
+        code, _, comment = line.strip().partition("#")
+        if not code and comment:
+            block.append(comment.strip())
+            continue
+        name = code.split(":")[0].strip()
+        if name.isidentifier() and ":" in code:
+            comments[name] = comment.strip() if comment else " ".join(block)
+        block = []
+    return comments
+
+
 def describe_fields(cls: type = Config, prefix: str = "") -> list[str]:
-    """`section.key (type) = default` lines for --help-config."""
+    """`section.key (type) = default  # comment` lines for --help-config."""
     lines = []
     hints = get_type_hints(cls)
     defaults = cls()
+    comments = field_comments(cls)
     for f in dataclasses.fields(cls):
         typ = hints[f.name]
         if dataclasses.is_dataclass(typ):
             lines += describe_fields(typ, f"{prefix}{f.name}.")
-        else:
-            lines.append(f"{prefix}{f.name} ({_type_name(typ)}) = {getattr(defaults, f.name)!r}")
+            continue
+        line = f"{prefix}{f.name} ({_type_name(typ)}) = {getattr(defaults, f.name)!r}"
+        lines.append(f"{line}  # {comments[f.name]}" if comments.get(f.name) else line)
     return lines
