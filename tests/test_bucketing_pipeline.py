@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from bert.config import ConfigError, load_config
-from data.sources.bucket_queues import BucketStream
 from data.comm.host import LocalComm
 from data.order.loss_feedback import LossFeedback
 from data.pipeline import TrainPipeline
+from data.sources.bucket_queues import BucketStream
 from data.sources.shards import DataError, list_shards
 
 from bucket_data import (BOUNDARIES, EDGES, MAX_PRED, MAX_SEQ, check_epochs, sample_buckets,

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from bert.model.weights import load_checkpoint_file, load_into_model
-from bert.config import ModelConfig
-from bert.model import BertForPretraining
+from bert.model import BertForPretraining, ModelConfig
+from bert.model.weights import (load_checkpoint_file, load_into_model, tf_to_hf_name,
+                                tf_to_hf_state_dict, to_hf_state_dict)
 from data.packing import Sample, pack_samples
-from bert.model.weights import tf_to_hf_name, tf_to_hf_state_dict, to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.order.strategies import balance
-from data.packing import Sample, pack_samples
-from data.comm.wire import GlobalBatch, encode, payload_size
 from data.comm.host import LocalComm, allgather_batch, make_host_comm
 from data.comm.mpi import mpi_launched
+from data.comm.wire import GlobalBatch, encode, payload_size
+from data.order.strategies import balance
+from data.packing import Sample, pack_samples
 
 
 def random_samples(rng: np.random.Generator, n: int, max_len: int = 40) -> list[Sample]:

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from bert.model.weights import CheckpointError, convert_hf_state_dict, load_checkpoint_file, \
-    load_into_model
-from bert.config import ModelConfig
-from bert.model import BertForPretraining, mlm_correct, pretraining_loss
+from bert.model import BertForPretraining, ModelConfig, mlm_correct, pretraining_loss
+from bert.model.weights import (CheckpointError, convert_hf_state_dict, load_checkpoint_file,
+                                load_into_model)
 from data.packing import Sample, pack_samples
 
 transformers = pytest.importorskip("transformers")

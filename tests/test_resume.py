@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert.model.weights import CheckpointError
 from bert.config import load_config
+from bert.model.weights import CheckpointError
 from bert.train.resume import (MANIFEST, Manifest, complete_checkpoints, load_trainer_state,
                                resolve_resume, step_dir)
 from bert.train.trainer import Trainer

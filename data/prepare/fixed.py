@@ -19,8 +19,8 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from data.packing import Sample
 from data.files import atomic_path
+from data.packing import Sample
 from data.prepare.instances import Instance
 from data.sources.shards import DataError, read_samples
 

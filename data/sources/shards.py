@@ -22,8 +22,8 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from data.packing import Sample
 from data.files import temp_name
+from data.packing import Sample
 from data.sources.loader import ShardLoader
 
 # Base dtype of each dataset; all but the label are variable-length per sample.
