@@ -42,7 +42,6 @@ preparation (tests inject failures there: tests/faults.py).
 from __future__ import annotations
 
 import os
-from functools import partial
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -53,7 +52,7 @@ from data.config import BatchGeometry, DataConfig
 from data.order import strategies
 from data.order.curricula import curriculum_from_config
 from data.order.loss_feedback import LossFeedback
-from data.packing import PackedBatch, pack_samples
+from data.packing import PackedBatch, Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher, Transferred
 from data.sample_record import SampleRecorder
 from data.sources import SOURCES
@@ -73,16 +72,18 @@ class TrainPipeline:
 
     def __init__(self, data: DataConfig, geometry: BatchGeometry, rank: int, seed: int, device,
                  comm: HostComm, record_dir: str | os.PathLike | None = None,
-                 ranks_per_node: int = 0, attention_groups: bool = False,
+                 ranks_per_node: int = 0,
+                 pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
                  prepare_hooks: Sequence[Callable[[int], None]] = ()):
         """ranks_per_node: the node size (data.ranks_per_node wins; 0 for both: the world);
-        attention_groups: pack the length groups of grouped attention (data/packing.py)."""
+        pack: packs one micro-batch (the trainer's asks for the length groups of grouped
+        attention when the model's backend reads them, data/packing.py)."""
         self.rank, self.world_size = rank, geometry.world_size
         self.geometry = geometry
         self.strategy = strategies.get(data.balance)
         self.strategy_name = data.balance
         self.depth = data.prefetch_depth
-        self.pack = partial(pack_samples, attention_groups=attention_groups)
+        self.pack = pack
         self.prepare_hooks = list(prepare_hooks)
         files = list_shards(data.train_dir)
         self.curriculum, self.feedback = None, None

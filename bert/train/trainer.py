@@ -128,8 +128,7 @@ class Trainer:
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
             f"{self.geometry.global_batch_size} = {self.ctx.world_size} x "
             f"{self.geometry.micro_batch_size} x {self.geometry.gradient_accumulation_steps} "
-            f"accum, "
-            f"precision {cfg.run.precision}, seed {self.seed}")
+            f"accum, precision {cfg.run.precision}, seed {self.seed}")
         log.init_stop()
 
     def _run_seed(self) -> int:
@@ -219,7 +218,7 @@ class Trainer:
         started = time.time()
         pipeline, eval_set = self._open_data()
         pipeline.announce(log, self.progress)  # bucketing and curriculum, when used
-        gbs = cfg.run.global_batch_size
+        gbs = self.geometry.global_batch_size
         # An eval point rounds up to a whole global batch (REFERENCE 1).
         steps_per_block = max(1, -(-cfg.eval_interval_samples // gbs))
         step, samples = self.start_point["step"], self.start_point["samples"]
@@ -269,8 +268,7 @@ class Trainer:
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=ctx.local_world_size,
-            attention_groups=self.raw_model.attention_backend.attention_groups)
+            ranks_per_node=ctx.local_world_size, pack=self.pack)
         if self._resume_data is not None:
             self.pipeline.load_state_dict(self._resume_data)
         return self.pipeline, self._read_eval_set()
