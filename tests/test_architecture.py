@@ -20,9 +20,15 @@ FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"}}
 
 
 def source_files() -> list[Path]:
-    """The .py files git knows (tracked or new, not ignored), as the checkout has them."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
-                             "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    """The .py files git knows (tracked or new, not ignored), as the checkout has them; without
+    git (a container image), every .py file outside hidden, build and results folders."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                                 "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"build", "results"}
+        return sorted(p for p in ROOT.rglob("*.py") if not any(
+            part.startswith(".") or part in skip for part in p.relative_to(ROOT).parts[:-1]))
     return sorted(ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file())
 
 
