@@ -5,6 +5,7 @@
     torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_1x8xa100_lb56_ga1.yaml
     python run_pretraining.py --resume auto      # continue from the newest checkpoint
     python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
+    python run_pretraining.py --help-config      # every config key, its type and default
 
 Exit status: 0 when the run reached its target accuracy (or an eval-only run finished), 1 when
 it stopped without reaching it, 2 for bad input (config, data, checkpoint), with one line naming
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_CONFIG = ROOT / "configs" / "tiny_cpu.yaml"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(DEFAULT_CONFIG),
@@ -30,42 +31,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--record-samples", metavar="DIR",
                         help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
-                             "sample (sets run.record_samples_dir)")
+                             "sample (sets log.record_samples_dir)")
     parser.add_argument("--resume", metavar="auto|DIR",
                         help="continue from the newest complete checkpoint under the run's "
-                             "output dir (auto) or from DIR (sets run.resume)")
+                             "output dir (auto) or from DIR (sets checkpoint.resume)")
     parser.add_argument("--eval-only", action="store_true",
                         help="evaluate the initial weights (run.init_checkpoint) once, report "
                              "the MLM accuracy and stop (sets run.eval_only)")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its type and default, then exit")
-    return parser.parse_args(argv)
+    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    from bert.checkpoint import CheckpointError
-    from bert.launch_env import abort_mpi_job
+def main(argv: list[str] | None = None, callbacks=()) -> int:
+    """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
+    args = build_parser().parse_args(argv)
     from bert.config import ConfigError, describe_fields, load_config
-    from bert.mlperf import MLPerfLogError
-    from data.shards import DataError
+    from bert.model.weights import CheckpointError
+    from bert.train.launch_env import abort_mpi_job
+    from bert.train.mlperf import MLPerfLogError
+    from data.sources.shards import DataError
 
     if args.help_config:
         print("\n".join(describe_fields()))
         return 0
-    overrides = args.set + (["run.quiet=true"] if args.quiet else [])
+    overrides = args.set + (["log.quiet=true"] if args.quiet else [])
     if args.record_samples:
-        overrides.append(f"run.record_samples_dir={args.record_samples}")
+        overrides.append(f"log.record_samples_dir={args.record_samples}")
     if args.resume:
-        overrides.append(f"run.resume={args.resume}")
+        overrides.append(f"checkpoint.resume={args.resume}")
     if args.eval_only:
         overrides.append("run.eval_only=true")
     try:
         cfg = load_config(args.config, overrides)
         from data.synthetic import ensure_synthetic_data
-        ensure_synthetic_data(cfg)  # data preparation, outside the timed MLPerf region
-        from bert.trainer import Trainer
-        trainer = Trainer(cfg)
+        # data preparation, outside the timed MLPerf region
+        ensure_synthetic_data(cfg.data, cfg.model.vocab_size)
+        from bert.train.trainer import Trainer
+        trainer = Trainer(cfg, callbacks=callbacks)
         result = trainer.train()
     except (ConfigError, DataError, CheckpointError, MLPerfLogError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         abort_mpi_job(1, err)
         raise
     finally:
-        from bert.distributed import shutdown_distributed
+        from bert.train.distributed import shutdown_distributed
         shutdown_distributed()
     if trainer.ctx.is_main:
         print(f"MLPerf log: {result.log_path}  (check it with: python scripts/check_compliance.py "

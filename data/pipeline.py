@@ -1,6 +1,6 @@
 """The host data pipeline of one rank: shards -> exchange -> balance -> pack -> prefetch -> device.
 
-    pipeline = TrainPipeline(cfg, rank, world_size, seed, device, comm)
+    pipeline = TrainPipeline(data_cfg, geometry, rank, seed, device, comm)
     micro_batches = pipeline.next_step()   # list[PackedBatch] on the device, one optimizer step
     pipeline.observe_loss(step_loss)       # after the step: feeds a loss-driven curriculum
     pipeline.state_dict() / load_state_dict(state)
@@ -8,18 +8,17 @@
 
 What one step's preparation does, on the prefetch thread (data/prefetch.py), while the device
 trains earlier steps:
-1. Draw this rank's raw local batch of B = global_batch / world samples with their origin
-   (shard file, index): from a ShardStream, or a StratifiedStream (data/strata.py) for the
-   stratified strategies, whose batches hold fixed per-stratum counts, or, with a
-   data.curriculum, a BucketStream (data/bucketing.py): all B from the length bucket the
-   curriculum picks for the step (see "Curricula" below).
-2. Exchange (strategies that move samples): all-gather the raw batches over the group the
-   strategy deals within: the world for global_presort/serpentine, the node for
-   stratified_local_*; none and stratified move nothing.
-3. Balance: data/balance.py computes the same assignment on every rank; keep row `rank`.
-   Every sample of the global batch lands on exactly one rank.
-4. Split the rank's B samples into gradient_accumulation_steps micro-batches (after balancing)
-   and pack each (data/batching.py: the unpad metadata is computed here, on the host).
+1. Draw this rank's raw local batch of B = geometry.local_batch_size samples with their origin
+   (shard file, index) from the strategy's source (data/sources: a ShardStream, or for the
+   stratified strategies a StratifiedStream whose batches hold fixed per-stratum counts) or,
+   with a data.curriculum, from a BucketStream (data/sources/bucket_queues.py): all B from the
+   length bucket the curriculum picks for the step (see "Curricula" below).
+2. Exchange (strategies whose scope is wider than a rank): all-gather the raw batches over the
+   group the strategy deals within, the node or the world.
+3. Balance: the strategy's dealer (data/order/strategies.py) computes the same assignment on
+   every rank; keep row `rank`. Every sample of the global batch lands on exactly one rank.
+4. Split the rank's B samples into the geometry's micro-batches (after balancing) and pack each
+   (data/packing.py: the unpad metadata is computed here, on the host).
 5. Start the device copy (pinned memory, side stream).
 The main thread then takes the step with `next_step()`, which also writes the audit trail
 (data/sample_record.py) when record_dir is set.
@@ -27,7 +26,7 @@ The main thread then takes the step with `next_step()`, which also writes the au
 Curricula (seed 002, docs/curriculum.md). Every rank holds the same curriculum and feeds it the
 same numbers, so all ranks pick the same bucket for a step without a collective of their own:
 the fixed orders are functions of (seed, step); loss_controlled and exp3s get, while the thread
-prepares step s, the loss of step s - lag (lag = prefetch_depth + 1, data/loss_feedback.py)
+prepares step s, the loss of step s - lag (lag = prefetch_depth + 1, data/order/loss_feedback.py)
 averaged over all ranks by an all-gather on the host comm, on this thread (the training step
 never waits for it; every rank computes the same mean from the same gathered list). The
 trainer posts each step's loss with `observe_loss(loss)`, a device tensor: no host sync.
@@ -37,29 +36,28 @@ also the curriculum as it was right after drawing that step (with its draws awai
 and this rank's losses of the last `lag` steps, which the curriculum has not seen yet. Taken
 after `observe_loss` of the last step; resuming from it prepares exactly the same batches.
 
-Test hook: BERT_TEST_CRASH_RANK=R makes rank R fail while preparing step BERT_TEST_CRASH_STEP
-(default 2). tests/test_data_distributed.py uses it to check that a failing rank ends the job.
+`prepare_hooks`: callables run on the data thread with the step index before each step's
+preparation (tests inject failures there: tests/faults.py).
 """
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
-from data.balance import NODE_LOCAL, STRATIFIED, balance
-from data.batching import PackedBatch, pack_samples
-from data.bucketing import BucketStream
-from data.curriculum import curriculum_from_config
-from data.exchange import HostComm, allgather_batch
-from data.loss_feedback import LossFeedback
+from data.comm.host import HostComm, allgather_batch
+from data.config import BatchGeometry, DataConfig
+from data.order import strategies
+from data.order.curricula import curriculum_from_config
+from data.order.loss_feedback import LossFeedback
+from data.packing import PackedBatch, Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher, Transferred
 from data.sample_record import SampleRecorder
-from data.shards import ShardStream, list_shards
-from data.strata import StratifiedStream
-
-CRASH_RANK_VAR, CRASH_STEP_VAR = "BERT_TEST_CRASH_RANK", "BERT_TEST_CRASH_STEP"
+from data.sources import SOURCES
+from data.sources.bucket_queues import BucketStream
+from data.sources.shards import list_shards
 
 
 class PreparedStep(NamedTuple):
@@ -72,59 +70,62 @@ class PreparedStep(NamedTuple):
 class TrainPipeline:
     """Prepared optimizer steps for one rank (see module docstring)."""
 
-    def __init__(self, cfg, rank: int, world_size: int, seed: int, device, comm: HostComm,
-                 record_dir: str | os.PathLike | None = None, ranks_per_node: int = 0):
-        d, run = cfg.data, cfg.run
-        if run.global_batch_size % (world_size * run.gradient_accumulation_steps):
-            raise ValueError(f"run.global_batch_size={run.global_batch_size} does not split "
-                             f"into {world_size} ranks x {run.gradient_accumulation_steps} "
-                             f"micro-batches")
-        self.rank, self.world_size = rank, world_size
-        self.strategy = d.balance
-        self.local_batch = run.global_batch_size // world_size
-        self.accum = run.gradient_accumulation_steps
-        self.depth = d.prefetch_depth
-        files = list_shards(os.path.expanduser(d.train_dir))
+    def __init__(self, data: DataConfig, geometry: BatchGeometry, rank: int, seed: int, device,
+                 comm: HostComm, record_dir: str | os.PathLike | None = None,
+                 ranks_per_node: int = 0,
+                 pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
+                 prepare_hooks: Sequence[Callable[[int], None]] = ()):
+        """ranks_per_node: the node size (data.ranks_per_node wins; 0 for both: the world);
+        pack: packs one micro-batch (the trainer's asks for the length groups of grouped
+        attention when the model's backend reads them, data/packing.py)."""
+        self.rank, self.world_size = rank, geometry.world_size
+        self.geometry = geometry
+        self.strategy = strategies.get(data.balance)
+        self.strategy_name = data.balance
+        self.depth = data.prefetch_depth
+        self.pack = pack
+        self.prepare_hooks = list(prepare_hooks)
+        files = list_shards(data.train_dir)
         self.curriculum, self.feedback = None, None
-        if d.curriculum != "none":
-            self._open_curriculum(cfg, files, rank, world_size, seed, device)
+        if data.curriculum.enabled:
+            self._open_curriculum(data, files, seed, device)
         else:
-            source_cls = StratifiedStream if self.strategy in STRATIFIED else ShardStream
-            self.source = source_cls(files, rank, world_size, seed, d.max_seq_length,
-                                     d.max_predictions_per_seq)
+            self.source = SOURCES[self.strategy.source](
+                files, rank, self.world_size, seed, data.max_seq_length,
+                data.max_predictions_per_seq)
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
-        self.group = self._exchange_group(comm, ranks_per_node or d.ranks_per_node or world_size)
+        self.group = self._exchange_group(comm, data.ranks_per_node or ranks_per_node
+                                          or self.world_size)
         self.transfer = DeviceTransfer(device)
         self.recorder = (SampleRecorder(record_dir, rank, [f.name for f in files])
                          if record_dir else None)
-        self._crash_step = _crash_step(rank)
         self._prefetcher: Prefetcher | None = None
         self._next_to_prepare = 0
         self._state = {**self._snapshot(), "step": 0}
 
-    def _open_curriculum(self, cfg, files, rank: int, world_size: int, seed: int,
-                         device) -> None:
+    def _open_curriculum(self, data: DataConfig, files, seed: int, device) -> None:
         """Bucketed source, the curriculum over its buckets, and the loss feedback it needs."""
-        d = cfg.data  # the division rule was checked with the config (Config.__post_init__)
-        self.source = BucketStream(files, rank, world_size, seed, d.max_seq_length,
-                                   d.max_predictions_per_seq, d.bucket_edges)
-        self.curriculum = curriculum_from_config(d, self.source.shares, seed)
+        # the division rule was checked with the config (Config.__post_init__)
+        self.source = BucketStream(files, self.rank, self.world_size, seed, data.max_seq_length,
+                                   data.max_predictions_per_seq,
+                                   data.curriculum.bucket_boundaries)
+        self.curriculum = curriculum_from_config(data.curriculum, self.source.shares, seed)
         if self.curriculum.uses_losses:
             self.feedback = LossFeedback(device, lag=self.depth + 1)
 
     def _exchange_group(self, comm: HostComm, ranks_per_node: int) -> HostComm | None:
         """The ranks whose batches are pooled and dealt; None when nothing moves."""
-        if self.strategy in ("none", "stratified"):
+        if not self.strategy.exchanges:
             return None
-        if self.strategy not in NODE_LOCAL:
+        if self.strategy.scope == "world":
             return comm
-        node_size = min(ranks_per_node, self.world_size)
-        if self.world_size % node_size:
-            raise ValueError(f"data.balance={self.strategy}: world size {self.world_size} is "
-                             f"not a whole number of {node_size}-rank nodes "
-                             f"(data.ranks_per_node)")
+        try:
+            node = strategies.node_size(self.world_size, ranks_per_node)
+        except ValueError as err:
+            raise ValueError(f"data.balance={self.strategy_name}: {err} "
+                             f"(data.ranks_per_node)") from None
         # collective: every rank splits at the same point
-        return comm if node_size == self.world_size else comm.split(self.rank // node_size)
+        return comm if node == self.world_size else comm.split(self.rank // node)
 
     # -- main thread --------------------------------------------------------------------------
 
@@ -132,7 +133,7 @@ class TrainPipeline:
         """The micro-batches of the next optimizer step, on the device (starts the thread)."""
         last = self._state["step"] - 1
         if self.feedback is not None and last >= 0 and not self.feedback.observed(last):
-            raise RuntimeError(f"data.curriculum={self.curriculum.name} needs every step's "
+            raise RuntimeError(f"data.curriculum.name={self.curriculum.name} needs every step's "
                                f"loss: call pipeline.observe_loss(loss) after step {last}")
         if self._prefetcher is None:
             self._prefetcher = Prefetcher(self._prepare, self.depth,
@@ -191,7 +192,7 @@ class TrainPipeline:
 
     def announce(self, mllog, progress) -> None:
         """Say which bucketing and curriculum the run uses: one MLPerf event, one progress
-        line (bert/mlperf.py, bert/progress.py). Nothing without a curriculum."""
+        line (bert/train/mlperf.py, bert/train/progress.py). Nothing without a curriculum."""
         if self.curriculum is None:
             return
         mllog.event("data_curriculum", self.curriculum.name,
@@ -226,27 +227,26 @@ class TrainPipeline:
 
     def _prepare(self) -> PreparedStep:
         step = self._next_to_prepare
-        if step == self._crash_step:
-            raise RuntimeError(f"{CRASH_RANK_VAR}={self.rank}: injected failure while preparing "
-                               f"step {step} (test hook)")
+        for hook in self.prepare_hooks:
+            hook(step)
         samples, origin = self._draw(step)
         state_after = self._snapshot()
         if self.group is not None:
             samples, origin = self._exchange(samples, origin)
-        micro = self.local_batch // self.accum
-        packed = [pack_samples(samples[i * micro:(i + 1) * micro]) for i in range(self.accum)]
+        packed = [self.pack(micro) for micro in self.geometry.micro_batches(samples)]
         self._next_to_prepare = step + 1
         return PreparedStep(step, self.transfer.start(packed), origin, state_after)
 
     def _draw(self, step: int):
         """This rank's raw local batch of `step` and its origin (B, 2)."""
+        local_batch = self.geometry.local_batch_size
         if self.curriculum is None:
-            return self.source.next_batch_tagged(self.local_batch)
+            return self.source.next_batch_tagged(local_batch)
         if self.feedback is not None and step >= self.feedback.lag:
             done = step - self.feedback.lag
             self.curriculum.update_step(done, self._mean_over_ranks(self.feedback.value(done)))
         bucket = self.curriculum.next_bucket(step)
-        return self.source.next_batch_tagged(self.local_batch, bucket)
+        return self.source.next_batch_tagged(local_batch, bucket)
 
     def _mean_over_ranks(self, value: float) -> float:
         """The mean of every rank's `value`: the same bits on every rank (the same gathered
@@ -259,12 +259,6 @@ class TrainPipeline:
         """This rank's share of the group's pooled batch under the strategy."""
         pooled = allgather_batch(self.group, samples, origin)
         size = self.group.size
-        rows = balance(self.strategy, pooled.lengths, size, size)[self.group.rank]
+        rows = self.strategy.deal(pooled.lengths, size, size)[self.group.rank]
         return pooled.samples(rows), pooled.origin[rows]
 
-
-def _crash_step(rank: int) -> int:
-    """Step at which the test hook makes this rank fail; -1 when the hook is off."""
-    if os.environ.get(CRASH_RANK_VAR, "") != str(rank):
-        return -1
-    return int(os.environ.get(CRASH_STEP_VAR, "2"))

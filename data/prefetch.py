@@ -23,12 +23,11 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
-from dataclasses import fields
 from typing import Callable, Generic, NamedTuple, Sequence, TypeVar
 
 import torch
 
-from data.batching import PackedBatch
+from data.packing import PackedBatch
 
 T = TypeVar("T")
 POLL_S = 0.05  # wake-up period of blocking waits: bounds the reaction time to stop/failure
@@ -177,8 +176,6 @@ class DeviceTransfer:
         current = torch.cuda.current_stream(self.device)
         current.wait_event(transferred.event)
         for batch in transferred.batches:
-            for f in fields(batch):
-                value = getattr(batch, f.name)
-                if isinstance(value, torch.Tensor):
-                    value.record_stream(current)
+            for tensor in batch.tensors():
+                tensor.record_stream(current)
         return transferred.batches

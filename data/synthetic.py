@@ -38,17 +38,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from data.batching import Sample
-from data.shards import SHARD_GLOB, DataError, write_samples
+from data.files import write_text_atomic
+from data.order.lengths import sample_lengths
+from data.packing import Sample
+from data.sources.shards import SHARD_GLOB, DataError, write_samples
 
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103
 FIRST_WORD_ID = 104
 MIN_LENGTH = 5  # [CLS] w [SEP] w [SEP]: both sentences hold at least one word
-
-# REFERENCE 2: share of training sequences per quarter of max_seq_length, and the share of
-# sequences exactly at the maximum (part of the last quarter).
-QUARTER_FRACTIONS = (0.373, 0.197, 0.117, 0.314)
-AT_MAX_FRACTION = 0.23
 
 KEY_PROB = 0.8  # chance that a word is its sentence's topic word
 FOLLOW_PROB = 0.9  # otherwise: chance that a word is the successor of the previous one
@@ -90,22 +87,14 @@ def _check_vocab(vocab_size: int) -> None:
 # Vectorized generation: every step works on all n samples at once
 # --------------------------------------------------------------------------------------------
 
-def sample_lengths(rng: np.random.Generator, n: int, max_seq_length: int) -> np.ndarray:
-    """(n,) int64 sequence lengths drawn from the REFERENCE 2 histogram scaled to max_seq_length.
-
-    Bins: [5, L/4], (L/4, L/2], (L/2, 3L/4], (3L/4, L-1] and exactly L, with the at-max share
-    taken out of the last quarter.
-    """
-    L = max_seq_length
-    if L < 4 * MIN_LENGTH:
-        raise ValueError(f"max_seq_length={L} must be >= {4 * MIN_LENGTH} (each quarter of the "
-                         f"length histogram needs room above the minimum length {MIN_LENGTH})")
-    lows = np.array([MIN_LENGTH, L // 4 + 1, L // 2 + 1, 3 * L // 4 + 1, L])
-    highs = np.array([L // 4, L // 2, 3 * L // 4, L - 1, L])  # inclusive
-    probs = np.array([*QUARTER_FRACTIONS[:3], QUARTER_FRACTIONS[3] - AT_MAX_FRACTION,
-                      AT_MAX_FRACTION])
-    bins = rng.choice(len(probs), size=n, p=probs / probs.sum())
-    return rng.integers(lows[bins], highs[bins] + 1)
+def _sample_lengths(rng: np.random.Generator, n: int, max_seq_length: int) -> np.ndarray:
+    """(n,) int64 sequence lengths from REFERENCE 2's histogram (data/order/lengths.py) scaled
+    to max_seq_length L: bins [5, L/4], (L/4, L/2], (L/2, 3L/4], (3L/4, L-1] and exactly L."""
+    if max_seq_length < 4 * MIN_LENGTH:
+        raise ValueError(f"max_seq_length={max_seq_length} must be >= {4 * MIN_LENGTH} (each "
+                         f"quarter of the length histogram needs room above the minimum length "
+                         f"{MIN_LENGTH})")
+    return sample_lengths(n, max_seq_length, rng, min_length=MIN_LENGTH)
 
 
 def generate_words(rng: np.random.Generator, succ: np.ndarray, num_words: np.ndarray,
@@ -196,7 +185,7 @@ def apply_masking(rng: np.random.Generator, tokens: np.ndarray, positions: np.nd
 def generate_samples(rng: np.random.Generator, succ: np.ndarray, num_samples: int,
                      max_seq_length: int, max_predictions: int) -> list[Sample]:
     """`num_samples` synthetic Samples (file dtypes: int16 ids, int8 segments)."""
-    lengths = sample_lengths(rng, num_samples, max_seq_length)
+    lengths = _sample_lengths(rng, num_samples, max_seq_length)
     num_words = lengths - 3
     a_lengths = rng.integers(1, num_words)  # A and B each hold at least one word
     b_is_random = rng.random(num_samples) < NSP_RANDOM_PROB
@@ -300,25 +289,25 @@ if __name__ == "__main__":
 MANIFEST = "synthetic.json"
 
 
-def ensure_synthetic_data(cfg) -> None:
-    """Generate cfg.data.train_dir's synthetic data if `data.synthetic.enabled` and it is absent.
+def ensure_synthetic_data(data, vocab_size: int) -> None:
+    """Generate data.train_dir's synthetic data if `data.synthetic.enabled` and it is absent.
 
-    The manifest is written last (atomically), so a folder without one, or with one describing
-    other parameters, is regenerated instead of trusted. Fills in `data.eval_file` when empty.
-    Runs before the MLPerf init phase: data preparation is not part of the timed run.
+    `data`: a DataConfig (data/config.py), whose eval_file already defaults to the generated
+    eval.hdf5; vocab_size: the model's (token ids are drawn below it). The manifest is written
+    last (atomically), so a folder without one, or with one describing other parameters, is
+    regenerated instead of trusted. Runs before the MLPerf init phase: data preparation is not
+    part of the timed run.
     """
-    data, syn = cfg.data, cfg.data.synthetic
+    syn = data.synthetic
     if not syn.enabled:
         return
     if not data.train_dir:
         raise DataError("data.synthetic.enabled needs data.train_dir (where to put the data)")
-    out = Path(os.path.expanduser(data.train_dir))
-    data.train_dir = str(out)
-    data.eval_file = data.eval_file or str(out / "eval.hdf5")
+    out = Path(data.train_dir)
     params = dict(num_shards=syn.num_shards, samples_per_shard=syn.samples_per_shard,
                   eval_samples=syn.eval_samples, max_seq_length=data.max_seq_length,
                   max_predictions=data.max_predictions_per_seq,
-                  vocab_size=cfg.model.vocab_size, seed=syn.seed)
+                  vocab_size=vocab_size, seed=syn.seed)
     manifest = out / MANIFEST
     if manifest.is_file() and _read_manifest(manifest) == params:
         return
@@ -328,9 +317,7 @@ def ensure_synthetic_data(cfg) -> None:
             old.unlink()
     start = time.perf_counter()
     generate(out, **params)
-    tmp = manifest.with_name(f".{MANIFEST}.tmp")
-    tmp.write_text(json.dumps(params, indent=1))
-    os.replace(tmp, manifest)
+    write_text_atomic(manifest, json.dumps(params, indent=1))
     print(f"synthetic data: {params['num_shards']} shards x {params['samples_per_shard']} samples"
           f" + {params['eval_samples']} eval samples in {out} "
           f"({time.perf_counter() - start:.1f} s)", flush=True)

@@ -2,7 +2,8 @@
 
 What a rank's prefetch thread does per step, minus file reading (done a shard at a time in the
 background) and the network: encode its raw local batch for the exchange, decode the gathered
-global batch, deal it (data/balance.py), take its rows and pack them (data/batching.py). The
+global batch, deal it (the strategy's record, data/order/strategies.py), take its rows and pack
+them (data/packing.py). Strategies that exchange nothing only pack. The
 all-gather result of the 8 ranks is given: the 8 raw local batches are encoded once up front,
 as every rank would receive them. Each timed iteration plays one rank of one step; the ranks
 take turns so that each iteration keeps a different share.
@@ -36,10 +37,13 @@ sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_pipeline.py`
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from data import balance as bal  # noqa: E402
+from data.comm.wire import GlobalBatch, encode  # noqa: E402
+from data.config import BatchGeometry  # noqa: E402
+from data.order.lengths import (length_pmf, sample_lengths,  # noqa: E402
+                                sample_stratified_lengths, strata_edges)
+from data.order.strategies import STRATEGIES  # noqa: E402
+from data.packing import Sample, pack_samples  # noqa: E402
 from scripts.script_utils import cpu_model  # noqa: E402
-from data.batching import Sample, pack_samples  # noqa: E402
-from data.codec import GlobalBatch, encode  # noqa: E402
 
 TARGET = 20_000.0  # samples/s per rank
 
@@ -56,55 +60,57 @@ def make_samples(lengths: np.ndarray, max_pred: int, rng: np.random.Generator) -
     return out
 
 
-def global_batches(strategy: str, args, rng: np.random.Generator) -> list[list[list[Sample]]]:
+def global_batches(strategy: str, args, geometry: BatchGeometry,
+                   rng: np.random.Generator) -> list[list[list[Sample]]]:
     """`args.batches` global batches, each a list of the ranks' raw local batches."""
-    local = args.global_batch // args.ranks
-    pmf = bal.length_pmf(args.max_len)
+    local = geometry.local_batch_size
+    pmf = length_pmf(args.max_len)
     out = []
     for _ in range(args.batches):
-        if strategy in bal.STRATIFIED:
-            lengths = bal.sample_stratified_lengths(1, args.ranks, local, rng, pmf,
-                                                    bal.strata_edges(args.max_len))[0]
+        if STRATEGIES[strategy].source == "stratified":
+            lengths = sample_stratified_lengths(1, args.ranks, local, rng, pmf,
+                                                strata_edges(args.max_len))[0]
         else:
-            lengths = bal.sample_lengths(args.global_batch, args.max_len, rng)
+            lengths = sample_lengths(args.global_batch_size, args.max_len, rng)
         samples = make_samples(lengths, args.max_pred, rng)
         out.append([samples[r * local:(r + 1) * local] for r in range(args.ranks)])
     return out
 
 
-def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, accum: int):
+def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered,
+            geometry: BatchGeometry):
     """One rank's host work for one step; `gathered` = the all-gather result (metas, payloads)."""
-    mine = raw[rank]
-    if strategy in ("none", "stratified"):
+    mine, record = raw[rank], STRATEGIES[strategy]
+    if not record.exchanges:
         samples = mine
     else:
         encode(mine, np.zeros((len(mine), 2), dtype=np.int64))  # its send buffer
         pooled = GlobalBatch(*gathered)
         size = len(raw)
-        rows = bal.balance(strategy, pooled.lengths, size, size)[rank]
+        rows = record.deal(pooled.lengths, size, size)[rank]
         samples = pooled.samples(rows)
-    micro = len(samples) // accum
-    return [pack_samples(samples[i * micro:(i + 1) * micro]).to("cpu") for i in range(accum)]
+    return [pack_samples(micro).to("cpu") for micro in geometry.micro_batches(samples)]
 
 
 def bench(strategy: str, args) -> dict:
     rng = np.random.default_rng(args.seed)
-    batches = global_batches(strategy, args, rng)
+    geometry = BatchGeometry.build(args, args.ranks)
+    batches = global_batches(strategy, args, geometry, rng)
     gathered = []
     for raw in batches:
         encoded = [encode(s, np.zeros((len(s), 2), dtype=np.int64)) for s in raw]
         gathered.append(([m for m, _ in encoded], [p for _, p in encoded]))
     for i in range(args.warmup):
         prepare(strategy, i % args.ranks, batches[i % len(batches)], gathered[i % len(batches)],
-                args.accum)
+                geometry)
     times = []
     for i in range(args.iters):
         b = i % len(batches)
         start = time.perf_counter()
-        prepare(strategy, i % args.ranks, batches[b], gathered[b], args.accum)
+        prepare(strategy, i % args.ranks, batches[b], gathered[b], geometry)
         times.append(time.perf_counter() - start)
     seconds = float(np.median(times))
-    local = args.global_batch // args.ranks
+    local = geometry.local_batch_size
     return {"samples_per_s_per_rank": local / seconds, "us_per_local_batch": seconds * 1e6}
 
 
@@ -128,11 +134,12 @@ def machine() -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--strategies", nargs="+", default=list(bal.STRATEGIES),
-                   choices=list(bal.STRATEGIES))
-    p.add_argument("--global-batch", type=int, default=448)
+    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES),
+                   choices=list(STRATEGIES))
+    p.add_argument("--global-batch", type=int, default=448, dest="global_batch_size")
     p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per local batch")
+    p.add_argument("--accum", type=int, default=1, dest="gradient_accumulation_steps",
+                   help="micro-batches per local batch")
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--max-pred", type=int, default=76)
     p.add_argument("--batches", type=int, default=8, help="distinct global batches cycled")
@@ -148,8 +155,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     results = {s: bench(s, args) for s in args.strategies}
-    print(f"host prep of one local batch: global {args.global_batch} over {args.ranks} ranks, "
-          f"max length {args.max_len}, {args.accum} micro-batch(es), 1 thread")
+    print(f"host prep of one local batch: global {args.global_batch_size} over {args.ranks} "
+          f"ranks, max length {args.max_len}, {args.gradient_accumulation_steps} "
+          f"micro-batch(es), 1 thread")
     print(f"{'strategy':<26}{'samples/s/rank':>16}{'us/batch':>10}  target {TARGET:,.0f}")
     for name, r in results.items():
         ok = "ok" if r["samples_per_s_per_rank"] >= TARGET else "BELOW"

@@ -49,7 +49,7 @@ from scripts.bench.throughput_profile import profile_step  # noqa: E402
 from scripts.bench.throughput_variants import build_hf, build_ours, init_state  # noqa: E402
 from scripts.bench.throughput_workload import (FLOP_FORMULA, MODEL_SIZES,  # noqa: E402
                                                build_workload, model_config, train_flops)
-from bert.config import FUSED_HIDDEN_SIZE  # noqa: E402
+from bert.model.config import FUSED_HIDDEN_SIZE  # noqa: E402
 
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
 # Attention backends whose results are checked against the reference (tests/test_attention.py, and

@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bert.checkpoint import CheckpointError, load_checkpoint_file, load_into_model  # noqa: E402
-from bert.config import ConfigError, ModelConfig, load_config  # noqa: E402
-from bert.model import BertForPretraining  # noqa: E402
-from data.prepare.checkpoint_names import (tf_to_hf_name, tf_to_hf_state_dict,  # noqa: E402
-                                           to_hf_state_dict)
-from data.prepare.files import atomic_path  # noqa: E402
+from bert.config import ConfigError, load_config  # noqa: E402
+from bert.model import BertForPretraining, ModelConfig  # noqa: E402
+from bert.model.weights import (CheckpointError, load_checkpoint_file,  # noqa: E402
+                                load_into_model, tf_to_hf_name, tf_to_hf_state_dict,
+                                to_hf_state_dict)
+from data.files import atomic_path  # noqa: E402
 
 # HF config.json activation names -> ours
 HF_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}

@@ -5,7 +5,7 @@ bucketed source and curriculum, the loss feedback), on the same synthetic data w
 seed, so the same initial weights and the same number of samples; only the order and grouping
 of the samples differ:
 
-    baseline         data.curriculum=none: shuffled batches of mixed lengths
+    baseline         data.curriculum.name=none: shuffled batches of mixed lengths
     shuffled         length buckets, every step's bucket drawn in a seeded random order
                      (in proportion to the bucket's share): the baseline with
                      length-homogeneous batches
@@ -17,7 +17,7 @@ of the samples differ:
                      its previous batch (reward visit_gain: the pipeline has no second forward)
 
 The fixed orders give bucket b a number of batches per round in proportion to its share of
-the data under REFERENCE 2's length histogram (data.curriculum_round_batches per round;
+the data under REFERENCE 2's length histogram (data.curriculum.round_batches per round;
 consecutive except for "shuffled"). Model and optimizer: configs/tiny_cpu.yaml (vocab 1024,
 hidden 128, 2 layers; LAMB lr 1e-2, warmup 50), the schedule decaying to 0 at --steps.
 
@@ -52,9 +52,9 @@ from scripts.script_utils import cpu_model, git_commit, import_pyplot  # noqa: E
 
 import numpy as np  # noqa: E402
 
-from data.bucketing import bucket_of  # noqa: E402
+from data.order.bucketing import bucket_of  # noqa: E402
 from data.sample_record import read_records  # noqa: E402
-from data.shards import list_shards, read_samples  # noqa: E402
+from data.sources.shards import list_shards, read_samples  # noqa: E402
 from data.synthetic import generate, shard_name  # noqa: E402
 
 RUNS = ("baseline", "shuffled", "random", "increasing", "decreasing", "loss_controlled",
@@ -141,26 +141,26 @@ def settings(name: str, args, data: Path, out: Path) -> dict:
     base = {
         "data.synthetic.enabled": "false", "data.train_dir": data,
         "data.eval_file": data / "eval.hdf5", "data.max_seq_length": args.boundaries[-1],
-        "run.eval_samples": args.eval_samples, "run.global_batch_size": args.batch_size,
+        "eval.samples": args.eval_samples, "run.global_batch_size": args.batch_size,
         "run.max_steps": args.steps, "schedule.total_steps": args.steps,
         "schedule.warmup_steps": min(args.warmup, args.steps), "optim.lr": args.lr,
-        "run.eval_interval_samples": args.eval_every * args.batch_size,
-        "run.target_mlm_accuracy": 1.0,  # never stop early: every run trains all its samples
+        "eval.interval_samples": args.eval_every * args.batch_size,
+        "eval.target_mlm_accuracy": 1.0,  # never stop early: every run trains all its samples
         "run.seed": args.seed, "run.output_dir": out, "run.threads": args.threads,
-        "run.log_interval_s": 0, "run.submission_division": "open",
+        "log.interval_s": 0, "submission.division": "open",
         # the attention of the recorded results (tiny_cpu.yaml's default changed after them;
         # both are exact, but their rounding differs, so the curves would move a little)
         "model.attention": "padded_sdpa"}
     if name == "baseline":
         return base
-    curriculum = {"data.curriculum": name,
-                  "data.bucket_boundaries": ",".join(map(str, args.boundaries)),
-                  "data.curriculum_round_batches": args.round_batches,
-                  "data.curriculum_loss_targets": args.loss_target,
-                  "data.curriculum_loss_window": args.loss_window,
-                  "data.curriculum_max_batches": args.loss_max_batches,
-                  "data.curriculum_eta": args.eta, "data.curriculum_gamma": args.gamma,
-                  "data.curriculum_alpha": args.alpha}
+    curriculum = {"data.curriculum.name": name,
+                  "data.curriculum.bucket_boundaries": ",".join(map(str, args.boundaries)),
+                  "data.curriculum.round_batches": args.round_batches,
+                  "data.curriculum.loss_targets": args.loss_target,
+                  "data.curriculum.loss_window": args.loss_window,
+                  "data.curriculum.max_batches": args.loss_max_batches,
+                  "data.curriculum.eta": args.eta, "data.curriculum.gamma": args.gamma,
+                  "data.curriculum.alpha": args.alpha}
     return {**base, **curriculum}
 
 

@@ -34,7 +34,7 @@ from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval  # noqa: E402
 from data.prepare.instances import ExampleParams  # noqa: E402
 from data.prepare.reshard import reshard  # noqa: E402
 from data.prepare.to_varlen import to_varlen  # noqa: E402
-from data.shards import SHARD_GLOB, DataError  # noqa: E402
+from data.sources.shards import SHARD_GLOB, DataError  # noqa: E402
 
 
 TEXT_GLOB = "part-*"  # text shards in a folder: part-00000-of-00500 ...

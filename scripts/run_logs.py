@@ -38,7 +38,7 @@ MLLOG_TOKEN = ":::MLLOG"
 # (bert/mlperf.py) owns MLLOG keys; once it defines RESUMED_FROM_CHECKPOINT it is read from
 # there, so writer and reader cannot drift apart.
 try:
-    from bert.mlperf import RESUMED_FROM_CHECKPOINT
+    from bert.train.mlperf import RESUMED_FROM_CHECKPOINT
 except ImportError:
     RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
 RESUMED_NAME = re.compile(r"mlperf_resumed_step_(\d+)\.log$")  # bert/trainer.py's _log_name

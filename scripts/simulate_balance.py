@@ -1,8 +1,8 @@
 """Monte-Carlo of per-rank token counts under each balancing strategy (seed 001, Table 5).
 
 Every trial draws a global batch of ranks x local-batch lengths (from REFERENCE 2's length
-histogram, or from real shards with --shards), deals it with each strategy of data/balance.py
-and records the fewest and most real tokens any rank gets. The table shows the averages over
+histogram, or from real shards with --shards), deals it with each strategy of
+data/order/strategies.py and records the fewest and most real tokens any rank gets. The table shows the averages over
 trials; the spread (max - min) is what the slowest rank makes every other rank wait for.
 
     python scripts/simulate_balance.py                       # 8 GPUs, one node
@@ -23,7 +23,8 @@ from scripts.script_utils import import_pyplot  # noqa: E402 (needs the path abo
 
 import numpy as np  # noqa: E402
 
-from data import balance  # noqa: E402
+from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths  # noqa: E402
+from data.order.simulate import simulate_token_range  # noqa: E402
 
 # Seed 001, appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
 # node, max length 512. The GPU count is not stated; these numbers come out of this simulation
@@ -65,9 +66,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 def length_distribution(args) -> tuple[np.ndarray, str]:
     """The pmf (max_len+1,) to draw from, and a line saying where it came from."""
     if not args.shards:
-        return balance.length_pmf(args.max_len), "REFERENCE 2 histogram"
-    lengths = balance.lengths_from_shards(args.shards)
-    return (balance.pmf_from_lengths(lengths, args.max_len),
+        return length_pmf(args.max_len), "REFERENCE 2 histogram"
+    lengths = lengths_from_shards(args.shards)
+    return (pmf_from_lengths(lengths, args.max_len),
             f"{lengths.size} samples from {args.shards} (mean {lengths.mean():.1f})")
 
 
@@ -116,8 +117,8 @@ def main(argv=None) -> None:
     pmf, source = length_distribution(args)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    result = balance.simulate_token_range(args.ranks, args.local_batch, args.ranks_per_node,
-                                          args.trials, rng, pmf)
+    result = simulate_token_range(args.ranks, args.local_batch, args.ranks_per_node,
+                                  args.trials, rng, pmf)
     elapsed = time.perf_counter() - start
     title = (f"{args.ranks} ranks ({args.ranks_per_node}/node) x {args.local_batch} samples, "
              f"max len {args.max_len}, {args.trials} trials")

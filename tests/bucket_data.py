@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data.shards import list_shards, read_samples, write_samples
+from data.sources.shards import list_shards, read_samples, write_samples
 from data.synthetic import generate_samples, shard_name, successor_table
 
 from data_audit import Key

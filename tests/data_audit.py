@@ -1,7 +1,7 @@
 """Checks of a sample audit trail (DIR/rank<R>.txt from --record-samples) against an oracle.
 
 The oracle replays what each rank drew (its ShardStream or StratifiedStream, same seed) and
-deals every global batch with data/balance.py over the group the strategy exchanges within.
+deals every global batch with data/order/strategies.py over the group the strategy exchanges within.
 Used by tests/test_pipeline.py (ranks as threads) and tests/test_data_distributed.py (ranks as
 processes under torchrun and mpiexec).
 """
@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from data.balance import NODE_LOCAL, STRATIFIED, balance, strata_edges, stratum_of
+from data.order.lengths import strata_edges, stratum_of
+from data.order.strategies import STRATEGIES, balance
 from data.sample_record import read_records
-from data.shards import ShardStream, list_shards, read_samples
-from data.strata import StratifiedStream
+from data.sources import SOURCES
+from data.sources.shards import ShardStream, list_shards, read_samples
+from data.sources.stratified import StratifiedStream
 
 Key = tuple[str, int]  # (shard file name, sample index in the file)
 
@@ -32,11 +34,17 @@ def read_rank_files(folder: Path, world: int) -> list[dict[int, list[Key]]]:
     return out
 
 
+def stratified(strategy: str) -> bool:
+    """Whether the strategy's ranks draw from per-stratum queues (not one pass over the data)."""
+    return STRATEGIES[strategy].source == "stratified"
+
+
 def groups_of(strategy: str, world: int, ranks_per_node: int) -> list[list[int]]:
     """The rank groups whose batches are pooled and dealt together."""
-    if strategy in ("none", "stratified"):
+    scope = STRATEGIES[strategy].scope
+    if scope == "rank":
         return [[r] for r in range(world)]
-    if strategy not in NODE_LOCAL:
+    if scope == "world":
         return [list(range(world))]
     size = min(ranks_per_node, world)
     return [list(range(start, start + size)) for start in range(0, world, size)]
@@ -48,7 +56,7 @@ def expected_assignment(data_dir: Path, strategy: str, world: int, global_batch:
     """Per rank: step -> the samples the strategy assigns to it (the oracle)."""
     files = list_shards(data_dir)
     local = global_batch // world
-    cls = StratifiedStream if strategy in STRATIFIED else ShardStream
+    cls = SOURCES[STRATEGIES[strategy].source]
     sources = [cls(files, r, world, seed, max_seq, max_pred) for r in range(world)]
     expected: list[dict[int, list[Key]]] = [{} for _ in range(world)]
     for step in range(steps):

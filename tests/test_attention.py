@@ -1,4 +1,5 @@
-"""Attention backends of bert/attention.py against the reference, padded_sdpa (CPU, fp32/fp64)."""
+"""Attention backends of bert/model/attention.py against the reference, padded_sdpa (CPU,
+fp32/fp64)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,10 +7,9 @@ import pytest
 import torch
 
 from gpu_gate import require_cuda
-from bert import attention as backends
-from bert.model import BertForPretraining, pretraining_loss
-from bert.config import ModelConfig
-from data.batching import Sample, attention_groups, pack_samples
+from bert.model import BertForPretraining, ModelConfig, pretraining_loss
+from bert.model import attention as backends
+from data.packing import Sample, group_by_length, pack_samples
 
 # Length 1, a prime, the maximum, and repeats: the shapes where slicing bugs show up.
 LENGTHS = (1, 13, 48, 2, 48, 31)
@@ -20,7 +20,7 @@ def tiny_config(attention: str = "padded_sdpa") -> ModelConfig:
     cfg = ModelConfig(vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=96, max_position_embeddings=48,
                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    cfg.attention = attention  # set after validation: bert/config.py lists fewer backends
+    cfg.attention = attention  # resolved when the model is built
     return cfg
 
 
@@ -28,7 +28,7 @@ def packed_qkv(lengths, dtype=torch.float32, seed=0):
     """q, k, v (T, heads, head_dim) with grads, plus cu_seqlens, max_seqlen and token_index."""
     samples = [Sample(np.ones(n, np.int16), np.zeros(n, np.int8), np.zeros(1, np.int16),
                       np.ones(1, np.int16), 0) for n in lengths]
-    batch = pack_samples(samples).to("cpu")
+    batch = pack_samples(samples, attention_groups=True).to("cpu")
     gen = torch.Generator().manual_seed(seed)
     qkv = [torch.randn(batch.num_tokens, HEADS, HEAD_DIM, generator=gen, dtype=dtype)
            .requires_grad_() for _ in range(3)]
@@ -36,8 +36,7 @@ def packed_qkv(lengths, dtype=torch.float32, seed=0):
 
 
 def attention(backend, qkv, batch, dropout_p=0.0):
-    return backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen,
-                                     batch.token_index, dropout_p, backend, groups=batch)
+    return backends.resolve(backend).attend(*qkv, batch, dropout_p)
 
 
 def grads(out, qkv, seed=1):
@@ -95,6 +94,7 @@ def test_unknown_backend_names_choices():
     qkv, batch = packed_qkv((3,))
     with pytest.raises(ValueError, match="per_sequence"):
         attention("nope", qkv, batch)
+    assert [n for n, b in backends.BACKENDS.items() if b.attention_groups] == ["grouped_flash"]
 
 
 def test_model_with_per_sequence_matches_reference_model():
@@ -120,7 +120,7 @@ def test_model_with_per_sequence_matches_reference_model():
 
 
 # ---- grouped_flash: sequences grouped by length, one launch per group -------------------------
-# Every group of data.batching.ATTENTION_GROUP_BOUNDS, each edge on both sides, length 1 and 512.
+# Every group of data.packing.ATTENTION_GROUP_BOUNDS, each edge on both sides, length 1 and 512.
 GROUPED_LENGTHS = (1, 128, 129, 13, 256, 257, 384, 385, 512, 2, 200, 129)
 
 
@@ -128,35 +128,37 @@ def test_attention_groups_metadata():
     """The host's groups partition the tokens; each group's layout is what its launch needs."""
     lengths = np.array([3, 9, 1, 17, 4, 5, 20], dtype=np.int64)
     cu = np.concatenate([[0], np.cumsum(lengths)])
-    g = attention_groups(lengths, cu, bounds=(4, 16))  # groups (0, 4], (4, 16], (16, ...)
+    g = group_by_length(lengths, cu, bounds=(4, 16))  # groups (0, 4], (4, 16], (16, ...)
     total = int(cu[-1])
-    assert sorted(g["group_order"]) == list(range(total))
-    assert (g["group_order"][g["group_inverse"]] == np.arange(total)).all()
+    assert sorted(g.order) == list(range(total))
+    assert (g.order[g.inverse] == np.arange(total)).all()
     members = ([0, 2, 4], [1, 5], [3, 6])  # sequences in batch order within each group
-    assert g["group_shapes"] == tuple((len(m), int(lengths[m].sum()), int(lengths[m].max()))
-                                      for m in members)
+    assert g.shapes == tuple((len(m), int(lengths[m].sum()), int(lengths[m].max()))
+                             for m in members)
     expected_order = np.concatenate([np.arange(cu[i], cu[i + 1]) for m in members for i in m])
-    assert (g["group_order"] == expected_order).all()
+    assert (g.order == expected_order).all()
     expected_cu = np.concatenate([np.concatenate([[0], np.cumsum(lengths[m])]) for m in members])
-    assert g["group_cu_seqlens"].dtype == np.int32
-    assert (g["group_cu_seqlens"] == expected_cu).all()
+    assert g.cu_seqlens.dtype == np.int32
+    assert (g.cu_seqlens == expected_cu).all()
     expected_index = np.concatenate([j * lengths[m].max() + np.arange(lengths[i])
                                      for m in members for j, i in enumerate(m)])
-    assert (g["group_token_index"] == expected_index).all()
+    assert (g.token_index == expected_index).all()
 
 
 def test_pack_samples_groups_by_the_seed_bounds():
     _, batch = packed_qkv(GROUPED_LENGTHS)
-    assert [shape[0] for shape in batch.group_shapes] == [4, 4, 2, 2]
-    assert [shape[2] for shape in batch.group_shapes] == [128, 256, 384, 512]
+    assert [shape[0] for shape in batch.groups.shapes] == [4, 4, 2, 2]
+    assert [shape[2] for shape in batch.groups.shapes] == [128, 256, 384, 512]
+    # only the backend that reads them gets them: no group arrays otherwise
+    assert pack_samples([Sample(np.ones(3, np.int16), np.zeros(3, np.int8),
+                                np.zeros(1, np.int16), np.ones(1, np.int16), 0)]).groups is None
 
 
 @pytest.mark.parametrize("lengths", [GROUPED_LENGTHS, (5, 5, 5), (512,), (1,)])
 def test_grouped_matches_padded_sdpa(lengths):
     qkv, batch = packed_qkv(lengths)
     expected = attention("padded_sdpa", qkv, batch)
-    got = backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
-                                    0.0, "grouped_flash", groups=batch)
+    got = attention("grouped_flash", qkv, batch)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     for g, e in zip(grads(got, qkv), grads(expected, qkv)):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
@@ -164,10 +166,9 @@ def test_grouped_matches_padded_sdpa(lengths):
 
 def test_grouped_needs_the_batch_groups():
     qkv, batch = packed_qkv((3, 4))
-    batch.group_order = None  # a batch built without pack_samples
+    batch.groups = None  # a batch packed for another backend
     with pytest.raises(ValueError, match="length groups"):
-        backends.varlen_attention(*qkv, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
-                                  0.0, "grouped_flash", groups=batch)
+        attention("grouped_flash", qkv, batch)
 
 
 def test_grouped_dropout_is_unbiased():
@@ -181,7 +182,7 @@ def test_grouped_dropout_is_unbiased():
 
 
 def test_grouped_reads_nothing_back(monkeypatch):
-    """CPU proxy for "no device sync": every shape comes from the host's group_shapes."""
+    """CPU proxy for "no device sync": every shape comes from the host's groups.shapes."""
     qkv, batch = packed_qkv(GROUPED_LENGTHS)
     for name in ("item", "tolist", "numpy", "__int__", "__bool__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, _refuse_host_read(name))
@@ -213,7 +214,7 @@ def test_model_with_grouped_matches_reference_model():
     samples = [Sample(rng.integers(1, 101, n).astype(np.int16),
                       (np.arange(n) >= n // 2).astype(np.int8), np.array([0, n - 1], np.int16),
                       np.array([7, 9], np.int16), i % 2) for i, n in enumerate(GROUPED_LENGTHS)]
-    batch = pack_samples(samples).to("cpu")
+    batch = pack_samples(samples, attention_groups=True).to("cpu")
     losses = []
     for model in (reference, grouped):
         mlm, nsp = pretraining_loss(*model(batch), batch, 101)

@@ -1,4 +1,5 @@
-"""Tests for data/balance.py and scripts/simulate_balance.py (CPU, a few seconds)."""
+"""Tests for data/order/ (strategies, lengths, simulate) and scripts/simulate_balance.py (CPU,
+a few seconds)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import balance as bal
+from data.order import lengths as ln
+from data.order import strategies as bal
+from data.order.simulate import simulate_token_range
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = tuple(bal.STRATEGIES)
@@ -100,7 +103,8 @@ def test_local_strategies_on_hand_example():
 
 
 @pytest.mark.parametrize("world,local,rpn", [(16, 16, 8), (24, 5, 4), (8, 3, 2), (4, 7, 8)])
-@pytest.mark.parametrize("strategy", sorted(bal.NODE_LOCAL))
+@pytest.mark.parametrize("strategy", sorted(n for n, s in bal.STRATEGIES.items()
+                                              if s.scope != "world"))
 def test_local_strategies_never_cross_nodes(strategy, world, local, rpn):
     rng = np.random.default_rng(7)
     lengths = rng.integers(1, 513, size=(3, world * local))
@@ -116,16 +120,16 @@ def test_local_strategies_never_cross_nodes(strategy, world, local, rpn):
 
 def test_sample_lengths_follows_reference_histogram():
     # REFERENCE.md section 2: 37.3 / 19.7 / 11.7 / 31.4 %, about 23 % at 512, mean about 254
-    x = bal.sample_lengths(400_000, 512, np.random.default_rng(0))
+    x = ln.sample_lengths(400_000, 512, np.random.default_rng(0))
     assert x.min() >= 1 and x.max() == 512
-    shares = np.bincount(bal.stratum_of(x, bal.strata_edges(512)), minlength=4) / x.size
+    shares = np.bincount(ln.stratum_of(x, ln.strata_edges(512)), minlength=4) / x.size
     np.testing.assert_allclose(shares, [0.373, 0.197, 0.117, 0.314], atol=0.004)
     assert abs((x == 512).mean() - 0.23) < 0.004
     assert 250 < x.mean() < 259
 
 
 def test_sample_lengths_scales_to_other_max_lengths():
-    x = bal.sample_lengths((100, 1000), 128, np.random.default_rng(0))
+    x = ln.sample_lengths((100, 1000), 128, np.random.default_rng(0))
     assert x.shape == (100, 1000) and x.max() == 128
     assert abs((x == 128).mean() - 0.23) < 0.01
     assert abs((x <= 32).mean() - 0.373) < 0.01
@@ -133,9 +137,9 @@ def test_sample_lengths_scales_to_other_max_lengths():
 
 def test_strata_counts_round_to_the_local_batch():
     fracs = [0.373, 0.197, 0.117, 0.314]
-    np.testing.assert_array_equal(bal.strata_counts(16, fracs), [6, 3, 2, 5])
+    np.testing.assert_array_equal(ln.strata_counts(16, fracs), [6, 3, 2, 5])
     for local in (1, 3, 7, 13, 56):
-        counts = bal.strata_counts(local, fracs)
+        counts = ln.strata_counts(local, fracs)
         assert counts.sum() == local and counts.min() >= 0
         assert np.all(np.abs(counts - np.asarray(fracs) / sum(fracs) * local) < 1)
 
@@ -143,13 +147,13 @@ def test_strata_counts_round_to_the_local_batch():
 @pytest.mark.parametrize("world,local", [(8, 16), (3, 7), (1, 5)])
 def test_stratified_draw_has_exact_counts_per_rank(world, local):
     rng = np.random.default_rng(3)
-    pool = bal.sample_lengths(5000, 512, rng)
+    pool = ln.sample_lengths(5000, 512, rng)
     fracs = [0.373, 0.197, 0.117, 0.314]
-    idx = bal.stratified_draw(pool, world, local, fracs, rng)
+    idx = ln.stratified_draw(pool, world, local, fracs, rng)
     assert idx.shape == (world, local)
     assert np.unique(idx).size == idx.size  # drawn without replacement
-    strata = bal.stratum_of(pool[idx], bal.strata_edges(512))
-    want = bal.strata_counts(local, fracs)
+    strata = ln.stratum_of(pool[idx], ln.strata_edges(512))
+    want = ln.strata_counts(local, fracs)
     for row in strata:
         np.testing.assert_array_equal(np.bincount(row, minlength=4), want)
 
@@ -157,17 +161,17 @@ def test_stratified_draw_has_exact_counts_per_rank(world, local):
 def test_stratified_draw_defaults_to_pool_shares_and_checks_pool_size():
     rng = np.random.default_rng(4)
     pool = np.array([10] * 30 + [500] * 10)  # 75 % short, 25 % long
-    idx = bal.stratified_draw(pool, 2, 4, None, rng)
+    idx = ln.stratified_draw(pool, 2, 4, None, rng)
     np.testing.assert_array_equal((pool[idx] == 500).sum(axis=1), [1, 1])
     with pytest.raises(ValueError, match="stratum"):
-        bal.stratified_draw(pool, 20, 4, None, rng)
+        ln.stratified_draw(pool, 20, 4, None, rng)
 
 
 def test_simulation_stratified_batches_have_exact_counts():
-    pmf = bal.length_pmf(512)
-    edges = bal.strata_edges(512)
-    x = bal.sample_stratified_lengths(10, 8, 16, np.random.default_rng(0), pmf, edges)
-    strata = bal.stratum_of(x.reshape(10, 8, 16), edges)
+    pmf = ln.length_pmf(512)
+    edges = ln.strata_edges(512)
+    x = ln.sample_stratified_lengths(10, 8, 16, np.random.default_rng(0), pmf, edges)
+    strata = ln.stratum_of(x.reshape(10, 8, 16), edges)
     counts = np.apply_along_axis(np.bincount, -1, strata, minlength=4)
     assert np.all(counts == [6, 3, 2, 5])
 
@@ -185,7 +189,7 @@ def test_lengths_from_shards_reads_vlen_and_fixed(tmp_path):
         mask[1, :12] = 1
         f["input_ids"] = np.zeros((2, 512), np.int16)
         f["input_mask"] = mask
-    got = bal.lengths_from_shards(str(tmp_path / "part_*.hdf5"))
+    got = ln.lengths_from_shards(str(tmp_path / "part_*.hdf5"))
     np.testing.assert_array_equal(got, lengths + [300, 12])
 
 
@@ -207,7 +211,7 @@ PUBLISHED = {
 @pytest.fixture(scope="module")
 def table_5():
     rng = np.random.default_rng(0)
-    return bal.simulate_token_range(1024, 16, 8, 100, rng, bal.length_pmf(512))
+    return simulate_token_range(1024, 16, 8, 100, rng, ln.length_pmf(512))
 
 
 def test_simulation_reproduces_table_5_values(table_5):
@@ -229,7 +233,7 @@ def test_simulation_reproduces_table_5_ordering(table_5):
 def test_single_node_ordering():
     # One node of 8: local presort is the global presort there, and no better than the
     # stratified draw alone; snake dealing is what wins (spread about 70 vs 400+ tokens).
-    r = bal.simulate_token_range(8, 16, 8, 400, np.random.default_rng(0), bal.length_pmf(512))
+    r = simulate_token_range(8, 16, 8, 400, np.random.default_rng(0), ln.length_pmf(512))
     spread = {k: v["max_tokens"] - v["min_tokens"] for k, v in r.items()}
     assert spread["none"] == max(spread.values())
     assert spread["stratified_local_snake"] < 0.5 * spread["stratified_local_presort"]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from data.balance import STRATEGIES
+from data.order.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
 

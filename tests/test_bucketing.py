@@ -1,4 +1,5 @@
-"""Tests for data/bucketing.py: buckets, exactly-once passes, resume, two ranks (CPU, fast)."""
+"""Tests for data/order/bucketing.py: buckets, exactly-once passes, resume, two ranks (CPU,
+fast)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +8,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from data import bucketing as bk
-from data import curriculum as cur
+from data.order import bucketing as bk
+from data.order import curricula
+from data.order import curriculum as cur
 
 BOUNDS = [16, 32, 64, 128]
 
@@ -201,11 +203,11 @@ def make_stream(name: str, lengths, prov, seed: int = 3, rank: int = 0,
                 tail: str = "carry") -> bk.CurriculumSampler:
     sampler = bk.BucketSampler(lengths, BOUNDS, 16, seed=seed, rank=rank, provenance=prov,
                                tail=tail)
-    return bk.CurriculumSampler(sampler, cur.make_curriculum(name, 4, seed,
+    return bk.CurriculumSampler(sampler, curricula.make_curriculum(name, 4, seed,
                                                              **CURRICULUM_OPTS[name]))
 
 
-@pytest.mark.parametrize("name", cur.CURRICULA)
+@pytest.mark.parametrize("name", curricula.CURRICULA)
 def test_each_curriculum_covers_buckets_and_uses_samples_once_per_pass(name):
     lengths, prov = make_pool(500, seed=2)
     stream = make_stream(name, lengths, prov)
@@ -216,7 +218,7 @@ def test_each_curriculum_covers_buckets_and_uses_samples_once_per_pass(name):
     assert all(np.array_equal(x.indices, y.indices) for x, y in zip(batches, again))
 
 
-@pytest.mark.parametrize("name", cur.CURRICULA)
+@pytest.mark.parametrize("name", curricula.CURRICULA)
 def test_curriculum_sampler_resume_mid_epoch(name):
     lengths, prov = make_pool(500, seed=2)
     a = make_stream(name, lengths, prov)
@@ -239,7 +241,7 @@ def test_proportional_round_is_one_epoch():
     assert visits == [4, 2, 6, 3]
     for name in ("increasing", "decreasing", "random", "shuffled"):
         sampler = bk.BucketSampler(lengths, BOUNDS, 16, seed=0)
-        stream = bk.CurriculumSampler(sampler, cur.make_curriculum(
+        stream = bk.CurriculumSampler(sampler, curricula.make_curriculum(
             name, 4, seed=1, batches_per_visit=visits))
         used = np.concatenate([stream.next_batch(s).indices for s in range(15)])
         assert sorted(used.tolist()) == list(range(lengths.size))
@@ -247,7 +249,7 @@ def test_proportional_round_is_one_epoch():
 
 # ------------------------------------------------------------------------- two ranks
 
-@pytest.mark.parametrize("name", cur.CURRICULA)
+@pytest.mark.parametrize("name", curricula.CURRICULA)
 def test_two_ranks_agree_on_buckets_and_draw_disjoint_samples(name):
     # one epoch index shared by both ranks, dealt per bucket; samples carry their shard
     lengths, _ = make_pool(1000, seed=6)

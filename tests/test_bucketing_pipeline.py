@@ -21,16 +21,16 @@ import pytest
 import torch
 
 from bert.config import ConfigError, load_config
-from data.bucketing import BucketStream
-from data.exchange import LocalComm
-from data.loss_feedback import LossFeedback
+from data.comm.host import LocalComm
+from data.order.loss_feedback import LossFeedback
 from data.pipeline import TrainPipeline
-from data.shards import DataError, list_shards
+from data.sources.bucket_queues import BucketStream
+from data.sources.shards import DataError, list_shards
 
 from bucket_data import (BOUNDARIES, EDGES, MAX_PRED, MAX_SEQ, check_epochs, sample_buckets,
                          step_buckets, write_bucketed_shards)
 from data_audit import read_rank_files
-from test_pipeline import run_thread_ranks
+from test_pipeline import open_pipeline, run_thread_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 21
@@ -48,9 +48,9 @@ def config(data_dir: Path, curriculum: str, *extra: str, global_batch: int = 8,
         f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
         f"data.max_predictions_per_seq={MAX_PRED}", f"model.max_position_embeddings={MAX_SEQ}",
         f"data.balance={strategy}", f"run.global_batch_size={global_batch}",
-        f"data.curriculum={curriculum}", f"data.bucket_boundaries={BOUNDARIES}",
-        "data.curriculum_round_batches=8", "data.curriculum_loss_targets=5.5",
-        "data.curriculum_loss_window=2", "run.submission_division=open", *extra])
+        f"data.curriculum.name={curriculum}", f"data.curriculum.bucket_boundaries={BOUNDARIES}",
+        "data.curriculum.round_batches=8", "data.curriculum.loss_targets=5.5",
+        "data.curriculum.loss_window=2", "submission.division=open", *extra])
 
 
 def fake_loss(step: int, rank: int) -> float:
@@ -67,7 +67,7 @@ def run_ranks(cfg, world: int, steps: int, record_dir: Path, states_at: int = -1
     states: list[dict] = [{} for _ in range(world)]
 
     def rank_main(rank: int, comm) -> None:
-        with TrainPipeline(cfg, rank, world, SEED, "cpu", comm,
+        with open_pipeline(cfg, rank, world, SEED, comm,
                            record_dir=record_dir) as pipeline:
             if resume:
                 pipeline.load_state_dict(json.loads(json.dumps(resume[rank])))
@@ -111,7 +111,7 @@ def test_without_the_other_rank_loss_controlled_would_stay(data_dir, tmp_path):
     """The same run on rank 1 alone (its loss 6 > 5.5) never leaves bucket 0: the agreement
     above comes from the average, not from the schedule."""
     cfg = config(data_dir, "loss_controlled")
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as pipeline:
+    with open_pipeline(cfg, 0, 1, SEED, record_dir=tmp_path) as pipeline:
         for step in range(12):
             pipeline.next_step()
             pipeline.observe_loss(torch.tensor(fake_loss(step, rank=1)))
@@ -119,7 +119,7 @@ def test_without_the_other_rank_loss_controlled_would_stay(data_dir, tmp_path):
 
 
 def test_exp3s_ranks_agree_and_learn(data_dir, tmp_path):
-    states = run_ranks(config(data_dir, "exp3s", "data.curriculum_gamma=0.5"), 2, 30, tmp_path)
+    states = run_ranks(config(data_dir, "exp3s", "data.curriculum.gamma=0.5"), 2, 30, tmp_path)
     assert fingerprint(states[0]) == fingerprint(states[1])
     bandit = states[0]["curriculum"]
     # 27 updates applied (lag 3); each bucket's first batch has no visit gain to reward
@@ -133,7 +133,7 @@ def test_same_seed_same_batches_other_seed_other_order(data_dir, tmp_path, curri
     cfg = config(data_dir, curriculum)
     runs = {}
     for name, seed in (("a", SEED), ("b", SEED), ("c", SEED + 1)):
-        with TrainPipeline(cfg, 0, 1, seed, "cpu", LocalComm(),
+        with open_pipeline(cfg, 0, 1, seed,
                            record_dir=tmp_path / name) as pipeline:
             for step in range(16):
                 pipeline.next_step()
@@ -144,7 +144,7 @@ def test_same_seed_same_batches_other_seed_other_order(data_dir, tmp_path, curri
 
 def test_one_rank_covers_each_bucket_per_epoch_with_accumulation(data_dir, tmp_path):
     cfg = config(data_dir, "increasing", "run.gradient_accumulation_steps=2")
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as pipeline:
+    with open_pipeline(cfg, 0, 1, SEED, record_dir=tmp_path) as pipeline:
         for _ in range(40):
             micro = pipeline.next_step()
             assert len(micro) == 2 and all(b.num_sequences == 4 for b in micro)
@@ -168,12 +168,12 @@ def _take(pipeline, start: int, n: int) -> list[list[np.ndarray]]:
 @pytest.mark.parametrize("curriculum", CURRICULA)
 def test_resume_gives_exactly_the_same_next_batches(data_dir, curriculum, strategy):
     cfg = config(data_dir, curriculum, strategy=strategy)
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as original:
+    with open_pipeline(cfg, 0, 1, SEED) as original:
         _take(original, 0, 11)  # past an epoch of some bucket queues (4 visits each)
         state = json.loads(json.dumps(original.state_dict()))  # survives a JSON checkpoint
         expected = _take(original, 11, 14)
     assert state["step"] == 11
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as resumed:
+    with open_pipeline(cfg, 0, 1, SEED) as resumed:
         resumed.load_state_dict(state)
         got = _take(resumed, 11, 14)
     for a, b in zip(got, expected):
@@ -193,7 +193,7 @@ def test_resume_on_two_ranks_continues_both(data_dir, tmp_path):
 
 def test_state_needs_the_last_loss_and_matching_settings(data_dir):
     cfg = config(data_dir, "loss_controlled")
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(cfg, 0, 1, SEED) as pipeline:
         pipeline.next_step()
         with pytest.raises(RuntimeError, match=r"losses of steps \[0\] were not posted"):
             pipeline.state_dict()
@@ -203,15 +203,15 @@ def test_state_needs_the_last_loss_and_matching_settings(data_dir):
         state = pipeline.state_dict()
     assert state["losses"] == {0: 3.0} and state["loss_lag"] == 3
     other = config(data_dir, "loss_controlled", "data.prefetch_depth=1")
-    with TrainPipeline(other, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(other, 0, 1, SEED) as pipeline:
         with pytest.raises(ValueError, match="loss lag of 3 steps"):
             pipeline.load_state_dict(state)
     plain = load_config(None, [f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
                                f"data.max_predictions_per_seq={MAX_PRED}",
                                f"model.max_position_embeddings={MAX_SEQ}"])
-    with TrainPipeline(plain, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(plain, 0, 1, SEED) as pipeline:
         plain_state = pipeline.state_dict()
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(cfg, 0, 1, SEED) as pipeline:
         with pytest.raises(ValueError, match="saved without data.curriculum"):
             pipeline.load_state_dict(plain_state)
 
@@ -310,26 +310,27 @@ def test_an_empty_bucket_is_a_clear_error(data_dir):
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, message", [
-    (["data.curriculum=sorted"], "data.curriculum='sorted': expected none or one of"),
-    (["data.bucket_boundaries=128,512"], "needs a data.curriculum"),
-    (["data.curriculum=random", "data.bucket_boundaries=128,x,512"],
+    (["data.curriculum.name=sorted"], "data.curriculum.name='sorted': expected none or one of"),
+    (["data.curriculum.bucket_boundaries=128,512"], "needs a data.curriculum.name"),
+    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,x,512"],
      "expected comma-separated integers"),
-    (["data.curriculum=random", "data.bucket_boundaries=256,128,512"], "strictly increasing"),
-    (["data.curriculum=random", "data.bucket_boundaries=128,256"],
+    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=256,128,512"],
+     "strictly increasing"),
+    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,256"],
      "the last edge must equal data.max_seq_length=512"),
-    (["data.curriculum=shuffled", "data.balance=stratified_local_snake"],
+    (["data.curriculum.name=shuffled", "data.balance=stratified_local_snake"],
      "use data.balance none, global_presort or serpentine"),
-    (["data.curriculum=random", "data.curriculum_round_batches=3"],
+    (["data.curriculum.name=random", "data.curriculum.round_batches=3"],
      "must be >= the 4 buckets"),
-    (["data.curriculum=loss_controlled", "data.curriculum_loss_targets=3,2"],
+    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=3,2"],
      "expected one positive loss or 4"),
-    (["data.curriculum=loss_controlled", "data.curriculum_loss_targets=high"],
+    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=high"],
      "expected comma-separated numbers"),
-    (["data.curriculum=loss_controlled", "data.curriculum_loss_window=0"],
-     "data.curriculum_loss_window=0 must be >= 1"),
-    (["data.curriculum=exp3s", "data.curriculum_gamma=0"], "in \\(0, 1\\]"),
-    (["data.curriculum=exp3s", "data.curriculum_alpha=1/2"], "a number in \\[0, 1\\] or 1/t"),
-    (["data.curriculum=exp3s", "data.curriculum_reward=prediction_gain"],
+    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_window=0"],
+     "data.curriculum.loss_window=0 must be >= 1"),
+    (["data.curriculum.name=exp3s", "data.curriculum.gamma=0"], "in \\(0, 1\\]"),
+    (["data.curriculum.name=exp3s", "data.curriculum.alpha=1/2"], "expected a number or 1/t"),
+    (["data.curriculum.name=exp3s", "data.curriculum.reward=prediction_gain"],
      "needs a second forward"),
 ])
 def test_config_errors(overrides, message):
@@ -339,21 +340,22 @@ def test_config_errors(overrides, message):
 
 def test_config_defaults_keep_bucketing_off_and_parse_settings():
     d = load_config(None, []).data
-    assert d.curriculum == "none" and d.bucket_boundaries == ""
-    d = load_config(None, ["data.curriculum=exp3s", "data.curriculum_alpha=1/t",
-                           "run.submission_division=open"]).data
-    assert d.bucket_edges == [128, 256, 384, 512]  # seed 001's strata by default
-    d = load_config(None, ["data.curriculum=loss_controlled", "data.max_seq_length=128",
-                           "data.bucket_boundaries=16, 64,128",
-                           "data.curriculum_loss_targets=4,3.5,3",
-                           "run.submission_division=open"]).data
-    assert d.bucket_edges == [16, 64, 128] and d.loss_targets == [4.0, 3.5, 3.0]
+    assert d.curriculum.name == "none" and d.curriculum.bucket_boundaries == []
+    d = load_config(None, ["data.curriculum.name=exp3s", "data.curriculum.alpha=1/t",
+                           "submission.division=open"]).data
+    assert d.curriculum.bucket_boundaries == [128, 256, 384, 512]  # seed 001's strata
+    d = load_config(None, ["data.curriculum.name=loss_controlled", "data.max_seq_length=128",
+                           "data.curriculum.bucket_boundaries=16, 64,128",
+                           "data.curriculum.loss_targets=4,3.5,3",
+                           "submission.division=open"]).data
+    assert d.curriculum.bucket_boundaries == [16, 64, 128]
+    assert d.curriculum.loss_targets == [4.0, 3.5, 3.0]
 
 
 def test_closed_division_refuses_a_curriculum(data_dir):
     # refused when the config is read, before anything runs
-    with pytest.raises(ConfigError, match="open division only.*run.submission_division=open"):
-        config(data_dir, "shuffled", "run.submission_division=closed")
+    with pytest.raises(ConfigError, match="open division only.*submission.division=open"):
+        config(data_dir, "shuffled", "submission.division=closed")
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,10 +369,10 @@ def run_main(data_dir: Path, out: Path, *settings: str) -> subprocess.CompletedP
             "model.hidden_size": 32, "model.num_hidden_layers": 1,
             "model.num_attention_heads": 2, "model.intermediate_size": 64,
             "model.max_position_embeddings": MAX_SEQ, "run.global_batch_size": 8,
-            "run.max_steps": 10, "run.eval_interval_samples": 40, "run.eval_samples": 16,
+            "run.max_steps": 10, "eval.interval_samples": 40, "eval.samples": 16,
             "run.device": "cpu", "run.threads": 1, "run.seed": SEED, "run.output_dir": out,
-            "run.log_interval_s": 1000, "data.bucket_boundaries": BOUNDARIES,
-            "run.submission_division": "open"}
+            "log.interval_s": 1000, "data.curriculum.bucket_boundaries": BOUNDARIES,
+            "submission.division": "open"}
     args = [sys.executable, str(ROOT / "run_pretraining.py"), "--record-samples",
             str(out / "rec")]
     for key, value in base.items():
@@ -382,8 +384,8 @@ def run_main(data_dir: Path, out: Path, *settings: str) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_run_pretraining_with_a_curriculum(data_dir, tmp_path):
-    proc = run_main(data_dir, tmp_path, "data.curriculum=loss_controlled",
-                    "data.curriculum_loss_targets=9", "data.curriculum_loss_window=1")
+    proc = run_main(data_dir, tmp_path, "data.curriculum.name=loss_controlled",
+                    "data.curriculum.loss_targets=9", "data.curriculum.loss_window=1")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # budget, not target
     assert "curriculum loss_controlled(" in proc.stdout and "global loss of step t-3" in proc.stdout
     log = (tmp_path / "mlperf.log").read_text()
@@ -400,8 +402,8 @@ def test_run_pretraining_with_a_curriculum(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_run_pretraining_refuses_a_curriculum_in_the_closed_division(data_dir, tmp_path):
-    proc = run_main(data_dir, tmp_path, "data.curriculum=random",
-                    "run.submission_division=closed")
+    proc = run_main(data_dir, tmp_path, "data.curriculum.name=random",
+                    "submission.division=closed")
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: data.curriculum='random' is open division only")
+    assert proc.stderr.startswith("error: data.curriculum.name='random' is open division only")
     assert "Traceback" not in proc.stderr

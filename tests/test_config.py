@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from bert.config import (BatchGeometry, Config, ConfigError, RunConfig, describe_fields,
-                         load_config, mlperf_eval_interval)
+from bert.config import (BatchGeometry, Config, ConfigError, describe_fields, load_config,
+                         mlperf_eval_interval)
+from bert.train.config import RunConfig
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 
@@ -28,10 +29,10 @@ def test_defaults_are_bert_large_mlperf_a100():
 
 
 def test_overrides_are_typed():
-    cfg = load_config(None, ["optim.lr=1e-3", "run.quiet=true", "run.global_batch_size=64",
+    cfg = load_config(None, ["optim.lr=1e-3", "log.quiet=true", "run.global_batch_size=64",
                              "data.synthetic.num_shards=2", "model.attention=flash_varlen"])
     assert cfg.optim.lr == 1e-3 and isinstance(cfg.optim.lr, float)
-    assert cfg.run.quiet is True and cfg.run.global_batch_size == 64
+    assert cfg.log.quiet is True and cfg.run.global_batch_size == 64
     assert cfg.data.synthetic.num_shards == 2 and cfg.model.attention == "flash_varlen"
 
 
@@ -40,7 +41,7 @@ def test_overrides_are_typed():
     ("nosuch.key=1", "unknown config key 'nosuch'"),
     ("run.global_batch_size=abc", "run.global_batch_size='abc': expected an integer"),
     ("run.global_batch_size=1.5", "expected an integer"),
-    ("run.quiet=maybe", "run.quiet='maybe': expected true or false"),
+    ("log.quiet=maybe", "log.quiet='maybe': expected true or false"),
     ("run.precision=fp8", "run.precision='fp8'"),
     ("optim.beta1=1.0", "optim.beta1=1.0 must be in"),
     ("model.num_attention_heads=5", "not divisible by model.num_attention_heads=5"),

@@ -1,4 +1,4 @@
-"""Checkpoint conversion (scripts/convert_checkpoint.py, data/prepare/checkpoint_names.py).
+"""Checkpoint conversion (scripts/convert_checkpoint.py, bert/model/weights.py).
 
 HuggingFace's BertForPreTraining is the oracle: an export must load into it with strict=True
 and give our model's outputs; TF1-named arrays (built by this test from HF weights with Google's
@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from bert.checkpoint import load_checkpoint_file, load_into_model
-from bert.config import ModelConfig
-from bert.model import BertForPretraining
-from data.batching import Sample, pack_samples
-from data.prepare.checkpoint_names import tf_to_hf_name, tf_to_hf_state_dict, to_hf_state_dict
+from bert.model import BertForPretraining, ModelConfig
+from bert.model.weights import (load_checkpoint_file, load_into_model, tf_to_hf_name,
+                                tf_to_hf_state_dict, to_hf_state_dict)
+from data.packing import Sample, pack_samples
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""Tests for data/curriculum.py and scripts/curriculum_experiment.py (CPU, a few seconds)."""
+"""Tests for data/order/curriculum.py and scripts/curriculum_experiment.py (CPU, a few seconds)."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data import curriculum as cur
+from data.order import curricula
+from data.order import curriculum as cur
+from data.order import exp3s
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "curriculum_experiment.py"
@@ -73,16 +75,16 @@ HAND_FINAL_PI = (0.5987894837776564, 0.29440445267936133, 0.1068060635429823)
 def test_exp3s_pure_functions_match_hand_computation():
     w = np.zeros(3)
     for arm, reward, pi, w_after in HAND_STEPS:
-        probs = cur.exp3s_probabilities(w, gamma=0.2)
+        probs = exp3s.exp3s_probabilities(w, gamma=0.2)
         np.testing.assert_allclose(probs, pi, rtol=0, atol=1e-12)
-        w = cur.exp3s_update(w, arm, reward, probs[arm], eta=0.5, alpha=0.01)
+        w = exp3s.exp3s_update(w, arm, reward, probs[arm], eta=0.5, alpha=0.01)
         np.testing.assert_allclose(w, w_after, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(cur.exp3s_probabilities(w, 0.2), HAND_FINAL_PI, rtol=0,
+    np.testing.assert_allclose(exp3s.exp3s_probabilities(w, 0.2), HAND_FINAL_PI, rtol=0,
                                atol=1e-12)
 
 
 def test_exp3s_class_matches_hand_computation():
-    bandit = cur.Exp3SCurriculum(3, seed=0, eta=0.5, gamma=0.2, alpha=0.01)
+    bandit = exp3s.Exp3SCurriculum(3, seed=0, eta=0.5, gamma=0.2, alpha=0.01)
     for arm, reward, pi, w_after in HAND_STEPS:
         np.testing.assert_allclose(bandit.probabilities(), pi, rtol=0, atol=1e-12)
         bandit.apply_reward(arm, reward, bandit.probabilities()[arm])
@@ -94,19 +96,19 @@ def test_exp3s_probabilities_sum_to_one_with_exploration_floor():
     rng = np.random.default_rng(3)
     w = rng.normal(size=5)
     for _ in range(50):
-        probs = cur.exp3s_probabilities(w, gamma=0.1)
+        probs = exp3s.exp3s_probabilities(w, gamma=0.1)
         assert probs.sum() == pytest.approx(1.0, abs=1e-12)
         assert probs.min() >= 0.1 / 5 - 1e-15
         arm = int(rng.integers(5))
-        w = cur.exp3s_update(w, arm, rng.uniform(-1, 1), probs[arm], eta=0.3, alpha=0.05)
+        w = exp3s.exp3s_update(w, arm, rng.uniform(-1, 1), probs[arm], eta=0.3, alpha=0.05)
     # huge weights stay finite: the max is factored out
-    big = cur.exp3s_probabilities(np.array([1000.0, 999.0, -1000.0]), gamma=0.0)
+    big = exp3s.exp3s_probabilities(np.array([1000.0, 999.0, -1000.0]), gamma=0.0)
     assert np.isfinite(big).all() and big[2] == 0.0
 
 
 def test_exp3s_sum_of_exp_weights_is_that_of_v():
     w = np.array([0.3, -0.2, 1.1, 0.0])
-    new = cur.exp3s_update(w, 2, 0.7, 0.25, eta=0.5, alpha=0.2)
+    new = exp3s.exp3s_update(w, 2, 0.7, 0.25, eta=0.5, alpha=0.2)
     v = w.copy()
     v[2] += 0.5 * 0.7 / 0.25
     assert np.exp(new).sum() == pytest.approx(np.exp(v).sum(), rel=1e-13)
@@ -114,11 +116,11 @@ def test_exp3s_sum_of_exp_weights_is_that_of_v():
 
 def test_exp3s_alpha_one_over_t():
     # alpha_t = 1/t with w_1 the initial weights: the first update uses 1/2, the second 1/3.
-    bandit = cur.Exp3SCurriculum(3, seed=0, eta=0.5, gamma=0.2, alpha="1/t")
+    bandit = exp3s.Exp3SCurriculum(3, seed=0, eta=0.5, gamma=0.2, alpha="1/t")
     expected = np.zeros(3)
     for t, (arm, reward) in enumerate([(0, 1.0), (1, -1.0)], start=2):
         prob = bandit.probabilities()[arm]
-        expected = cur.exp3s_update(expected, arm, reward, prob, 0.5, 1.0 / t)
+        expected = exp3s.exp3s_update(expected, arm, reward, prob, 0.5, 1.0 / t)
         bandit.apply_reward(arm, reward, prob)
         np.testing.assert_allclose(bandit.weights, expected, rtol=0, atol=1e-15)
     # at alpha = 1/2 with K=3 the arm's own term and the mean of the others weigh alike
@@ -128,16 +130,16 @@ def test_exp3s_alpha_one_over_t():
 # ------------------------------------------------------------------------- reward mapping
 
 def test_map_reward_equation_4():
-    assert cur.map_reward(-5.0, 0.0, 2.0) == -1.0
-    assert cur.map_reward(5.0, 0.0, 2.0) == 1.0
-    assert cur.map_reward(0.0, 0.0, 2.0) == -1.0  # at q_lo: 2*0/2 - 1
-    assert cur.map_reward(2.0, 0.0, 2.0) == 1.0
-    assert cur.map_reward(0.5, 0.0, 2.0) == pytest.approx(-0.5, abs=1e-15)
-    assert cur.map_reward(1.0, 1.0, 1.0) == 0.0  # degenerate quantiles
+    assert exp3s.map_reward(-5.0, 0.0, 2.0) == -1.0
+    assert exp3s.map_reward(5.0, 0.0, 2.0) == 1.0
+    assert exp3s.map_reward(0.0, 0.0, 2.0) == -1.0  # at q_lo: 2*0/2 - 1
+    assert exp3s.map_reward(2.0, 0.0, 2.0) == 1.0
+    assert exp3s.map_reward(0.5, 0.0, 2.0) == pytest.approx(-0.5, abs=1e-15)
+    assert exp3s.map_reward(1.0, 1.0, 1.0) == 0.0  # degenerate quantiles
 
 
 def test_quantile_scaler_by_hand():
-    s = cur.QuantileRewardScaler(window=1000, low=0.2, high=0.8)
+    s = exp3s.QuantileRewardScaler(window=1000, low=0.2, high=0.8)
     # history [0]: q = (0, 0): degenerate, the reward equals both -> 0
     assert s.scale(0.0) == 0.0
     # history [0, 1]: q20 = 0.2, q80 = 0.8 (linear); 1 > 0.8 -> +1
@@ -153,7 +155,7 @@ def test_quantile_scaler_by_hand():
 
 
 def test_quantile_scaler_window_forgets_old_rewards():
-    s = cur.QuantileRewardScaler(window=3)
+    s = exp3s.QuantileRewardScaler(window=3)
     for raw in (100.0, -100.0, 0.0, 1.0, 2.0):
         r = s.scale(raw)
         assert -1.0 <= r <= 1.0
@@ -163,21 +165,21 @@ def test_quantile_scaler_window_forgets_old_rewards():
 
 
 def test_exp3s_update_maps_the_loss_gain_and_uses_the_draw_probability():
-    bandit = cur.Exp3SCurriculum(4, seed=5, eta=0.2, gamma=0.1, alpha=0.01)
-    scaler = cur.QuantileRewardScaler()
+    bandit = exp3s.Exp3SCurriculum(4, seed=5, eta=0.2, gamma=0.1, alpha=0.01)
+    scaler = exp3s.QuantileRewardScaler()
     w = np.zeros(4)
     for step in range(30):
-        probs = cur.exp3s_probabilities(w, 0.1)
+        probs = exp3s.exp3s_probabilities(w, 0.1)
         arm = bandit.next_bucket(step)
         before, after = fake_losses(step, arm)
         bandit.update(arm, before, after)
-        w = cur.exp3s_update(w, arm, scaler.scale(before - after), probs[arm], 0.2, 0.01)
+        w = exp3s.exp3s_update(w, arm, scaler.scale(before - after), probs[arm], 0.2, 0.01)
         np.testing.assert_allclose(bandit.weights, w, rtol=0, atol=1e-12)
 
 
 def test_exp3s_draws_follow_pi_and_are_seeded_by_step():
     def draws(seed: int) -> list[int]:
-        bandit = cur.Exp3SCurriculum(3, seed=seed, gamma=1.0)  # gamma 1: pi uniform
+        bandit = exp3s.Exp3SCurriculum(3, seed=seed, gamma=1.0)  # gamma 1: pi uniform
         arms = []
         for step in range(3000):
             arms.append(bandit.next_bucket(step))
@@ -191,7 +193,7 @@ def test_exp3s_draws_follow_pi_and_are_seeded_by_step():
 
 
 def test_exp3s_update_errors():
-    bandit = cur.Exp3SCurriculum(3, seed=0)
+    bandit = exp3s.Exp3SCurriculum(3, seed=0)
     with pytest.raises(ValueError, match="without a pending"):
         bandit.update(0, 1.0, 0.5)
     arm = bandit.next_bucket(0)
@@ -207,7 +209,7 @@ def test_exp3s_update_errors():
 
 
 def test_draws_without_updates_are_refused():
-    lc = cur.make_curriculum("loss_controlled", 2, seed=0)
+    lc = curricula.make_curriculum("loss_controlled", 2, seed=0)
     with pytest.raises(ValueError, match="without update"):
         for step in range(1000):
             lc.next_bucket(step)
@@ -216,14 +218,14 @@ def test_draws_without_updates_are_refused():
 # ------------------------------------------------------------------------- fixed orders
 
 def test_increasing_decreasing_with_fixed_batches_per_visit():
-    inc = cur.make_curriculum("increasing", 3, seed=0, batches_per_visit=2)
+    inc = curricula.make_curriculum("increasing", 3, seed=0, batches_per_visit=2)
     assert [inc.next_bucket(s) for s in range(8)] == [0, 0, 1, 1, 2, 2, 0, 0]
-    dec = cur.make_curriculum("decreasing", 3, seed=0, batches_per_visit=[1, 0, 2])
+    dec = curricula.make_curriculum("decreasing", 3, seed=0, batches_per_visit=[1, 0, 2])
     assert [dec.next_bucket(s) for s in range(7)] == [2, 2, 0, 2, 2, 0, 2]
 
 
 def test_random_order_is_a_fresh_permutation_each_round():
-    rnd = cur.make_curriculum("random", 5, seed=3, batches_per_visit=2)
+    rnd = curricula.make_curriculum("random", 5, seed=3, batches_per_visit=2)
     seq = [rnd.next_bucket(s) for s in range(10 * 20)]
     rounds = [seq[i:i + 10] for i in range(0, len(seq), 10)]
     orders = set()
@@ -233,14 +235,14 @@ def test_random_order_is_a_fresh_permutation_each_round():
         assert steps[0::2] == rnd.round_order(r).tolist()
         orders.add(tuple(steps[0::2]))
     assert len(orders) > 10
-    again = cur.make_curriculum("random", 5, seed=3, batches_per_visit=2)
+    again = curricula.make_curriculum("random", 5, seed=3, batches_per_visit=2)
     assert [again.next_bucket(s) for s in range(200)] == seq
-    assert [cur.make_curriculum("random", 5, seed=4, batches_per_visit=2).next_bucket(s)
+    assert [curricula.make_curriculum("random", 5, seed=4, batches_per_visit=2).next_bucket(s)
             for s in range(200)] != seq
 
 
 def test_shuffled_rounds_are_permutations_of_the_visits():
-    sh = cur.make_curriculum("shuffled", 4, seed=2, batches_per_visit=[3, 1, 0, 2])
+    sh = curricula.make_curriculum("shuffled", 4, seed=2, batches_per_visit=[3, 1, 0, 2])
     seq = [sh.next_bucket(s) for s in range(6 * 30)]
     rounds = {tuple(seq[i:i + 6]) for i in range(0, len(seq), 6)}
     for r in rounds:
@@ -262,7 +264,7 @@ def test_proportional_visits():
 # ------------------------------------------------------------------------- loss-controlled
 
 def test_loss_controlled_moves_on_when_loss_below_target():
-    lc = cur.make_curriculum("loss_controlled", 3, seed=0, targets=[2.0, 1.0, 0.5], window=2)
+    lc = curricula.make_curriculum("loss_controlled", 3, seed=0, targets=[2.0, 1.0, 0.5], window=2)
     seq = []
     losses = iter([3.0, 2.5, 1.9, 1.8,   # bucket 0: mean(1.9, 1.8) < 2 after 4 batches
                    1.5, 0.9, 0.8,        # bucket 1: mean(0.9, 0.8) < 1 after 3
@@ -278,7 +280,7 @@ def test_loss_controlled_moves_on_when_loss_below_target():
 
 
 def test_loss_controlled_min_and_max_batches():
-    lc = cur.make_curriculum("loss_controlled", 2, seed=0, targets=1.0, window=1,
+    lc = curricula.make_curriculum("loss_controlled", 2, seed=0, targets=1.0, window=1,
                              min_batches=3, max_batches=5)
     seq = []
     for step in range(13):
@@ -289,7 +291,7 @@ def test_loss_controlled_min_and_max_batches():
 
 
 def test_loss_controlled_ignores_late_updates_of_the_previous_bucket():
-    lc = cur.make_curriculum("loss_controlled", 2, seed=0, targets=1.0, window=1)
+    lc = curricula.make_curriculum("loss_controlled", 2, seed=0, targets=1.0, window=1)
     assert lc.next_bucket(0) == 0
     assert lc.next_bucket(1) == 0  # prefetched before update(0)
     lc.update(0, 0.5)  # below target: move on to bucket 1
@@ -309,23 +311,23 @@ OPTS = {
 }
 
 
-@pytest.mark.parametrize("name", cur.CURRICULA)
+@pytest.mark.parametrize("name", curricula.CURRICULA)
 @pytest.mark.parametrize("lag", [0, 2])
 def test_every_curriculum_visits_every_bucket_and_is_deterministic(name, lag):
-    seq = run(cur.make_curriculum(name, 4, seed=9, **OPTS[name]), range(200), lag)
+    seq = run(curricula.make_curriculum(name, 4, seed=9, **OPTS[name]), range(200), lag)
     assert set(seq) == {0, 1, 2, 3}
-    assert run(cur.make_curriculum(name, 4, seed=9, **OPTS[name]), range(200), lag) == seq
+    assert run(curricula.make_curriculum(name, 4, seed=9, **OPTS[name]), range(200), lag) == seq
 
 
-@pytest.mark.parametrize("name", cur.CURRICULA)
+@pytest.mark.parametrize("name", curricula.CURRICULA)
 @pytest.mark.parametrize("lag", [0, 2])
 def test_state_dict_resume_gives_the_identical_continuation(name, lag):
-    first = cur.make_curriculum(name, 4, seed=9, **OPTS[name])
+    first = curricula.make_curriculum(name, 4, seed=9, **OPTS[name])
     head = run(first, range(77), lag)
     # a checkpoint after update(76 - lag): the prefetched draws are part of the state
     state = json.loads(json.dumps(first.state_dict()))  # survives a JSON checkpoint
     tail_a = _continue(first, 77, 150, lag)
-    resumed = cur.make_curriculum(name, 4, seed=9, **OPTS[name])
+    resumed = curricula.make_curriculum(name, 4, seed=9, **OPTS[name])
     resumed.load_state_dict(state)
     tail_b = _continue(resumed, 77, 150, lag)
     assert tail_a == tail_b
@@ -346,16 +348,16 @@ def _continue(curriculum, start: int, stop: int, lag: int) -> list[int]:
 
 
 def test_load_state_dict_rejects_another_configuration():
-    a = cur.make_curriculum("exp3s", 4, seed=1)
+    a = curricula.make_curriculum("exp3s", 4, seed=1)
     with pytest.raises(ValueError, match="config"):
-        cur.make_curriculum("exp3s", 4, seed=2).load_state_dict(a.state_dict())
+        curricula.make_curriculum("exp3s", 4, seed=2).load_state_dict(a.state_dict())
     with pytest.raises(ValueError, match="cannot be loaded"):
-        cur.make_curriculum("random", 4, seed=1).load_state_dict(a.state_dict())
+        curricula.make_curriculum("random", 4, seed=1).load_state_dict(a.state_dict())
 
 
 def test_fingerprint_tracks_agreement():
-    a = cur.make_curriculum("exp3s", 4, seed=1)
-    b = cur.make_curriculum("exp3s", 4, seed=1)
+    a = curricula.make_curriculum("exp3s", 4, seed=1)
+    b = curricula.make_curriculum("exp3s", 4, seed=1)
     run(a, range(20))
     run(b, range(20))
     assert a.fingerprint() == b.fingerprint()
@@ -368,14 +370,14 @@ def test_fingerprint_tracks_agreement():
 
 def test_factory_errors_and_describe():
     with pytest.raises(ValueError, match="unknown curriculum 'sorted'"):
-        cur.make_curriculum("sorted", 4, seed=0)
+        curricula.make_curriculum("sorted", 4, seed=0)
     with pytest.raises(ValueError, match="curriculum 'exp3s'"):
-        cur.make_curriculum("exp3s", 4, seed=0, batches_per_visit=3)
-    for name in cur.CURRICULA:
-        text = cur.make_curriculum(name, 4, seed=0, **OPTS[name]).describe()
+        curricula.make_curriculum("exp3s", 4, seed=0, batches_per_visit=3)
+    for name in curricula.CURRICULA:
+        text = curricula.make_curriculum(name, 4, seed=0, **OPTS[name]).describe()
         assert text.startswith(name) and "\n" not in text
-    assert cur.make_curriculum("exp3s", 4, seed=0).needs_loss_after
-    assert not cur.make_curriculum("random", 4, seed=0).uses_losses
+    assert curricula.make_curriculum("exp3s", 4, seed=0).needs_loss_after
+    assert not curricula.make_curriculum("random", 4, seed=0).uses_losses
 
 
 # ------------------------------------------------------------------------- the experiment script

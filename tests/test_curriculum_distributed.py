@@ -27,20 +27,21 @@ def data_dir(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("curriculum, strategy, extra", [
     # every loss is below 100: each visit ends with its 2-step window; with the loss lag of 3
     # (prefetch depth 2 + 1) a visit is 4 steps (tests/test_bucketing_pipeline.py)
-    ("loss_controlled", "serpentine", ["data.curriculum_loss_targets=100",
-                                       "data.curriculum_loss_window=2"]),
+    ("loss_controlled", "serpentine", ["data.curriculum.loss_targets=100",
+                                       "data.curriculum.loss_window=2"]),
     # a target inside the batch-to-batch noise of the loss (about 6.2-6.6 here): whether a
     # visit ends depends on the exact numbers, so the ranks agree only on identical means
-    ("loss_controlled", "none", ["data.curriculum_loss_targets=6.35",
-                                 "data.curriculum_loss_window=1"]),
-    ("exp3s", "none", ["data.curriculum_eta=2", "data.curriculum_gamma=0.3"]),
-    ("shuffled", "global_presort", ["data.curriculum_round_batches=8"]),
+    ("loss_controlled", "none", ["data.curriculum.loss_targets=6.35",
+                                 "data.curriculum.loss_window=1"]),
+    ("exp3s", "none", ["data.curriculum.eta=2", "data.curriculum.gamma=0.3"]),
+    ("shuffled", "global_presort", ["data.curriculum.round_batches=8"]),
 ])
 def test_two_ranks_train_one_bucket_per_step_each_sample_once(data_dir, tmp_path, curriculum,
                                                               strategy, extra):
     steps = 16  # global batch 16: a bucket epoch (32 samples) is 2 of its steps
     args = tiny_args(data_dir, tmp_path, strategy, 2, steps)
-    for item in [f"data.curriculum={curriculum}", f"data.bucket_boundaries={BOUNDARIES}",
+    for item in [f"data.curriculum.name={curriculum}",
+                 f"data.curriculum.bucket_boundaries={BOUNDARIES}",
                  *extra]:
         args += ["--set", item]
     code, output, _ = launch("torchrun", 2, args)
@@ -48,5 +49,5 @@ def test_two_ranks_train_one_bucket_per_step_each_sample_once(data_dir, tmp_path
     # one bucket per step on both ranks, each sample once per epoch of its bucket
     per_step = check_epochs(read_rank_files(tmp_path / "rec", 2), sample_buckets(data_dir))
     assert len(per_step) == steps
-    if "data.curriculum_loss_targets=100" in extra:
+    if "data.curriculum.loss_targets=100" in extra:
         assert per_step == [(s // 4) % 4 for s in range(steps)]

@@ -7,8 +7,8 @@ sample once over the epoch the run covers. The six strategies are spread over th
 and world sizes (2 and 4 ranks; the node-local ones with 2-rank nodes, so the host comm is
 split); every strategy also runs with 2 and 4 thread-ranks in tests/test_pipeline.py.
 
-A rank that fails (BERT_TEST_CRASH_RANK) must end the whole job with its message and a
-non-zero status, while its peers wait in a host collective: no hang.
+A rank that fails (BERT_TEST_CRASH_RANK, injected by tests/faults.py) must end the whole job
+with its message and a non-zero status, while its peers wait in a host collective: no hang.
 """
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from data.balance import STRATIFIED
 from data.synthetic import generate
 
 from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
-                        read_rank_files, trained)
+                        read_rank_files, stratified, trained)
 
 ROOT = Path(__file__).resolve().parents[1]
+FAULTS = Path(__file__).resolve().parent / "faults.py"  # run_pretraining.py with faults
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 MAX_SEQ, MAX_PRED, SEED, LOCAL = 64, 10, 5, 8
 SHARDS, PER_SHARD = 4, 64
@@ -54,9 +54,9 @@ def tiny_args(data: Path, out: Path, strategy: str, world: int, steps: int) -> l
         "model.num_hidden_layers": 1, "model.num_attention_heads": 2,
         "model.intermediate_size": 64, "model.max_position_embeddings": MAX_SEQ,
         "run.global_batch_size": world * LOCAL, "run.max_steps": steps,
-        "run.eval_interval_samples": 100000, "run.eval_samples": 16, "run.device": "cpu",
-        "run.seed": SEED, "run.output_dir": out, "run.submission_division": "open",
-        "run.log_interval_s": 1000}
+        "eval.interval_samples": 100000, "eval.samples": 16, "run.device": "cpu",
+        "run.seed": SEED, "run.output_dir": out, "submission.division": "open",
+        "log.interval_s": 1000}
     args = [str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec")]
     for key, value in settings.items():
         args += ["--set", f"{key}={value}"]
@@ -90,7 +90,7 @@ def launch(launcher: str, world: int, args: list[str], **env: str):
 def run_steps(data: Path, strategy: str, world: int) -> int:
     """One epoch; for stratified queues, only their first pass (no sample may repeat)."""
     steps = SHARDS * PER_SHARD // (world * LOCAL)
-    if strategy in STRATIFIED:
+    if stratified(strategy):
         steps = min(steps, first_pass_steps(data, world, LOCAL, SEED, MAX_SEQ, MAX_PRED))
     assert steps >= 2
     return steps
@@ -116,7 +116,7 @@ def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, 
     check_trail(recorded, expected, steps)
     counts = Counter(trained(recorded))
     assert max(counts.values()) == 1
-    if strategy not in STRATIFIED:
+    if not stratified(strategy):
         assert sorted(counts) == sorted(all_samples(data_dir))
 
 
@@ -124,7 +124,7 @@ def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, 
                                                 ("mpiexec", "global_presort")])
 def test_a_failing_rank_ends_the_job(data_dir, tmp_path, launcher, strategy):
     """Rank 1 fails preparing step 2 while rank 0 waits for it in the step-2 all-gather."""
-    args = tiny_args(data_dir, tmp_path, strategy, 2, 6)
+    args = [str(FAULTS), *tiny_args(data_dir, tmp_path, strategy, 2, 6)[1:]]
     code, output, seconds = launch(launcher, 2, args, BERT_TEST_CRASH_RANK="1")
     assert code != 0, output[-3000:]
     assert "BERT_TEST_CRASH_RANK=1: injected failure while preparing step 2" in output

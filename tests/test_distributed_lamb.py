@@ -1,4 +1,4 @@
-"""DistributedFusedLAMB: flat layout, loss scaler, single-process parity, and 1/2/4 gloo ranks.
+"""ShardedOptimizer: flat layout, loss scaler, single-process parity, and 1/2/4 gloo ranks.
 
 Oracles: the single-process `bert.optim.LAMB` (checked against a float64 reference in
 test_lamb.py) fed the averaged gradient of the ranks' data slices. For the clip modes that change
@@ -30,9 +30,9 @@ import torch.multiprocessing as mp
 
 from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
-from bert.optim import LAMB, DistributedFusedLAMB, DynamicLossScaler, lr_at, param_groups
+from bert.optim import LAMB, DynamicLossScaler, ShardedOptimizer, lr_at, param_groups
 from bert.optim.flat import FlatLayout
-from data.batching import Sample, pack_samples
+from data.packing import Sample, pack_samples
 
 BETAS, EPS, WD, LR = (0.9, 0.999), 1e-6, 0.01, 0.02
 MAX_NORM = 3.7  # the tiny model's gradient norms are ~3.5-7.5: clipping sometimes triggers
@@ -64,11 +64,11 @@ def make_model(seed: int = 0) -> BertForPretraining:
     return BertForPretraining(ModelConfig(**MODEL))
 
 
-def make_opt(model: torch.nn.Module, **kwargs) -> DistributedFusedLAMB:
+def make_opt(model: torch.nn.Module, **kwargs) -> ShardedOptimizer:
     args = dict(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, max_grad_norm=MAX_NORM,
                 bucket_cap_mb=CAP_MB)
     args.update(kwargs)
-    return DistributedFusedLAMB(param_groups(model, WD), **args)
+    return ShardedOptimizer(param_groups(model, WD), **args)
 
 
 def global_batch(step: int) -> list[Sample]:
@@ -304,11 +304,11 @@ def test_state_dict_round_trip_resumes_bit_identically():
         assert torch.equal(a, b)
 
 
-def fp16_linear() -> tuple[torch.nn.Module, DistributedFusedLAMB, DynamicLossScaler]:
+def fp16_linear() -> tuple[torch.nn.Module, ShardedOptimizer, DynamicLossScaler]:
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 5).half()
     scaler = DynamicLossScaler(init_scale=256.0, growth_interval=3)
-    opt = DistributedFusedLAMB(param_groups(model, WD), lr=0.1, loss_scaler=scaler)
+    opt = ShardedOptimizer(param_groups(model, WD), lr=0.1, loss_scaler=scaler)
     return model, opt, scaler
 
 
@@ -356,7 +356,7 @@ def test_step_has_no_host_sync(monkeypatch):
                                 torch.nn.Linear(16, 4))
     scaler = DynamicLossScaler(init_scale=4.0)
     schedule = functools.partial(lr_at, total_steps=10, warmup_steps=2)
-    opt = DistributedFusedLAMB(param_groups(model, WD), lr=0.1, bucket_cap_mb=0.001,
+    opt = ShardedOptimizer(param_groups(model, WD), lr=0.1, bucket_cap_mb=0.001,
                                clip_mode="bucketwise", loss_scaler=scaler, lr_schedule=schedule)
     x = torch.randn(3, 8)
 
@@ -380,7 +380,7 @@ def test_bad_arguments_are_rejected():
     groups = param_groups(make_model(), WD)
     groups[1]["betas"] = (0.8, 0.999)
     with pytest.raises(ValueError, match="betas"):
-        DistributedFusedLAMB(groups, lr=LR, betas=BETAS)
+        ShardedOptimizer(groups, lr=LR, betas=BETAS)
 
 
 # ----------------------------------------------------------------------------- gloo ranks
@@ -457,7 +457,7 @@ SCENARIOS = {
     "bucketwise": lambda r, w, o, c: _result(*_train(
         r, w, range(STEPS), clip_mode="bucketwise",
         lr_schedule=functools.partial(lr_at, total_steps=20, warmup_steps=3))),
-    "adam": lambda r, w, o, c: _result(*_train(r, w, range(STEPS), optimizer="adam",
+    "adam": lambda r, w, o, c: _result(*_train(r, w, range(STEPS), trust_ratio=False,
                                                overlap=False)),
 }
 

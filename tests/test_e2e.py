@@ -20,7 +20,7 @@ import pytest
 from data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["--set", "run.log_interval_s=1000"]
+TINY = ["--set", "log.interval_s=1000"]
 
 
 def run_main(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
@@ -63,7 +63,7 @@ def small_data(tmp_path_factory) -> Path:
 def tiny_args(data: Path, out: Path, *extra: str) -> list[str]:
     return ["--set", "data.synthetic.enabled=false", "--set", f"data.train_dir={data}",
             "--set", f"data.eval_file={data / 'eval.hdf5'}", "--set", f"run.output_dir={out}",
-            "--set", "run.eval_samples=64", "--set", "run.max_steps=3", *TINY, *extra]
+            "--set", "eval.samples=64", "--set", "run.max_steps=3", *TINY, *extra]
 
 
 def assert_one_clear_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -160,8 +160,8 @@ def test_torchrun_two_ranks(tmp_path, small_data, sharded):
     out = tmp_path / "out"
     args = tiny_args(small_data, out, "--set", f"optim.sharded={sharded}",
                      "--set", "run.global_batch_size=8",
-                     "--set", "run.max_steps=6", "--set", "run.eval_interval_samples=24",
-                     "--set", "run.submission_division=open")
+                     "--set", "run.max_steps=6", "--set", "eval.interval_samples=24",
+                     "--set", "submission.division=open")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(ROOT / "run_pretraining.py"), *args],

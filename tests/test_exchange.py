@@ -1,4 +1,4 @@
-"""data.codec and data.exchange in one process: encoding, the gathered batch, LocalComm.
+"""data.comm.wire and data.comm.host in one process: encoding, the gathered batch, LocalComm.
 
 The multi-process paths (MPIComm, GlooComm) run in tests/test_data_distributed.py.
 """
@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.balance import balance
-from data.batching import Sample, pack_samples
-from data.codec import GlobalBatch, encode, payload_size
-from data.exchange import LocalComm, allgather_batch, make_host_comm, mpi_launched
+from data.comm.host import LocalComm, allgather_batch, make_host_comm
+from data.comm.mpi import mpi_launched
+from data.comm.wire import GlobalBatch, encode, payload_size
+from data.order.strategies import balance
+from data.packing import Sample, pack_samples
 
 
 def random_samples(rng: np.random.Generator, n: int, max_len: int = 40) -> list[Sample]:

@@ -23,10 +23,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpu_gate import require_kernels
 import kernels
-from bert import ops
-from bert.config import FUSED_HIDDEN_SIZE, ConfigError, ModelConfig
+from bert.model import fused as ops
+from bert.config import ConfigError
+from bert.model.config import FUSED_HIDDEN_SIZE, ModelConfig
 from bert.model import BertForPretraining, FeedForward, pretraining_loss
-from data.batching import Sample, pack_samples
+from data.packing import Sample, pack_samples
 from kernels.reference import HIDDEN, dropout_keep_mask, unpack_dropout_mask
 from kernels.softmax_cross_entropy import softmax_cross_entropy
 

@@ -41,7 +41,7 @@ def test_config_loads_and_name_matches_content(path):
     assert world * int(local) * int(accum) == cfg.run.global_batch_size
     assert cfg.run.gradient_accumulation_steps == int(accum)
     assert BatchGeometry.build(cfg.run, world).micro_batch_size == int(local)
-    assert system in cfg.run.submission_platform.lower()
+    assert system in cfg.submission.platform.lower()
     assert cfg.run.output_dir.endswith(path.stem)
 
 
@@ -58,7 +58,7 @@ def test_system_config_is_mlperf_bert_large(path):
     assert (o.lr, s.total_steps, o.beta1, o.beta2, o.weight_decay) == HYPERPARAMETERS[system]
     assert (o.eps, o.max_grad_norm, s.warmup_steps) == (1e-6, 1.0, 0)
     assert r.precision in ("fp16", "bf16") and r.device == "cuda"
-    assert r.eval_samples == 10_000 and cfg.eval_interval_samples == 150_000
+    assert cfg.eval.samples == 10_000 and cfg.eval_interval_samples == 150_000
     for placeholder in (d.train_dir, d.eval_file, r.init_checkpoint):
         assert placeholder.startswith("/data/")
 

@@ -1,11 +1,12 @@
-"""bert.launch_env: the rank layout from each launcher's variables, and the rendezvous checks."""
+"""bert.train.launch_env: the rank layout from each launcher's variables, and the rendezvous
+checks."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from bert.launch_env import LAUNCHER_VARS, abort_mpi_job, export_rendezvous, launch_layout
+from bert.train.launch_env import LAUNCHER_VARS, abort_mpi_job, export_rendezvous, launch_layout
 
 ALL_VARS = [name for _, names in LAUNCHER_VARS for name in names] + [
     "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # plain `pytest` does not put the project root on
     sys.path.insert(0, str(ROOT))
 
 from bert.config import Config  # noqa: E402
-from bert.mlperf import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
+from bert.train.mlperf import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
 
 CHECK_SCRIPT = ROOT / "scripts" / "check_compliance.py"
 # MLPerf BERT target: masked-LM accuracy >= 0.720 (REFERENCE.md section 1; closed_bert.yaml).
@@ -29,9 +29,9 @@ SEED = 1234
 def start_run(log: MLPerfLogger, cfg: Config) -> None:
     log.cache_clear(True)
     log.init_start()
-    log.submission_info(cfg.run.submission_org, cfg.run.submission_platform,
-                        cfg.run.submission_division, cfg.run.submission_status)
-    log.hyperparameters(cfg, train_samples=156_725_653, eval_samples=cfg.run.eval_samples,
+    log.submission_info(cfg.submission.org, cfg.submission.platform,
+                        cfg.submission.division, cfg.submission.status)
+    log.hyperparameters(cfg, train_samples=156_725_653, eval_samples=cfg.eval.samples,
                         seed=SEED)
     log.init_stop()
     log.run_start()

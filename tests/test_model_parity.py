@@ -1,6 +1,6 @@
 """The unpadded model against HuggingFace's padded BertForPreTraining (an independent oracle).
 
-Same weights (loaded through bert/checkpoint.py), fp32, dropout off, a batch of mixed lengths
+Same weights (loaded through bert/model/weights.py), fp32, dropout off, a batch of mixed lengths
 including length 1 and the full length: MLM loss, NSP loss and every parameter gradient match.
 """
 from __future__ import annotations
@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from bert.checkpoint import CheckpointError, convert_hf_state_dict, load_checkpoint_file, \
-    load_into_model
-from bert.config import ModelConfig
-from bert.model import BertForPretraining, mlm_correct, pretraining_loss
-from data.batching import Sample, pack_samples
+from bert.model import BertForPretraining, ModelConfig, mlm_correct, pretraining_loss
+from bert.model.weights import (CheckpointError, convert_hf_state_dict, load_checkpoint_file,
+                                load_into_model)
+from data.packing import Sample, pack_samples
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,7 +7,7 @@ Two kinds of logs:
   (checkpoints every 2 steps, SIGKILL through the trainer's test hook) then resumed from step 4.
   "Converged" copies are these logs edited by hand (last accuracy 0.725, run_stop success,
   their own seed and timing);
-- ten fake BERT-Large runs written with bert.mlperf.MLPerfLogger (distinct seeds, GBS 448, an
+- ten fake BERT-Large runs written with bert.train.mlperf.MLPerfLogger (distinct seeds, GBS 448, an
   eval every 150,000 samples, 2.4-2.55M samples: what the RCP for 448 expects) and re-timed,
   since the logger stamps the real clock.
 Rules from REFERENCE 1: 10 runs, drop the fastest and slowest, average 8; at most one run may
@@ -32,7 +32,7 @@ import pytest
 pytest.importorskip("mlperf_logging")
 
 from bert.config import Config
-from bert.mlperf import MLPerfLogger
+from bert.train.mlperf import MLPerfLogger
 from data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,9 +1,9 @@
-"""data.pipeline and data.strata in one process: the world's ranks run as threads.
+"""data.pipeline and data.sources.stratified in one process: the world's ranks run as threads.
 
 `ThreadComm` stands in for MPI/gloo (an all-gather through shared slots and a barrier), so every
 strategy can be checked at several world sizes in seconds: each rank trains exactly the samples
 the strategy assigns it, every sample of a global batch once, every sample once per epoch.
-Resume, the crash hook and error propagation are checked on one rank.
+Resume, an injected failure (tests/faults.py) and error propagation are checked on one rank.
 """
 from __future__ import annotations
 
@@ -15,17 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert.config import load_config
-from data.balance import STRATEGIES, STRATIFIED, strata_counts, stratum_of
-from data.exchange import HostComm, LocalComm
+from bert.config import BatchGeometry, load_config
+from data.comm.host import HostComm, LocalComm
+from data.order.lengths import strata_counts, stratum_of
+from data.order.strategies import STRATEGIES
+from data.packing import Sample
 from data.pipeline import TrainPipeline
-from data.batching import Sample
-from data.shards import DataError, ShardStream, list_shards, read_samples, write_samples
-from data.strata import StratifiedStream
+from data.sources.shards import DataError, ShardStream, list_shards, read_samples, write_samples
+from data.sources.stratified import StratifiedStream
 from data.synthetic import generate
 
 from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
-                        read_rank_files, trained)
+                        read_rank_files, stratified, trained)
+from faults import crash_at
 
 MAX_SEQ, MAX_PRED, SEED = 64, 10, 11
 SHARDS, PER_SHARD = 4, 48
@@ -46,6 +48,13 @@ def config(data_dir: Path, strategy: str = "none", global_batch: int = 8, accum:
         f"data.max_predictions_per_seq={MAX_PRED}", "model.max_position_embeddings=64",
         f"data.balance={strategy}", f"run.global_batch_size={global_batch}",
         f"run.gradient_accumulation_steps={accum}", *extra])
+
+
+def open_pipeline(cfg, rank: int, world: int, seed: int, comm: HostComm | None = None,
+                  **kwargs) -> TrainPipeline:
+    """The pipeline as the trainer opens it: the data config and the batch geometry."""
+    return TrainPipeline(cfg.data, BatchGeometry.build(cfg.run, world), rank, seed, "cpu",
+                         comm or LocalComm(), **kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,7 +114,7 @@ def run_thread_ranks(world: int, rank_main) -> None:
 def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> None:
     """Train `steps` steps of data on `world` thread ranks, recording the samples."""
     def rank_main(rank: int, comm: ThreadComm) -> None:
-        with TrainPipeline(cfg, rank, world, SEED, "cpu", comm, record_dir=record_dir,
+        with open_pipeline(cfg, rank, world, SEED, comm, record_dir=record_dir,
                            ranks_per_node=ranks_per_node) as pipeline:
             for _ in range(steps):
                 pipeline.next_step()
@@ -121,7 +130,7 @@ def test_every_sample_of_every_global_batch_trained_once(data_dir, tmp_path, str
     cfg = config(data_dir, strategy, global_batch=world * local)
     epoch_steps = SHARDS * PER_SHARD // (world * local)
     steps = epoch_steps
-    if strategy in STRATIFIED:  # queues pass through their strata at their own rates
+    if stratified(strategy):  # queues pass through their strata at their own rates
         steps = min(epoch_steps, first_pass_steps(data_dir, world, local, SEED, MAX_SEQ,
                                                   MAX_PRED))
         assert steps >= 2
@@ -132,7 +141,7 @@ def test_every_sample_of_every_global_batch_trained_once(data_dir, tmp_path, str
     check_trail(recorded, expected, steps)
     counts = Counter(trained(recorded))
     assert max(counts.values()) == 1  # no sample twice in the run
-    if strategy not in STRATIFIED:  # one whole epoch: every sample exactly once
+    if not stratified(strategy):  # one whole epoch: every sample exactly once
         assert sorted(counts) == sorted(all_samples(data_dir))
 
 
@@ -156,8 +165,8 @@ def test_balancing_evens_out_tokens(data_dir, tmp_path):
 # --------------------------------------------------------------------------------------------
 
 def test_micro_batches_of_a_step(data_dir):
-    with TrainPipeline(config(data_dir, "global_presort", 12, 3), 0, 1, SEED, "cpu",
-                       LocalComm()) as pipeline:
+    cfg = config(data_dir, "global_presort", 12, 3)
+    with open_pipeline(cfg, 0, 1, SEED) as pipeline:
         micro = pipeline.next_step()
     assert len(micro) == 3 and all(b.num_sequences == 4 for b in micro)
     # global_presort on one rank sorts the local batch longest first before splitting
@@ -167,7 +176,7 @@ def test_micro_batches_of_a_step(data_dir):
 
 def test_prefetch_runs_at_most_depth_steps_ahead(data_dir):
     cfg = config(data_dir, "none", 4, 1, "data.prefetch_depth=2")
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(cfg, 0, 1, SEED) as pipeline:
         pipeline.next_step()
         # 1 consumed + 2 queued + 1 prepared and waiting for room, and no more
         deadline = time.monotonic() + 10
@@ -186,12 +195,12 @@ def test_resume_continues_with_the_same_batches(data_dir, strategy):
     def take(pipeline, n):
         return [[b.input_ids.numpy().copy() for b in pipeline.next_step()] for _ in range(n)]
 
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as original:
+    with open_pipeline(cfg, 0, 1, SEED) as original:
         take(original, 7)  # crosses a shard boundary (48 samples per shard)
         state = original.state_dict()
         expected = take(original, 4)
     assert state["step"] == 7
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm()) as resumed:
+    with open_pipeline(cfg, 0, 1, SEED) as resumed:
         resumed.load_state_dict(state)
         got = take(resumed, 4)
         with pytest.raises(RuntimeError, match="before next_step"):
@@ -203,26 +212,23 @@ def test_resume_continues_with_the_same_batches(data_dir, strategy):
 
 def test_resume_appends_to_the_record(data_dir, tmp_path):
     cfg = config(data_dir, "none", 4)
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as first:
+    with open_pipeline(cfg, 0, 1, SEED, record_dir=tmp_path) as first:
         first.next_step()
         first.next_step()
         state = first.state_dict()
-    with TrainPipeline(cfg, 0, 1, SEED, "cpu", LocalComm(), record_dir=tmp_path) as second:
+    with open_pipeline(cfg, 0, 1, SEED, record_dir=tmp_path) as second:
         second.load_state_dict(state)
         second.next_step()
     steps = [int(line.split()[0]) for line in (tmp_path / "rank0.txt").read_text().splitlines()]
     assert steps == [0] * 4 + [1] * 4 + [2] * 4
 
 
-def test_crash_hook_fails_the_step_on_its_rank_only(data_dir, monkeypatch):
-    monkeypatch.setenv("BERT_TEST_CRASH_RANK", "0")
-    monkeypatch.setenv("BERT_TEST_CRASH_STEP", "1")
-    with TrainPipeline(config(data_dir), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+def test_a_prepare_hook_failure_fails_that_step(data_dir):
+    with open_pipeline(config(data_dir), 0, 1, SEED, prepare_hooks=[crash_at(0, 1)]) as pipeline:
         pipeline.next_step()
         with pytest.raises(RuntimeError, match="BERT_TEST_CRASH_RANK=0: injected failure"):
             pipeline.next_step()
-    monkeypatch.setenv("BERT_TEST_CRASH_RANK", "1")
-    with TrainPipeline(config(data_dir), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(config(data_dir), 0, 1, SEED, prepare_hooks=[crash_at(0, 9)]) as pipeline:
         for _ in range(3):
             pipeline.next_step()
 
@@ -233,7 +239,7 @@ def test_a_broken_shard_surfaces_as_data_error(data_dir, tmp_path):
     for path in list_shards(data_dir):
         (broken / path.name).write_bytes(path.read_bytes())
     list_shards(broken)[1].write_bytes(b"not hdf5")
-    with TrainPipeline(config(broken, "none", 8), 0, 1, SEED, "cpu", LocalComm()) as pipeline:
+    with open_pipeline(config(broken, "none", 8), 0, 1, SEED) as pipeline:
         with pytest.raises(DataError, match="cannot read as HDF5"):
             for _ in range(SHARDS * PER_SHARD // 8):
                 pipeline.next_step()
@@ -242,7 +248,7 @@ def test_a_broken_shard_surfaces_as_data_error(data_dir, tmp_path):
 def test_bad_node_size(data_dir):
     cfg = config(data_dir, "stratified_local_presort", 24)
     with pytest.raises(ValueError, match="not a whole number of 2-rank nodes"):
-        TrainPipeline(cfg, 0, 3, SEED, "cpu", LocalComm(), ranks_per_node=2)
+        open_pipeline(cfg, 0, 3, SEED, ranks_per_node=2)
 
 
 # --------------------------------------------------------------------------------------------

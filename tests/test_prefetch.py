@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpu_gate import require_cuda
-from data.batching import Sample, pack_samples
+from data.packing import Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher
 
 

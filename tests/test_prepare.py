@@ -27,7 +27,7 @@ from data.prepare.instances import ExampleParams
 from data.prepare.reshard import reshard
 from data.prepare.to_varlen import to_varlen
 from data.prepare.wordpiece import load_tokenizer
-from data.shards import DataError, read_samples
+from data.sources.shards import DataError, read_samples
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "prepare_data.py"

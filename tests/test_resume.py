@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert.checkpoint import CheckpointError
 from bert.config import load_config
-from bert.train_state import (MANIFEST, Manifest, complete_checkpoints, load_trainer_state,
-                              resolve_resume, step_dir)
-from bert.trainer import Trainer
+from bert.model.weights import CheckpointError
+from bert.train.resume import (MANIFEST, Manifest, complete_checkpoints, load_trainer_state,
+                               resolve_resume, step_dir)
+from bert.train.trainer import Trainer
 from data.sample_record import read_records
 from data.synthetic import generate
 
@@ -42,9 +42,9 @@ def tiny_settings(data_dir, out, steps: int, **extra) -> dict:
         "model.max_position_embeddings": 64, "data.max_seq_length": 64,
         "data.max_predictions_per_seq": 10, "data.train_dir": data_dir,
         "data.eval_file": data_dir / "eval.hdf5", "run.global_batch_size": 8,
-        "run.max_steps": steps, "run.eval_interval_samples": 16, "run.eval_samples": 40,
-        "run.device": "cpu", "run.seed": 7, "run.output_dir": out, "run.quiet": True,
-        "run.submission_division": "open", "schedule.total_steps": 20,
+        "run.max_steps": steps, "eval.interval_samples": 16, "eval.samples": 40,
+        "run.device": "cpu", "run.seed": 7, "run.output_dir": out, "log.quiet": True,
+        "submission.division": "open", "schedule.total_steps": 20,
         "schedule.warmup_steps": 2, "optim.lr": 1e-2, **extra}
 
 
@@ -84,15 +84,15 @@ def final_state(out: Path, step: int) -> dict:
     {"optim.sharded": True, "run.precision": "fp16"},  # loss scale and skipped-step counter
     {"optim.sharded": True, "run.gradient_accumulation_steps": 2},
     # the bandit's weights and pending draws, the bucket queues and the lagged losses
-    {"data.curriculum": "exp3s", "data.bucket_boundaries": "32,64"},
+    {"data.curriculum.name": "exp3s", "data.curriculum.bucket_boundaries": "32,64"},
 ], ids=["replicated", "sharded-fp16", "sharded-accum", "curriculum-exp3s"])
 def test_resumed_run_matches_uninterrupted(data_dir, tmp_path, extra):
     # 3 does not divide the 2-step eval blocks: the resume starts inside a block
-    ckpt = {"run.checkpoint_interval_steps": 3, "run.checkpoint_keep": 0, **extra}
+    ckpt = {"checkpoint.interval_steps": 3, "checkpoint.keep": 0, **extra}
     _, whole = train(data_dir, tmp_path / "whole", 8, **ckpt)
     _, first = train(data_dir, tmp_path / "split", 5, **ckpt)
     assert first.steps == 5
-    trainer, rest = train(data_dir, tmp_path / "split", 8, **ckpt, **{"run.resume": "auto"})
+    trainer, rest = train(data_dir, tmp_path / "split", 8, **ckpt, **{"checkpoint.resume": "auto"})
     assert trainer.start_point["step"] == 5 and rest.steps == 8 and rest.samples == 64
     assert_same_state(final_state(tmp_path / "whole", 8), final_state(tmp_path / "split", 8))
     assert rest.eval_accuracy == whole.eval_accuracy
@@ -105,7 +105,7 @@ def test_resumed_run_matches_uninterrupted(data_dir, tmp_path, extra):
 
 def test_checkpoints_pruned_and_partial_ignored(data_dir, tmp_path):
     out = tmp_path / "run"
-    train(data_dir, out, 6, **{"run.checkpoint_interval_steps": 2, "run.checkpoint_keep": 2})
+    train(data_dir, out, 6, **{"checkpoint.interval_steps": 2, "checkpoint.keep": 2})
     root = out / "checkpoints"
     assert [p.name for p in complete_checkpoints(root)] == ["step_00000004", "step_00000006"]
     assert not list(root.glob("*.partial")) and not list(root.rglob(".*.tmp"))
@@ -118,7 +118,7 @@ def test_checkpoints_pruned_and_partial_ignored(data_dir, tmp_path):
 
 
 def test_resume_auto_without_checkpoint_starts_fresh(data_dir, tmp_path):
-    trainer, result = train(data_dir, tmp_path, 2, **{"run.resume": "auto"})
+    trainer, result = train(data_dir, tmp_path, 2, **{"checkpoint.resume": "auto"})
     assert trainer.resume_from is None and result.steps == 2
     assert (tmp_path / "mlperf.log").is_file()
 
@@ -127,15 +127,15 @@ def test_resume_errors(data_dir, tmp_path):
     with pytest.raises(CheckpointError, match="not a complete training checkpoint"):
         resolve_resume(str(tmp_path), tmp_path)
     out = tmp_path / "run"
-    train(data_dir, out, 2, **{"run.checkpoint_interval_steps": 2})
+    train(data_dir, out, 2, **{"checkpoint.interval_steps": 2})
     folder = step_dir(out / "checkpoints", 2)
     manifest = json.loads((folder / MANIFEST).read_text())
     (folder / MANIFEST).write_text(json.dumps({**manifest, "world_size": 4}))
     with pytest.raises(CheckpointError, match="saved by 4 ranks, this job has 1"):
-        train(data_dir, out, 4, **{"run.resume": str(folder)})
+        train(data_dir, out, 4, **{"checkpoint.resume": str(folder)})
     (folder / MANIFEST).write_text(json.dumps({**manifest, "global_batch_size": 16}))
     with pytest.raises(CheckpointError, match="run.global_batch_size=16"):
-        train(data_dir, out, 4, **{"run.resume": "auto"})
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
@@ -157,14 +157,15 @@ def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
 # -- a 2-rank job killed with SIGKILL mid-run, then resumed -----------------------------------
 
 def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]:
-    """A 2-rank torchrun job (tests/test_data_distributed.py's launcher): (status, output)."""
+    """A 2-rank torchrun job (tests/test_data_distributed.py's launcher): (status, output).
+    env: faults to inject (tests/faults.py runs the program then)."""
     settings = tiny_settings(data_dir, out, steps, **{
-        "optim.sharded": True, "data.balance": "serpentine", "run.checkpoint_interval_steps": 3,
-        "run.checkpoint_keep": 0, "run.global_batch_size": 16, "run.eval_interval_samples": 64,
-        "run.log_interval_s": 1000})
-    settings.pop("run.quiet")
-    args = [str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec"),
-            *cli]
+        "optim.sharded": True, "data.balance": "serpentine", "checkpoint.interval_steps": 3,
+        "checkpoint.keep": 0, "run.global_batch_size": 16, "eval.interval_samples": 64,
+        "log.interval_s": 1000})
+    settings.pop("log.quiet")
+    program = ROOT / "tests" / "faults.py" if env else ROOT / "run_pretraining.py"
+    args = [str(program), "--quiet", "--record-samples", str(out / "rec"), *cli]
     for item in overrides(settings):
         args += ["--set", item]
     code, output, _ = launch("torchrun", 2, args, **env)
@@ -204,7 +205,7 @@ def test_eval_only_command_line(data_dir, tmp_path, capsys):
     import run_pretraining
 
     settings = tiny_settings(data_dir, tmp_path, 4)
-    settings.pop("run.quiet")
+    settings.pop("log.quiet")
     args = ["--eval-only"] + [arg for item in overrides(settings) for arg in ("--set", item)]
     assert run_pretraining.main(args) == 0
     assert "eval-only: MLM accuracy" in capsys.readouterr().out

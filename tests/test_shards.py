@@ -1,4 +1,5 @@
-"""data.shards: the MLPerf variable-length HDF5 format, its validation, and the per-rank stream."""
+"""data.sources.shards: the MLPerf variable-length HDF5 format, its validation, and the per-rank
+stream."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,9 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
-from data.batching import Sample
-from data.shards import (DataError, ShardStream, list_shards, read_eval_samples, read_samples,
-                         write_samples)
+from data.packing import Sample
+from data.sources.shards import (DataError, ShardStream, list_shards, read_eval_samples,
+                                 read_samples, write_samples)
 
 MAX_SEQ = 16
 MAX_PRED = 4

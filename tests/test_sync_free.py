@@ -16,7 +16,7 @@ from gpu_gate import require_cuda
 from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, param_groups
-from data.batching import pack_samples
+from data.packing import pack_samples
 from data.synthetic import generate_samples, successor_table
 
 # Methods that copy a tensor's value to the host (a sync on a GPU).

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data.batching import pack_samples
-from data.shards import DataError, list_shards, read_samples
+from data.packing import pack_samples
+from data.sources.shards import DataError, list_shards, read_samples
 from data.synthetic import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID, generate,
                             generate_samples, main, successor_table)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bert.config import load_config
-from bert.trainer import Trainer
+from bert.train.trainer import Trainer
 from data.synthetic import generate
 
 
@@ -26,8 +26,8 @@ def tiny_config(data_dir, tmp_path, *extra):
         "model.max_position_embeddings=64", "data.max_seq_length=64",
         "data.max_predictions_per_seq=10", f"data.train_dir={data_dir}",
         f"data.eval_file={data_dir / 'eval.hdf5'}", "run.global_batch_size=8",
-        "run.max_steps=4", "run.eval_interval_samples=16", "run.eval_samples=40",
-        "run.device=cpu", "run.seed=7", f"run.output_dir={tmp_path}", "run.quiet=true",
+        "run.max_steps=4", "eval.interval_samples=16", "eval.samples=40",
+        "run.device=cpu", "run.seed=7", f"run.output_dir={tmp_path}", "log.quiet=true",
         "schedule.total_steps=10", "optim.lr=1e-3", *extra])
 
 
@@ -64,12 +64,12 @@ def test_evaluate_is_token_weighted(data_dir, tmp_path):
     _, eval_set = trainer._open_data()
     trainer._close_data()
     first = trainer.evaluate(eval_set)
-    trainer.cfg.run.eval_batch_size = 7
+    trainer.cfg.eval.batch_size = 7
     assert trainer.evaluate(eval_set) == pytest.approx(first)
 
 
 def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
-    """Same seed, same data: DistributedFusedLAMB (world 1) ends where LAMB ends."""
+    """Same seed, same data: ShardedOptimizer (world 1) ends where LAMB ends."""
     weights = []
     for sharded in (False, True):
         trainer = Trainer(tiny_config(data_dir, tmp_path / str(sharded),
@@ -82,7 +82,7 @@ def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
 
 def test_fused_mlm_loss_flag_reaches_the_training_loss(data_dir, tmp_path, monkeypatch):
     """model.fused_mlm_loss must switch the trainer's loss, not only the model's default."""
-    import bert.ops as ops
+    import bert.model.fused as ops
 
     chosen = []
     original = ops.mlm_cross_entropy_impl

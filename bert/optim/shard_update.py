@@ -3,38 +3,28 @@
 A step on one dtype shard has three stages; the fused kernels of kernels/lamb.py (seed 000,
 IV-C-2) do each in one or two launches over the flat buffers, with only the segment table
 (`ShardBuffers.segments`) as metadata:
-1. sums: |grad|^2 over the shard and |w|^2 per parameter (`reference_sums`), all-reduced with
-   the other shards' by the optimizer before anything else;
+1. sums: |grad|^2 over the shard and |w|^2 per parameter, all-reduced with the other shards'
+   by the optimizer before anything else;
 2. direction: moments and the update direction u = m_hat / (sqrt(v_hat) + eps) + wd * w, and
-   |u|^2 per parameter (`update_direction`, `sum_squares`);
-3. apply: w -= lr * trust ratio * u after the |u|^2 all-reduce (`apply_update`).
-The functions here are the `_foreach` reference path: the CPU path, the test oracle, and the
-CPU implementation of the fused custom ops. `DistributedFusedLAMB(fused_sums_fn=...,
-fused_update_fn=...)` takes the fused pair (`optim.fused_kernel`, not yet GPU-validated).
+   |u|^2 per parameter;
+3. apply: w -= lr * trust ratio * u after the |u|^2 all-reduce.
+Two implementations of the pair (sums, update) with one signature, picked by `optim.fused_kernel`:
+`reference_sums`/`reference_update` compose the kernels' tensor-level twin (kernels/
+reference_lamb.py, `_foreach` ops: the CPU path and the test oracle); `fused_sums`/
+`fused_update` call the custom ops of kernels/lamb.py (not yet GPU-validated).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
+import kernels.lamb  # noqa: F401 - registers torch.ops.bert_kernels.lamb_*
 from bert.optim.flat import FlatLayout, FlatParams, Segment
-
-LR = Union[float, Tensor]
-# One piece of a parameter in a shard: (shard start, length, parameter index, param group).
-SegmentRow = tuple[int, int, int, int]
-
-
-@dataclass
-class GroupSegments:
-    """This rank's pieces of one param group's parameters inside one dtype shard (k pieces)."""
-
-    weight_decay: float
-    index: Tensor  # (k,) int64 on the device: parameter index of each piece
-    master: list[Tensor]  # k views into ShardBuffers.master
-    update: list[Tensor]  # k views into ShardBuffers.update (empty where only norms are needed)
+from kernels.reference_lamb import (LR, GroupSegments, apply_update, local_sums, make_groups,
+                                    sum_squares, trust_ratios, update_direction)
 
 
 @dataclass
@@ -58,6 +48,10 @@ class ShardBuffers:
     # update and all-gathered into the model. None for fp32 params (master itself is gathered).
     model: Optional[Tensor] = None
 
+    @property
+    def decays(self) -> list[float]:
+        return [group.weight_decay for group in self.groups]
+
 
 @dataclass
 class StepInputs:
@@ -80,6 +74,7 @@ SumsFn = Callable[[ShardBuffers, bool], Tensor]
 UpdateFn = Callable[[ShardBuffers, StepInputs, ReduceFn], None]
 
 
+# ---- reference: the `_foreach` composition ---------------------------------------------------
 def reference_sums(shard: ShardBuffers, trust_ratio: bool) -> Tensor:
     """(1 + n,) fp32: this rank's [|grad|^2, |w_i|^2 per parameter]; (1,) without trust ratio.
 
@@ -89,13 +84,6 @@ def reference_sums(shard: ShardBuffers, trust_ratio: bool) -> Tensor:
     return local_sums(shard.grad, shard.groups, shard.num_params, trust_ratio)
 
 
-def local_sums(grad: Tensor, groups: list[GroupSegments], n: int, trust_ratio: bool) -> Tensor:
-    grad_sq = torch.linalg.vector_norm(grad, dtype=torch.float32).square().reshape(1)
-    if not trust_ratio:
-        return grad_sq
-    return torch.cat([grad_sq, sum_squares(groups, "master", n, grad.device)])
-
-
 def reference_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: ReduceFn) -> None:
     """LAMB (AdamW when `inputs.w_sq` is None) on one shard, in place; `_foreach` reference math.
 
@@ -103,7 +91,7 @@ def reference_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: Reduc
     `reduce_sums` exactly once when the trust ratio is on (every rank must).
     """
     update_direction(shard.grad, shard.exp_avg, shard.exp_avg_sq, shard.update, shard.groups,
-                     inputs)
+                     inputs.coef, inputs.ok, inputs.bc1, inputs.bc2, inputs.betas, inputs.eps)
     ratio = None
     if inputs.w_sq is not None:
         u_sq = reduce_sums(sum_squares(shard.groups, "update", shard.num_params,
@@ -114,81 +102,41 @@ def reference_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: Reduc
         shard.model.copy_(shard.master)
 
 
-def update_direction(grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, update: Tensor,
-                     groups: list[GroupSegments], inputs: StepInputs) -> None:
-    """Moments, then update = m_hat / (sqrt(v_hat) + eps) (+ wd * w in decay groups).
+# ---- fused: the custom ops of kernels/lamb.py (optim.fused_kernel) ----------------------------
+def fused_sums(shard: ShardBuffers, trust_ratio: bool) -> Tensor:
+    """`reference_sums` through `lamb_sums`: (1 + n,) fp32, or (1,) without trust ratio."""
+    sums = torch.zeros(1 + shard.num_params, dtype=torch.float32, device=shard.master.device)
+    # Without trust ratio (Adam) no |w|^2 is needed: all-zero decays make the kernel skip it.
+    decays = shard.decays if trust_ratio else [0.0] * len(shard.groups)
+    torch.ops.bert_kernels.lamb_sums(shard.grad, shard.master, shard.segments, decays, sums)
+    return sums if trust_ratio else sums[:1]
 
-    Flat (S,) buffers; uses inputs' coef, ok, bc1, bc2, betas and eps (not lrs nor w_sq).
-    """
+
+def fused_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: ReduceFn) -> None:
+    """`reference_update` through `lamb_update` and `lamb_apply` (same signature)."""
+    decays, device = shard.decays, shard.master.device
+    u_sq = None
+    if inputs.w_sq is not None:
+        u_sq = torch.zeros(shard.num_params, dtype=torch.float32, device=device)
     beta1, beta2 = inputs.betas
-    g = grad.float() * inputs.coef
-    keep1, keep2 = beta1, beta2
-    if inputs.ok is not None:
-        # A skipped step keeps the moments bit-identical: zero gradient and beta = 1.
-        g.masked_fill_(~inputs.ok, 0.0)
-        keep1, keep2 = (torch.where(inputs.ok, b, 1.0) for b in (beta1, beta2))
-    exp_avg.mul_(keep1).add_(g, alpha=1.0 - beta1)
-    exp_avg_sq.mul_(keep2).addcmul_(g, g, value=1.0 - beta2)
-    del g
-    denom = torch.div(exp_avg_sq, inputs.bc2).sqrt_().add_(inputs.eps)
-    torch.div(exp_avg, inputs.bc1, out=update).div_(denom)
-    del denom
-    for group in groups:
-        if group.weight_decay != 0.0 and group.update:
-            torch._foreach_add_(group.update, group.master, alpha=group.weight_decay)
+    torch.ops.bert_kernels.lamb_update(
+        shard.grad, shard.master, shard.exp_avg, shard.exp_avg_sq, shard.update, shard.segments,
+        decays, inputs.coef, inputs.ok, inputs.bc1, inputs.bc2, beta1, beta2, inputs.eps, u_sq)
+    if u_sq is not None:
+        u_sq = reduce_sums(u_sq)
+    torch.ops.bert_kernels.lamb_apply(shard.master, shard.update, shard.segments, decays,
+                                      _lr_vector(inputs.lrs, device), inputs.ok, inputs.w_sq,
+                                      u_sq, shard.model)
 
 
-def apply_update(groups: list[GroupSegments], lrs: Sequence[LR], ok: Optional[Tensor],
-                 ratio: Optional[Tensor]) -> None:
-    """w -= lr x ok x ratio x u per piece; scales the update pieces in place on the way.
-
-    ratio: (n,) trust ratio per parameter, applied in decay groups only; None for Adam.
-    """
-    for group, lr in zip(groups, lrs):
-        if not group.update:
-            continue
-        size = lr if ok is None else lr * ok
-        if ratio is not None and group.weight_decay != 0.0:
-            size = list((ratio[group.index] * size).unbind())
-        torch._foreach_mul_(group.update, size)
-        torch._foreach_sub_(group.master, group.update)
+def _lr_vector(lrs: list[LR], device: torch.device) -> Tensor:
+    """(groups,) fp32 on the device from floats and 0-dim tensors, without a host sync."""
+    return torch.stack([lr.to(device, torch.float32).reshape(()) if isinstance(lr, Tensor)
+                        else torch.full((), lr, dtype=torch.float32, device=device)
+                        for lr in lrs])
 
 
-def trust_ratios(w_sq: Tensor, u_sq: Tensor) -> Tensor:
-    """|w| / |u| per parameter, 1 where either is 0. (n,) -> (n,) fp32."""
-    w, u = w_sq.sqrt(), u_sq.sqrt()
-    # where() evaluates both branches; the 0/0 NaNs it discards are harmless.
-    return torch.where((w > 0) & (u > 0), w / u, torch.ones_like(w))
-
-
-def sum_squares(groups: list[GroupSegments], attr: str, n: int, device: torch.device) -> Tensor:
-    """(n,) fp32: this rank's sum of squares per parameter of the `attr` pieces, decay groups only.
-
-    Parameters without weight decay get no trust ratio, so their entries stay 0.
-    """
-    sums = torch.zeros(n, dtype=torch.float32, device=device)
-    for group in groups:
-        pieces = getattr(group, attr)
-        if group.weight_decay != 0.0 and pieces:
-            norms = torch.stack(torch._foreach_norm(pieces))
-            sums.index_add_(0, group.index, norms.square())
-    return sums
-
-
-def make_groups(rows: Sequence[SegmentRow], decays: Sequence[float], master: Tensor,
-                update: Optional[Tensor] = None) -> list[GroupSegments]:
-    """Per param group, the views of its pieces into the flat (S,) `master` and `update`."""
-    groups = []
-    for g, decay in enumerate(decays):
-        mine = [row for row in rows if row[3] == g]
-        index = torch.tensor([row[2] for row in mine], dtype=torch.int64, device=master.device)
-        groups.append(GroupSegments(
-            decay, index, [master[start:start + length] for start, length, _, _ in mine],
-            [] if update is None else [update[start:start + length]
-                                       for start, length, _, _ in mine]))
-    return groups
-
-
+# ---- building a shard -------------------------------------------------------------------------
 def new_shard(layout: FlatLayout, dtype: torch.dtype, segments: list[Segment],
               group_of: list[int], decays: list[float], device: torch.device,
               grad: Optional[Tensor] = None) -> ShardBuffers:
@@ -210,9 +158,9 @@ def new_shard(layout: FlatLayout, dtype: torch.dtype, segments: list[Segment],
         None if dtype == torch.float32 else torch.zeros(size, dtype=dtype, device=device))
 
 
-def _build_shard(layout: FlatLayout, flat: FlatParams, dtype: torch.dtype,
-                 segments: list[Segment], group_of: list[int], decays: list[float],
-                 rank: int, grad_alias: bool) -> ShardBuffers:
+def build_shard(layout: FlatLayout, flat: FlatParams, dtype: torch.dtype,
+                segments: list[Segment], group_of: list[int], decays: list[float],
+                rank: int, grad_alias: bool) -> ShardBuffers:
     """This rank's buffers for `dtype`, master weights copied from the flat parameters."""
     # One rank owns whole buckets: the flat gradient buffer is already its shard.
     shard = new_shard(layout, dtype, segments, group_of, decays, flat.params[dtype].device,

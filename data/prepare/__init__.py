@@ -5,7 +5,8 @@ The steps, each a module with one job and a subcommand of `scripts/prepare_data.
     examples      text shards -> fixed-length HDF5 (create_examples.py; tokenization in
                   wordpiece.py, Google's instance/masking semantics in instances.py,
                   the fixed format in fixed.py)
-    to-varlen     fixed-length HDF5 -> the variable-length format of data/shards.py (to_varlen.py)
+    to-varlen     fixed-length HDF5 -> the variable-length format of data/sources/shards.py
+                  (to_varlen.py)
     reshard       any number of input files -> N shards with a seeded global shuffle in
                   bounded memory (reshard.py)
     pick-eval     the 10,000 eval samples picked evenly from the processed eval text (eval_pick.py)
@@ -15,8 +16,7 @@ The steps, each a module with one job and a subcommand of `scripts/prepare_data.
 
 Every output is written under a temporary name and renamed when complete, so an interrupted
 step leaves no half-written file and a rerun skips what is already there. Bad input raises
-data.shards.DataError naming the file, the field and the value.
+data.sources.shards.DataError naming the file, the field and the value.
 
-checkpoint_names.py holds the phase-1 checkpoint name mappings (TF1 -> HF, ours -> HF) used by
-scripts/convert_checkpoint.py.
+(The phase-1 checkpoint's name mappings live with the model: bert/model/weights.py.)
 """

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from data.batching import Sample
-from data.shards import read_samples
+from data.packing import Sample
+from data.sources.shards import read_samples
 
 FIRST_K = 16
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from data.prepare.fixed import load_samples
-from data.shards import DataError, write_samples
+from data.sources.shards import DataError, write_samples
 
 EVAL_SAMPLES = 10_000
 

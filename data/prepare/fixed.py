@@ -19,10 +19,10 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from data.batching import Sample
-from data.prepare.files import atomic_path
+from data.files import atomic_path
+from data.packing import Sample
 from data.prepare.instances import Instance
-from data.shards import DataError, read_samples
+from data.sources.shards import DataError, read_samples
 
 FIXED_DTYPES = {
     "input_ids": np.dtype(np.int16),

@@ -29,10 +29,10 @@ from typing import Sequence
 
 import numpy as np
 
-from data.prepare.files import atomic_path, write_text_atomic
+from data.files import atomic_path, write_text_atomic
 from data.prepare.fixed import count_samples, load_samples
 from data.prepare.parallel import run_parallel
-from data.shards import SHARD_GLOB, DataError, read_samples, write_samples
+from data.sources.shards import SHARD_GLOB, DataError, read_samples, write_samples
 from data.synthetic import shard_name
 
 PLAN_NAME = "reshard.json"

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from data.prepare.fixed import read_fixed
 from data.prepare.parallel import run_parallel
-from data.shards import write_samples
+from data.sources.shards import write_samples
 
 
 @dataclass(frozen=True)

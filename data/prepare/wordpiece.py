@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import BertWordPieceTokenizer
 
-from data.shards import DataError
+from data.sources.shards import DataError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Ids are stored as int16 in the HDF5 files (REFERENCE 2).

@@ -3,10 +3,10 @@
     python scripts/bench/bench_lamb.py [--world 1 8] [--param-dtype fp32 fp16]
     python scripts/bench/bench_lamb.py --device cpu --tiny --no-compile   # smoke run, no GPU
 
-One rank's shard of BERT-Large's 336M parameters laid out as DistributedFusedLAMB lays them out
+One rank's shard of BERT-Large's 336M parameters laid out as ShardedOptimizer lays them out
 (--world 1: all of them; 8: rank 0's eighth), random state. Times one optimizer step on the
-shard, collectives left out: the norms (`reference_sums` vs `shard_sums`) and the update with
-the trust ratio (`reference_update` vs `shard_update`), for a loss-scaled, clipped step whose
+shard, collectives left out: the norms (`reference_sums` vs `fused_sums`) and the update with
+the trust ratio (`reference_update` vs `fused_update`), for a loss-scaled, clipped step whose
 lr, bias corrections and flags are device tensors. fp16/bf16 params add the 16-bit model copy.
 Issue 4's target: fused_ms <= torch_eager_ms / 3. `fused_gbps` counts the fused path's minimum
 traffic (norms: read g, w; update: read g, m, v, w, write m, v, u; apply: read u, w, write w
@@ -25,6 +25,7 @@ from typing import Callable
 
 import _common
 import torch
+from lamb_shards import bert_large_param_groups, random_shard
 
 from bert.optim import shard_update as ref
 from kernels import lamb
@@ -59,7 +60,7 @@ def parameters(tiny: bool) -> tuple[list[torch.Size], list[int]]:
     if tiny:
         shapes = [torch.Size(s) for s in TINY_SHAPES]
         return shapes, [int(len(s) == 1) for s in shapes]
-    groups = lamb.bert_large_param_groups(DECAY)
+    groups = bert_large_param_groups(DECAY)
     return ([p.shape for g in groups for p in g["params"]],
             [i for i, g in enumerate(groups) for _ in g["params"]])
 
@@ -77,7 +78,7 @@ def step_inputs(shard: ref.ShardBuffers) -> ref.StepInputs:
 
 def optimizer_step(sums_fn: ref.SumsFn, update_fn: ref.UpdateFn, shard: ref.ShardBuffers,
                    inputs: ref.StepInputs) -> None:
-    """The shard's part of DistributedFusedLAMB.step() on one rank (no collectives)."""
+    """The shard's part of ShardedOptimizer.step() on one rank (no collectives)."""
     sums = sums_fn(shard, True)
     inputs.w_sq.copy_(sums[1:])  # what the all-reduce of the sums would hand the update
     update_fn(shard, inputs, lambda t: t)
@@ -110,11 +111,11 @@ def main() -> None:
     for dtype_name in args.param_dtype:
         dtype = DTYPES[dtype_name]
         for world in args.world:
-            shard = lamb.random_shard(shapes, group_of, [DECAY, 0.0], world, 0, dtype, args.device)
+            shard = random_shard(shapes, group_of, [DECAY, 0.0], world, 0, dtype, args.device)
             row = {"world": world, "rank": 0, "param_dtype": dtype_name,
                    "elements": shard.master.numel(), "segments": shard.segments.shape[0]}
             impls = {"torch_eager": (ref.reference_sums, ref.reference_update),
-                     "fused": (lamb.shard_sums, lamb.shard_update)}
+                     "fused": (ref.fused_sums, ref.fused_update)}
             if not args.no_compile:  # the same reference, fused by inductor instead
                 impls["torch_compile"] = (torch.compile(ref.reference_sums),
                                           torch.compile(ref.reference_update))

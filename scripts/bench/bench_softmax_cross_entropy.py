@@ -3,7 +3,7 @@
     python scripts/bench/bench_softmax_cross_entropy.py [--rows 1024 4096] [--no-compile]
 
 Logits [masked tokens, 30528] in fp16/bf16 with the real vocabulary 30522; the PyTorch side is
-bert/model.py's `F.cross_entropy(logits[:, :30522].float(), labels)`, eager and (unless
+bert/model/modeling.py's `F.cross_entropy(logits[:, :30522].float(), labels)`, eager and (unless
 --no-compile) under torch.compile. Times loss forward plus backward to the logits.
 """
 from __future__ import annotations

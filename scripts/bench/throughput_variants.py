@@ -3,10 +3,10 @@
 A variant owns a model, a LAMB optimizer (bert.optim, same hyperparameters everywhere) and a
 `step(i)` that trains on batch i of the shared workload: zero_grad, forward (under autocast
 for bf16), loss, backward, optimizer step. All variants start from the same weights (the HF
-model's random init, loaded into ours through bert/checkpoint.py).
+model's random init, loaded into ours through bert/model/weights.py).
 
 - ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
-         attention backend (bert/attention.py), whether every fused kernel valid for the model
+         attention backend (bert/model/attention.py), whether every fused kernel valid for the model
          (model.fused_*, `fused_flags`) is on, and whether the model is torch.compile'd.
 - hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
          loss (logits over every padded position, as HF computes it), eager or compiled.
@@ -21,10 +21,9 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
-from bert.checkpoint import load_into_model
-from bert import ops
-from bert.config import ModelConfig
-from bert.model import BertForPretraining, pretraining_loss
+from bert.model import BertForPretraining, ModelConfig, pretraining_loss
+from bert.model import fused as ops
+from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
 from scripts.bench.throughput_workload import Workload, hf_config, model_config
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bert.config import ModelConfig
-from data.batching import PackedBatch, Sample, pack_samples
+from bert.model import ModelConfig
+from data.packing import PackedBatch, Sample, pack_samples
 from data.synthetic import generate_samples, successor_table
 
 VOCAB_SIZE = 30522
@@ -35,8 +35,7 @@ def model_config(size: str, attention: str = "padded_sdpa") -> ModelConfig:
     cfg = ModelConfig(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, intermediate_size=ffn,
                       max_position_embeddings=MAX_LENGTH)
-    # Set after construction: bert/config.py does not list every ops.ATTENTION_BACKENDS name yet.
-    cfg.attention = attention
+    cfg.attention = attention  # resolved (and checked) when the model is built
     return cfg
 
 
@@ -123,7 +122,8 @@ def build_workload(num_batches: int, batch: int, seed: int, device: torch.device
     for samples in groups:
         lens = np.array([s.input_ids.shape[0] for s in samples], dtype=np.int64)
         pad_to = int(lens.max()) if padding == "batch_max" else max_length
-        packed.append(pack_samples(samples).to(device))
+        # with the length groups, so that grouped_flash variants can read the same batches
+        packed.append(pack_samples(samples, attention_groups=True).to(device))
         padded.append({k: v.to(device) for k, v in padded_inputs(samples, pad_to).items()})
         lengths.append(lens)
         masked.append(int(sum(s.masked_positions.shape[0] for s in samples)))

@@ -1,8 +1,9 @@
 """Fused LAMB (kernels/lamb.py): the custom ops on CPU against the optimizer's `_foreach` step, the
 sharded optimizer with the fused hooks, and (-m gpu) the CUDA kernels against the reference.
 
-The CPU implementation of the ops is the optimizer's reference math (bert/optim/shard_update.py),
-so on CPU these tests check the plumbing: the segment table, the per-group decays and lrs, the
+The CPU implementation of the ops is their `_foreach` twin (kernels/reference_lamb.py), the same
+math as the optimizer's reference step (bert/optim/shard_update.py), so on CPU these tests check
+the plumbing: the segment table, the per-group decays and lrs, the
 in-place contracts and the hooks. The GPU tests compare the kernels with that reference run on the
 same CUDA tensors, at fp32 rounding tolerance, on BERT-Large's parameter set.
 """
@@ -17,12 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert.config import ConfigError, OptimConfig, load_config
-from bert.distributed import DistContext
-from bert.optim import DistributedFusedLAMB, DynamicLossScaler, param_groups
+from bert.config import ConfigError, load_config
+from bert.optim import DynamicLossScaler, ShardedOptimizer, param_groups
 from bert.optim import shard_update as ref
-from bert.optim.build import _fused_hooks, build_optimizer
-from kernels import _loader, lamb
+from bert.optim.config import OptimConfig
+from bert.optim.registry import build_optimizer, shard_math
+from bert.train.distributed import DistContext
+from kernels import _loader
+from kernels import reference_lamb as tensor_ref
+from scripts.bench.lamb_shards import bert_large_param_groups, random_shard
 
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # the sharded optimizer's test helpers live in tests/
@@ -36,7 +40,8 @@ SHAPES = [torch.Size(s) for s in [(7, 5), (300,), (1,), (64, 40), (129,), (2, 2,
                                   (33,), (17, 3)]]
 GROUP_OF = [0, 1, 0, 0, 1, 0, 0, 1, 0]
 ZERO_WEIGHT, ZERO_EVERYTHING = 5, 8  # |w| = 0 (ratio 1); w = g = m = v = 0 (u = 0, ratio 1)
-HOOKS = dict(fused_sums_fn=lamb.shard_sums, fused_update_fn=lamb.shard_update)
+HOOKS = dict(sums_fn=ref.fused_sums, update_fn=ref.fused_update)
+REFERENCE = dict(sums_fn=ref.reference_sums, update_fn=ref.reference_update)
 
 
 def no_reduce(t: torch.Tensor) -> torch.Tensor:
@@ -46,7 +51,7 @@ def no_reduce(t: torch.Tensor) -> torch.Tensor:
 def make_shard(dtype=torch.float32, device="cpu", world=1, rank=0, align=8,
                seed=0) -> ref.ShardBuffers:
     """A random shard of `SHAPES` with its zero-norm parameters."""
-    shard = lamb.random_shard(SHAPES, GROUP_OF, DECAYS, world, rank, dtype, device, seed, align)
+    shard = random_shard(SHAPES, GROUP_OF, DECAYS, world, rank, dtype, device, seed, align)
     for start, length, param, _ in shard.segments.tolist():
         piece = slice(start, start + length)
         if param in (ZERO_WEIGHT, ZERO_EVERYTHING):
@@ -59,7 +64,7 @@ def make_shard(dtype=torch.float32, device="cpu", world=1, rank=0, align=8,
 
 def step_inputs(shard: ref.ShardBuffers, sums: torch.Tensor, coef: float = 0.5, ok=None,
                 trust_ratio: bool = True, step: int = 3) -> ref.StepInputs:
-    """What DistributedFusedLAMB._step_inputs hands the update, for given sums and coef."""
+    """What ShardedOptimizer._step_inputs hands the update, for given sums and coef."""
     device = shard.master.device
     t = torch.tensor(float(step), dtype=torch.float64, device=device)
     lrs = [torch.tensor(LR, device=device), 0.5 * LR]  # a tensor lr and a float lr
@@ -71,10 +76,10 @@ def reference_and_fused_step(shard, coef=0.5, ok=None, trust_ratio=True):
     """One step through the reference and through the ops on copies: (expected, actual)."""
     expected, actual = copy.deepcopy(shard), copy.deepcopy(shard)
     sums = ref.reference_sums(expected, trust_ratio)
-    fused_sums = lamb.shard_sums(actual, trust_ratio)
+    fused_sums = ref.fused_sums(actual, trust_ratio)
     inputs = step_inputs(shard, sums, coef, ok, trust_ratio)
     ref.reference_update(expected, inputs, no_reduce)
-    lamb.shard_update(actual, inputs, no_reduce)
+    ref.fused_update(actual, inputs, no_reduce)
     return (expected, sums), (actual, fused_sums)
 
 
@@ -186,8 +191,7 @@ def test_sharded_optimizer_with_fused_hooks_equals_reference(variant):
     for hooks in ({}, HOOKS):
         model = tdl.make_model()
         scaler = DynamicLossScaler(init_scale=1024.0) if variant == "loss_scaled" else None
-        opt = tdl.make_opt(model, loss_scaler=scaler, optimizer="adam" if variant == "adam"
-                           else "lamb", **hooks)
+        opt = tdl.make_opt(model, loss_scaler=scaler, trust_ratio=variant != "adam", **hooks)
         tdl.run_local(opt, model, range(tdl.STEPS), scaler)
         finals.append(tdl.params_of(model))
     tdl.assert_params_close(finals[1], finals[0], f"fused hooks, {variant}", dict(rtol=0, atol=0))
@@ -198,7 +202,7 @@ def test_fp16_parameters_get_their_copy_from_the_fused_apply():
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 5).half()
     scaler = DynamicLossScaler(init_scale=256.0)
-    opt = DistributedFusedLAMB(param_groups(model, 0.01), lr=0.1, loss_scaler=scaler, **HOOKS)
+    opt = ShardedOptimizer(param_groups(model, 0.01), lr=0.1, loss_scaler=scaler, **HOOKS)
     shard = opt._shards[torch.float16]
     before = model.weight.detach().clone()
     for bad in (True, False):
@@ -240,9 +244,9 @@ def test_fused_kernel_needs_the_sharded_optimizer():
 @pytest.mark.parametrize("fused", [False, True])
 def test_build_optimizer_plugs_in_the_fused_hooks(fused):
     cfg = load_config(None, ["optim.sharded=true", f"optim.fused_kernel={fused}"])
-    opt = build_optimizer(cfg, tdl.make_model(), DistContext(0, 1, 0, torch.device("cpu")))
-    expected = HOOKS if fused else dict(fused_sums_fn=ref.reference_sums,
-                                        fused_update_fn=ref.reference_update)
+    opt = build_optimizer(tdl.make_model(), cfg.optim, cfg.schedule, False,
+                          DistContext(0, 1, 0, torch.device("cpu")))
+    expected = HOOKS if fused else REFERENCE
     assert {name: getattr(opt.optimizer, name) for name in expected} == expected
 
 
@@ -252,9 +256,9 @@ def test_fused_hooks_fail_at_build_on_cuda_without_the_extension(monkeypatch, tm
     monkeypatch.setattr(_loader, "_loaded", False)
     monkeypatch.setattr(_loader, "_error", None)
     with pytest.raises(RuntimeError, match="fused kernel 'lamb' was requested"):
-        _fused_hooks(True, torch.device("cuda"))
-    assert _fused_hooks(True, torch.device("cpu")) == HOOKS
-    assert _fused_hooks(False, torch.device("cuda")) == {}
+        shard_math(True, torch.device("cuda"))
+    assert shard_math(True, torch.device("cpu")) == HOOKS
+    assert shard_math(False, torch.device("cuda")) == REFERENCE
 
 
 def test_benchmark_runs_on_cpu(tmp_path):
@@ -277,10 +281,10 @@ def test_benchmark_runs_on_cpu(tmp_path):
 
 # ---- GPU --------------------------------------------------------------------------------------
 def bert_large_shard(world: int, rank: int, dtype: torch.dtype) -> ref.ShardBuffers:
-    groups = lamb.bert_large_param_groups(DECAYS[0])
+    groups = bert_large_param_groups(DECAYS[0])
     shapes = [p.shape for g in groups for p in g["params"]]
     group_of = [i for i, g in enumerate(groups) for _ in g["params"]]
-    return lamb.random_shard(shapes, group_of, DECAYS, world, rank, dtype, "cuda")
+    return random_shard(shapes, group_of, DECAYS, world, rank, dtype, "cuda")
 
 
 def assert_state_close(actual: ref.ShardBuffers, expected: ref.ShardBuffers, what: str) -> None:
@@ -305,11 +309,11 @@ def assert_state_close(actual: ref.ShardBuffers, expected: ref.ShardBuffers, wha
 def test_kernels_match_reference_on_bert_large(cuda_kernels, world, rank, dtype):
     shard = bert_large_shard(world, rank, dtype)
     expected, actual = copy.deepcopy(shard), copy.deepcopy(shard)
-    sums, fused_sums = ref.reference_sums(expected, True), lamb.shard_sums(actual, True)
+    sums, fused_sums = ref.reference_sums(expected, True), ref.fused_sums(actual, True)
     torch.testing.assert_close(fused_sums, sums, rtol=1e-5, atol=0)
     inputs = step_inputs(shard, sums, coef=0.25, ok=torch.tensor(True, device="cuda"))
     ref.reference_update(expected, inputs, no_reduce)
-    lamb.shard_update(actual, inputs, no_reduce)
+    ref.fused_update(actual, inputs, no_reduce)
     assert_state_close(actual, expected, f"world {world} rank {rank} {dtype}")
 
 
@@ -319,9 +323,11 @@ def test_update_direction_and_norms_match_reference(cuda_kernels):
     shard = bert_large_shard(8, 2, torch.float32)
     expected, actual = copy.deepcopy(shard), copy.deepcopy(shard)
     inputs = step_inputs(shard, ref.reference_sums(shard, True), coef=0.25)
-    ref.update_direction(expected.grad, expected.exp_avg, expected.exp_avg_sq, expected.update,
-                         expected.groups, inputs)
-    u_sq = ref.sum_squares(expected.groups, "update", shard.num_params, expected.update.device)
+    tensor_ref.update_direction(expected.grad, expected.exp_avg, expected.exp_avg_sq,
+                                expected.update, expected.groups, inputs.coef, None, inputs.bc1,
+                                inputs.bc2, BETAS, EPS)
+    u_sq = tensor_ref.sum_squares(expected.groups, "update", shard.num_params,
+                                  expected.update.device)
     fused_u_sq = torch.zeros_like(u_sq)
     torch.ops.bert_kernels.lamb_update(
         actual.grad, actual.master, actual.exp_avg, actual.exp_avg_sq, actual.update,
@@ -347,14 +353,14 @@ def test_kernels_match_reference_on_odd_segments(cuda_kernels, align):
 @pytest.mark.gpu
 def test_overflow_skip_and_determinism_on_gpu(cuda_kernels):
     shard = bert_large_shard(8, 1, torch.float16)
-    sums = lamb.shard_sums(shard, True)
-    assert torch.equal(sums, lamb.shard_sums(shard, True))  # fixed reduction order
+    sums = ref.fused_sums(shard, True)
+    assert torch.equal(sums, ref.fused_sums(shard, True))  # fixed reduction order
     shard.grad[shard.segments[3, 0]] = float("inf")
-    sums = lamb.shard_sums(shard, True)
+    sums = ref.fused_sums(shard, True)
     assert not torch.isfinite(sums[0])
     before = copy.deepcopy(shard)
     inputs = step_inputs(shard, sums, coef=0.0, ok=torch.tensor(False, device="cuda"))
-    lamb.shard_update(shard, inputs, no_reduce)
+    ref.fused_update(shard, inputs, no_reduce)
     for key in ("master", "exp_avg", "exp_avg_sq"):
         assert torch.equal(getattr(shard, key), getattr(before, key)), key
     assert torch.equal(shard.model, before.master.half())

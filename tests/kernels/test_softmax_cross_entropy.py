@@ -22,7 +22,7 @@ def make_inputs(rows, cols, vocab, dtype, device="cpu", seed=0):
 
 
 def torch_loss(logits, labels, vocab, reduction="mean"):
-    """The model's current MLM loss (bert/model.py)."""
+    """The model's current MLM loss (bert/model/modeling.py)."""
     return F.cross_entropy(logits[:, :vocab].float(), labels, reduction=reduction)
 
 
@@ -83,7 +83,7 @@ def test_kernel_matches_reference(cuda_kernels, rows, dtype):
     loss = softmax_cross_entropy(logits, labels, VOCAB, reduction="none")
     dloss = torch.rand_like(loss)
     (grad,) = torch.autograd.grad(loss, logits, dloss)
-    # PyTorch on the low-precision logits, as bert/model.py does it; fp32 oracle on a copy.
+    # PyTorch on the low-precision logits, as bert/model/modeling.py does it; fp32 oracle on a copy.
     loss_low = torch_loss(logits, labels, VOCAB, "none")
     (grad_low,) = torch.autograd.grad(loss_low, logits, dloss)
     logits32 = logits.detach().float().requires_grad_()

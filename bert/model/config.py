@@ -1,0 +1,106 @@
+"""The model's own config: BERT's architecture (a Google `bert_config.json`'s fields) and the
+model-side switches: the attention backend and the fused kernels.
+
+`model.attention` names a backend of bert/model/attention.py and each `model.fused_*` flag an
+entry of bert/model/fused.py's table, whose shape limits are checked here, on the CPU too (the
+kernels' twins run the same checks), so a config tested on a CPU also runs on a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from bert.model.attention import BACKENDS
+from bert.model.fused import FUSED_OPS
+from data.config import ConfigError, check
+from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
+
+
+@dataclass
+class ModelConfig:
+    """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
+
+    vocab_size: int = 30522  # real vocabulary; the embedding is padded to a multiple of 8
+    hidden_size: int = 1024
+    num_hidden_layers: int = 24
+    num_attention_heads: int = 16
+    intermediate_size: int = 4096
+    hidden_act: Literal["gelu", "gelu_tanh"] = "gelu"  # gelu (erf) or gelu_tanh
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_vocab_to_multiple_of: int = 8
+    # attention backend (bert/model/attention.py), resolved when the model is built:
+    # "padded_sdpa" (reference: pads inside attention only, exact, CPU and GPU), "per_sequence"
+    # (CPU: one sequence at a time, no work on padding; reads the lengths on the host, so not
+    # for CUDA), "flash_varlen" (CUDA fp16/bf16 flash kernel on packed tokens) or
+    # "grouped_flash" (seed 000: sequences grouped by length, one launch per group on its own
+    # CUDA stream; flash on CUDA fp16/bf16, padded SDPA per group elsewhere). flash_varlen and
+    # grouped_flash are not yet validated on a GPU, so off by default.
+    attention: str = "padded_sdpa"
+    # Fused CUDA kernels (kernels/, one entry each in bert/model/fused.py), each replacing a
+    # plain-PyTorch path. NOT yet validated on a GPU (kernels/VALIDATION.md), so off by default.
+    # On CUDA they need the compiled extension (checked when the model is built) and fp16/bf16
+    # activations (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
+    fused_bias_dropout_residual_layernorm: bool = False  # end of every attention/FFN sublayer
+    fused_embedding_backward: bool = False  # word-embedding gradient with packed atomics
+    fused_mlm_loss: bool = False  # MLM softmax cross-entropy, its gradient made in the forward
+    # cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and gradient reductions in the
+    # GEMMs' epilogues; every dense layer's in and out features must be multiples of 8.
+    # fused_dense: GEMM + bias as one GEMM (bias gradient inside the weight-gradient GEMM) for
+    # QKV, attention output, FFN (unless fused_dense_gelu), MLM transform, decoder and pooler;
+    # the residual's gradient is added inside the QKV/FFN data-gradient GEMM. Fits either GeLU.
+    fused_dense: bool = False
+    # fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and GeLU' + bias gradient inside the next
+    # data-gradient GEMM: FFN and MLM transform. cuBLASLt's GeLU is the tanh approximation, so it
+    # needs hidden_act=gelu_tanh: open division / experimental (MLPerf's BERT uses erf gelu).
+    fused_dense_gelu: bool = False
+    bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
+
+    def __post_init__(self) -> None:
+        if self.bert_config_file:
+            self.bert_config_file = os.path.expanduser(self.bert_config_file)
+            self._load_json(self.bert_config_file)
+        check(self.hidden_size % self.num_attention_heads == 0,
+              f"model.hidden_size={self.hidden_size} is not divisible by "
+              f"model.num_attention_heads={self.num_attention_heads}")
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size",
+                     "pad_vocab_to_multiple_of"):
+            check(getattr(self, name) > 0, f"model.{name}={getattr(self, name)} must be > 0")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            check(0.0 <= getattr(self, name) < 1.0,
+                  f"model.{name}={getattr(self, name)} must be in [0, 1)")
+        check(self.hidden_act in ("gelu", "gelu_tanh"),
+              f"model.hidden_act={self.hidden_act!r}: expected 'gelu' or 'gelu_tanh'")
+        check(self.attention in BACKENDS,
+              f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}")
+        for flag, op in FUSED_OPS.items():
+            problem = op.check(self) if getattr(self, flag) else None
+            check(problem is None, f"model.{flag}=true needs {problem}")
+
+    def _load_json(self, path: str) -> None:
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
+        known = {f.name for f in dataclasses.fields(self)}
+        for key, value in values.items():
+            if key in known and key != "bert_config_file":
+                setattr(self, key, value)
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.pad_vocab_to_multiple_of
+        return (self.vocab_size + m - 1) // m * m
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads

@@ -1,0 +1,56 @@
+"""Human progress lines on rank 0 (MLPerf lines go through bert/train/mlperf.py, never here).
+
+The step loss stays on the device; it is read only when a progress line is due (every
+`interval_s` seconds), which is the one host-device sync outside eval points.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    def __init__(self, enabled: bool, interval_s: float = 10.0):
+        self.enabled = enabled
+        self.interval_s = interval_s
+        self.total_samples = 0
+        self._t0 = self._last_time = time.time()
+        self._last_samples = 0
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_steps = 0
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            print(text, file=sys.stdout, flush=True)
+
+    def start(self, total_samples: int, start_samples: int = 0) -> None:
+        """Start the clock for a run of at most `total_samples` samples, `start_samples` of
+        them already trained (a resumed run)."""
+        self.total_samples = total_samples
+        self._t0 = self._last_time = time.time()
+        self._last_samples = start_samples
+
+    def step(self, step: int, samples: int, step_loss: torch.Tensor, lr: float) -> None:
+        """Record one optimizer step; print a line if one is due."""
+        if not self.enabled:
+            return
+        self._loss_sum = step_loss if self._loss_sum is None else self._loss_sum + step_loss
+        self._loss_steps += 1
+        now = time.time()
+        if now - self._last_time < self.interval_s:
+            return
+        loss = float(self._loss_sum) / self._loss_steps  # host read at log points only
+        rate = (samples - self._last_samples) / (now - self._last_time)
+        remaining = (self.total_samples - samples) / rate if rate > 0 else 0.0
+        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr:.3e} | "
+                  f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
+                  f"ETA (max steps) {_duration(remaining)}")
+        self._last_time, self._last_samples = now, samples
+        self._loss_sum, self._loss_steps = None, 0

@@ -1,0 +1,361 @@
+"""The training loop: MLPerf phases around train_step() and evaluate().
+
+    Trainer(cfg) -> init phase: process group, model, optimizer, checkpoint   (init_start..stop)
+    trainer.train() -> run phase: blocks of training between evals until the target or the
+                       step budget                                           (run_start..stop)
+
+No training or eval data is opened before run_start. Losses and accuracy sums stay on the device
+and are read only at progress and eval points.
+
+Resume (`checkpoint.resume`, bert/train/resume.py): the init phase restores model, optimizer,
+schedule,
+loss scale and RNG; the run phase restores the data position and continues the block and eval
+schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
+run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a timed MLPerf result.
+`run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
+
+The batch geometry (global, local, micro batch, accumulation) is built once, at init, and
+passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
+every optimizer step; nothing else can reach into the loop (tests inject faults that way).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from bert.config import BatchGeometry, Config
+from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
+from bert.model.weights import load_checkpoint_file
+from bert.optim.registry import build_optimizer
+from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.mlperf import MLPerfLogger
+from bert.train.progress import Progress
+from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
+                               load_trainer_state, resolve_resume, rng_state, save_checkpoint,
+                               set_rng_state)
+from data.comm.host import make_host_comm
+from data.packing import PackedBatch, pack_samples
+from data.pipeline import TrainPipeline
+from data.sources.shards import DataError, list_shards, read_eval_samples
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class TrainResult:
+    status: str  # "success" or "aborted"
+    steps: int
+    samples: int
+    eval_accuracy: float
+    log_path: str
+    train_seconds: float
+
+
+class Callback:
+    """Hooks into a training run (no-ops here; subclass what you need)."""
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        """The data is open (`trainer.pipeline`); no step has run."""
+
+    def on_step_end(self, trainer: "Trainer", step: int) -> None:
+        """Optimizer step `step` (1-based) is done."""
+
+
+def preflight_data(cfg: Config) -> list[Path]:
+    """Fail before init if the data is not where the config says (names only, no reads).
+    An eval-only run needs no training shards."""
+    files = [] if cfg.run.eval_only else list_shards(cfg.data.train_dir)
+    eval_file = cfg.data.eval_file
+    if not eval_file:
+        raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
+    if not os.path.isfile(eval_file):
+        raise DataError(f"{eval_file}: data.eval_file does not exist")
+    return files
+
+
+class Trainer:
+    def __init__(self, cfg: Config, mlperf_log: str | None = None,
+                 callbacks: Sequence[Callback] = ()):
+        self.cfg = cfg
+        self.callbacks = list(callbacks)
+        self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
+        self.ctx: DistContext = init_distributed(cfg.run.device)
+        self.out_dir = Path(cfg.run.output_dir)
+        if self.ctx.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.progress = Progress(enabled=self.ctx.is_main and not cfg.log.quiet,
+                                 interval_s=cfg.log.interval_s)
+        self.resume_from, self.resume_manifest = self._find_resume_point()
+        self.log_path = mlperf_log or str(self.out_dir / self._log_name())
+        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
+        self._init_phase()
+
+    # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
+
+    def _init_phase(self) -> None:
+        cfg, log = self.cfg, self.mllog
+        sub = cfg.submission
+        log.cache_clear(cfg.run.cache_cleared)
+        log.init_start()
+        log.submission_info(sub.org, sub.platform, sub.division, sub.status)
+        self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
+        log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
+                            seed=self.seed)
+        self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
+        if cfg.run.threads and self.ctx.device.type == "cpu":
+            torch.set_num_threads(cfg.run.threads)
+        torch.manual_seed(self.seed)
+        self.raw_model = self._build_model()
+        # the host builds per-backend metadata only for the backend that reads it
+        self.pack = partial(pack_samples,
+                            attention_groups=self.raw_model.attention_backend.attention_groups)
+        self.optim = build_optimizer(self.raw_model, cfg.optim, cfg.schedule,
+                                     cfg.run.precision == "fp16", self.ctx)
+        self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
+        self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
+        self._resume_data: dict | None = None
+        if self.resume_from:
+            self._restore(self.resume_from)
+        self.progress.line(
+            f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
+            f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
+            f"{self.geometry.global_batch_size} = {self.ctx.world_size} x "
+            f"{self.geometry.micro_batch_size} x {self.geometry.gradient_accumulation_steps} "
+            f"accum, precision {cfg.run.precision}, seed {self.seed}")
+        log.init_stop()
+
+    def _run_seed(self) -> int:
+        seed = self.cfg.run.seed
+        if seed < 0:
+            seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+        return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
+
+    def _find_resume_point(self) -> tuple[Path | None, Manifest | None]:
+        run, resume = self.cfg.run, self.cfg.checkpoint.resume
+        folder = resolve_resume(resume, run.output_dir)
+        if folder is None:
+            if resume == "auto":
+                self.progress.line("resume auto: no complete checkpoint yet, starting fresh")
+            return None, None
+        manifest = Manifest.read(folder)
+        check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        return folder, manifest
+
+    def _log_name(self) -> str:
+        if self.cfg.run.eval_only:
+            return "mlperf_eval_only.log"
+        if self.resume_from:
+            return f"mlperf_resumed_step_{self.resume_manifest.step}.log"
+        return "mlperf.log"
+
+    def _restore(self, folder: Path) -> None:
+        """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing
+        after it draws); the data position waits for the run phase."""
+        trainer_state = load_trainer_state(folder)
+        self.raw_model.load_state_dict(trainer_state["model"])
+        self.optim.load_state_dict(trainer_state["optimizer"])
+        self.start_point = trainer_state["progress"]
+        rank_state = load_rank_state(folder, self.ctx.rank)
+        self._resume_data = rank_state["pipeline"]
+        set_rng_state(rank_state["rng"], self.ctx.device)
+        self.progress.line(f"resumed from {folder}: step {self.start_point['step']}, "
+                           f"{self.start_point['samples']} samples trained")
+
+    def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
+        """Collective. A host sync (state copies): at checkpoint points only."""
+        cfg, ctx = self.cfg, self.ctx
+        optim_state = self.optim.state_dict()  # collective for the sharded optimizer
+        trainer_state = None
+        if ctx.is_main:
+            trainer_state = {"model": self.raw_model.state_dict(), "optimizer": optim_state,
+                             "progress": {"step": step, "samples": samples,
+                                          "accuracy": accuracy},
+                             "config": cfg.to_dict()}
+        rank_state = {"rng": rng_state(ctx.device), "pipeline": self.pipeline.state_dict()}
+        manifest = Manifest(step, samples, ctx.world_size, cfg.run.global_batch_size, self.seed)
+        folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
+                                 trainer_state, rank_state, cfg.checkpoint.keep)
+        self._last_checkpoint_step = step
+        self.progress.line(f"checkpoint: {folder}")
+
+    def _checkpoint_due(self, step: int) -> bool:
+        interval = self.cfg.checkpoint.interval_steps
+        return interval > 0 and step % interval == 0 and step != self._last_checkpoint_step
+
+    def _build_model(self) -> torch.nn.Module:
+        # on CUDA a fused kernel the config asks for must be built: fail here, not at step 1
+        model = BertForPretraining(self.cfg.model, device=self.ctx.device)
+        if self.cfg.run.init_checkpoint:
+            load_checkpoint_file(model, self.cfg.run.init_checkpoint)
+        return model.to(self.ctx.device)
+
+    # -- run phase ---------------------------------------------------------------------------
+
+    def train(self) -> TrainResult:
+        """The timed run. An error inside it still closes the log (run_stop aborted)."""
+        try:
+            result = self._train()
+        except BaseException:
+            if self.mllog.run_started and not self.mllog.run_stopped:
+                self.mllog.run_stop("aborted")
+            self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
+            raise
+        self._close_data(finish=True)
+        return result
+
+    def _train(self) -> TrainResult:
+        cfg, log = self.cfg, self.mllog
+        if cfg.run.eval_only:
+            return self._evaluate_only()
+        log.run_start()
+        started = time.time()
+        pipeline, eval_set = self._open_data()
+        pipeline.announce(log, self.progress)  # bucketing and curriculum, when used
+        gbs = self.geometry.global_batch_size
+        # An eval point rounds up to a whole global batch (REFERENCE 1).
+        steps_per_block = max(1, -(-cfg.eval_interval_samples // gbs))
+        step, samples = self.start_point["step"], self.start_point["samples"]
+        accuracy, status = self.start_point["accuracy"], "aborted"
+        self._last_checkpoint_step = step
+        for callback in self.callbacks:
+            callback.on_train_start(self)
+        max_steps = cfg.max_steps
+        self.progress.start(max_steps * gbs, samples)
+        while step < max_steps:
+            # A resumed run finishes the interrupted block: evals stay where they were.
+            block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
+            log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
+            for block_step in range(1, block_steps + 1):
+                lr = self.optim.lr()
+                step_loss = self.train_step(pipeline)
+                step += 1
+                samples += gbs
+                self.progress.step(step, samples, step_loss, lr)
+                if block_step < block_steps and self._checkpoint_due(step):
+                    self._save_checkpoint(step, samples, accuracy)
+                for callback in self.callbacks:
+                    callback.on_step_end(self, step)
+            log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
+                           epoch_count=block_steps * gbs)
+            accuracy = self._eval_point(eval_set, samples)
+            if accuracy >= cfg.eval.target_mlm_accuracy:
+                status = "success"
+                break
+            if self._checkpoint_due(step):
+                self._save_checkpoint(step, samples, accuracy)
+        log.train_samples(samples)
+        log.run_stop(status)
+        seconds = time.time() - started
+        if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
+            self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
+        self.progress.line(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
+                           f"{samples} samples ({step} steps) in {seconds:.1f} s")
+        return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
+
+    def _open_data(self):
+        """Training pipeline and this rank's share of the eval set (first data access).
+
+        Collective when distributed: the host comm and its node groups are created here.
+        """
+        ctx = self.ctx
+        self.pipeline = TrainPipeline(
+            self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
+            make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
+            ranks_per_node=ctx.local_world_size, pack=self.pack)
+        if self._resume_data is not None:
+            self.pipeline.load_state_dict(self._resume_data)
+        return self.pipeline, self._read_eval_set()
+
+    def _read_eval_set(self):
+        """This rank's share of the eval set."""
+        d, ctx = self.cfg.data, self.ctx
+        return read_eval_samples(d.eval_file, ctx.rank, ctx.world_size, self.cfg.eval.samples,
+                                 d.max_seq_length, d.max_predictions_per_seq)
+
+    def _evaluate_only(self) -> TrainResult:
+        """One eval of the initial weights (no training data is opened)."""
+        log = self.mllog
+        log.run_start()
+        started = time.time()
+        accuracy = self._eval_point(self._read_eval_set(), samples=0)
+        status = "success" if accuracy >= self.cfg.eval.target_mlm_accuracy else "aborted"
+        log.train_samples(0)
+        log.run_stop(status)
+        source = self.cfg.run.init_checkpoint or "randomly initialized weights"
+        self.progress.line(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
+                           f"{self.cfg.eval.samples or 'all'} eval samples")
+        return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
+
+    def _close_data(self, finish: bool = True) -> None:
+        """Stop the data thread (before MPI or the process group shut down)."""
+        pipeline, self.pipeline = getattr(self, "pipeline", None), None
+        if pipeline is not None:
+            pipeline.close(finish)
+
+    def train_step(self, pipeline: TrainPipeline) -> torch.Tensor:
+        """One optimizer step over the micro-batches the pipeline hands out (the geometry's
+        `gradient_accumulation_steps`).
+
+        Returns the step's loss (MLM + NSP, averaged over micro-batches) as a device tensor.
+        """
+        micro_batches = pipeline.next_step()
+        accum = len(micro_batches)
+        step_loss = torch.zeros((), device=self.ctx.device)
+        self.model.train()
+        # micro-batches packed and already on the device: prepared ahead by the data thread
+        for micro, batch in enumerate(micro_batches):
+            # Gradients are reduced across ranks only on the last micro-batch.
+            last = micro == accum - 1
+            with (contextlib.nullcontext() if last else self.optim.no_sync()):
+                loss = self.forward_loss(batch) / accum
+                self.optim.backward(loss)
+            step_loss += loss.detach()
+        self.optim.step()
+        pipeline.observe_loss(step_loss)  # loss-driven curricula; a queued copy, no host sync
+        return step_loss
+
+    def forward_loss(self, batch: PackedBatch) -> torch.Tensor:
+        with self._autocast():
+            mlm_logits, nsp_logits = self.model(batch)
+        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, self.cfg.model.vocab_size,
+                                    fused_mlm_loss=self.cfg.model.fused_mlm_loss)
+        return mlm + nsp
+
+    def _autocast(self):
+        dtype = AUTOCAST_DTYPES.get(self.cfg.run.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=dtype)
+
+    def _eval_point(self, eval_set, samples: int) -> float:
+        self.mllog.eval_start(samples)
+        accuracy = self.evaluate(eval_set)
+        self.mllog.eval_stop(samples)
+        self.mllog.eval_accuracy(accuracy, samples)
+        self.progress.line(f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
+                           f"(target {self.cfg.eval.target_mlm_accuracy})")
+        return accuracy
+
+    @torch.no_grad()
+    def evaluate(self, eval_set) -> float:
+        """Token-weighted MLM accuracy over the whole eval set (all ranks' shares)."""
+        self.model.eval()
+        model = self.raw_model  # no gradient sync needed for eval
+        counts = torch.zeros(2, dtype=torch.int64, device=self.ctx.device)
+        size = self.cfg.eval.batch_size
+        for start in range(0, len(eval_set), size):
+            batch = self.pack(eval_set[start:start + size]).to(self.ctx.device)
+            with self._autocast():
+                mlm_logits, _ = model(batch)
+            counts[0] += mlm_correct(mlm_logits, batch, self.cfg.model.vocab_size)
+            counts[1] += batch.num_masked
+        all_reduce_sum(counts, self.ctx)
+        correct, total = counts.tolist()  # the eval point's one host read
+        return correct / max(total, 1)

@@ -1,0 +1,184 @@
+"""The data pipeline's own config: where the data is, how batches are drawn, dealt and ordered.
+
+`DataConfig` (the `data:` section of a run's YAML) with its sub-sections `synthetic:` and
+`curriculum:`, and `BatchGeometry`, the per-rank batch sizes derived once from the run's global
+batch and the world size. The root config (bert/config.py) composes these; the pipeline
+(data/pipeline.py) takes a DataConfig and a BatchGeometry, nothing else of the run's config.
+Every check raises `ConfigError` naming the key and the value.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+from data.order.curricula import CURRICULA
+from data.order.lengths import strata_edges
+from data.order.strategies import STRATEGIES
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used; the message names it."""
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+@dataclass
+class SyntheticConfig:
+    """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
+
+    enabled: bool = False  # generate train/eval data under data.train_dir if it is missing
+    num_shards: int = 4
+    samples_per_shard: int = 4096
+    eval_samples: int = 2000
+    seed: int = 12345
+
+    def __post_init__(self) -> None:
+        for name in ("num_shards", "samples_per_shard", "eval_samples"):
+            check(getattr(self, name) > 0,
+                  f"data.synthetic.{name}={getattr(self, name)} must be > 0")
+
+
+@dataclass
+class CurriculumConfig:
+    """Length bucketing + a bucket-order curriculum (seed 002, docs/curriculum.md), open
+    division only. On: every step's batch comes from one length bucket, the same on every rank."""
+
+    # none (off) | shuffled | random | increasing | decreasing | loss_controlled | exp3s
+    name: str = "none"
+    # bucket upper edges, increasing, the last one data.max_seq_length; empty: seed 001's four
+    # strata scaled to max_seq_length (128,256,384,512 at 512), filled in when the config loads
+    bucket_boundaries: list[int] = field(default_factory=list)
+    round_batches: int = 100  # fixed orders: steps per round, split by bucket share
+    loss_targets: list[float] = field(default_factory=lambda: [2.0])  # loss_controlled: 1 or M
+    loss_window: int = 10  # loss_controlled: steps averaged against the target
+    max_batches: int = 0  # loss_controlled: longest stay on one bucket; 0: no cap
+    eta: float = 0.1  # exp3s step size
+    gamma: float = 0.1  # exp3s exploration share
+    alpha: float | Literal["1/t"] = 0.01  # exp3s weight sharing: a number in [0, 1], or 1/t
+    # exp3s reward: visit_gain (loss drop since the bucket's last batch); prediction_gain
+    # needs a second forward per step, which the trainer does not run
+    reward: str = "visit_gain"
+
+    @property
+    def enabled(self) -> bool:
+        return self.name != "none"
+
+    def __post_init__(self) -> None:
+        k = "data.curriculum"
+        check(self.name in ("none", *CURRICULA),
+              f"{k}.name={self.name!r}: expected none or one of {', '.join(CURRICULA)}")
+        if not self.enabled:
+            check(not self.bucket_boundaries, f"{k}.bucket_boundaries={self.bucket_boundaries}"
+                  f" needs a {k}.name (the order of the buckets; shuffled for a random one)")
+            return
+        edges = self.bucket_boundaries
+        check(not edges or edges[0] >= 1 and all(a < b for a, b in zip(edges, edges[1:])),
+              f"{k}.bucket_boundaries={edges}: edges must be positive and strictly increasing")
+        check(self.loss_targets and min(self.loss_targets) > 0,
+              f"{k}.loss_targets={self.loss_targets}: expected positive losses")
+        check(self.loss_window >= 1 and self.max_batches >= 0,
+              f"{k}.loss_window={self.loss_window} must be >= 1 and "
+              f"{k}.max_batches={self.max_batches} >= 0")
+        check(self.eta > 0 and 0 < self.gamma <= 1,
+              f"{k}.eta={self.eta} must be > 0 and {k}.gamma={self.gamma} in (0, 1]")
+        check(self.alpha == "1/t" or 0 <= self.alpha <= 1,
+              f"{k}.alpha={self.alpha!r}: expected a number in [0, 1] or 1/t")
+        check(self.reward == "visit_gain", f"{k}.reward={self.reward!r}: only visit_gain is "
+              f"supported in training; prediction_gain needs a second forward of every batch "
+              f"after the optimizer step, which the trainer does not run (docs/curriculum.md)")
+
+    def resolve(self, max_seq_length: int) -> None:
+        """Fill in the default boundaries and check them and the targets against them."""
+        k = "data.curriculum"
+        if not self.bucket_boundaries:
+            self.bucket_boundaries = [int(e) for e in strata_edges(max_seq_length)[1:]]
+        edges = self.bucket_boundaries
+        check(edges[-1] == max_seq_length, f"{k}.bucket_boundaries={edges}: the last edge must "
+              f"equal data.max_seq_length={max_seq_length}")
+        check(self.round_batches >= len(edges), f"{k}.round_batches={self.round_batches} must "
+              f"be >= the {len(edges)} buckets")
+        check(len(self.loss_targets) in (1, len(edges)), f"{k}.loss_targets="
+              f"{self.loss_targets}: expected one positive loss or {len(edges)} (one per bucket)")
+
+
+@dataclass
+class DataConfig:
+    """Where the MLPerf variable-length HDF5 data lives and how it is drawn and dealt."""
+
+    train_dir: str = ""  # folder of part_*.hdf5 training shards
+    eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: train_dir's
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 76
+    # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
+    # serpentine | stratified | stratified_local_presort | stratified_local_snake
+    balance: str = "none"
+    ranks_per_node: int = 0  # node size for the node-local strategies; 0: LOCAL_WORLD_SIZE
+    prefetch_depth: int = 2  # optimizer steps prepared ahead by the data thread
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+
+    def __post_init__(self) -> None:
+        # paths expanded once, here; everything downstream reads them as given
+        self.train_dir = os.path.expanduser(self.train_dir)
+        self.eval_file = os.path.expanduser(self.eval_file)
+        if self.synthetic.enabled and self.train_dir and not self.eval_file:
+            self.eval_file = os.path.join(self.train_dir, "eval.hdf5")
+        check(self.max_seq_length > 1, f"data.max_seq_length={self.max_seq_length} must be > 1")
+        check(self.max_predictions_per_seq > 0,
+              f"data.max_predictions_per_seq={self.max_predictions_per_seq} must be > 0")
+        check(self.balance in STRATEGIES, f"data.balance={self.balance!r}: expected one of "
+              f"{', '.join(STRATEGIES)}")
+        check(self.ranks_per_node >= 0,
+              f"data.ranks_per_node={self.ranks_per_node} must be >= 0 (0: LOCAL_WORLD_SIZE)")
+        check(self.prefetch_depth >= 1, f"data.prefetch_depth={self.prefetch_depth} must be >= 1")
+        if self.curriculum.enabled:
+            self._check_curriculum_source()
+            self.curriculum.resolve(self.max_seq_length)
+
+    def _check_curriculum_source(self) -> None:
+        source = STRATEGIES[self.balance].source
+        shards_only = [name for name, s in STRATEGIES.items() if s.source == "shards"]
+        check(source == "shards", f"data.balance={self.balance} draws from the {source} source, "
+              f"but data.curriculum.name={self.curriculum.name} draws every batch from one length "
+              f"bucket; use data.balance {', '.join(shards_only[:-1])} or {shards_only[-1]}")
+
+
+@dataclass(frozen=True)
+class BatchGeometry:
+    """Per-rank batch sizes, derived once (`build`) from the global batch and the world size and
+    passed down: the trainer, the data pipeline and the logs all read them from here."""
+
+    world_size: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+
+    @property
+    def local_batch_size(self) -> int:
+        """Samples one rank trains per optimizer step (all micro-batches)."""
+        return self.global_batch_size // self.world_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples one rank feeds the model per forward/backward."""
+        return self.local_batch_size // self.gradient_accumulation_steps
+
+    def micro_batches(self, samples: list) -> list[list]:
+        """A rank's local batch split into its `gradient_accumulation_steps` micro-batches."""
+        micro = self.micro_batch_size
+        return [samples[i * micro:(i + 1) * micro]
+                for i in range(self.gradient_accumulation_steps)]
+
+    @classmethod
+    def build(cls, batch, world_size: int) -> "BatchGeometry":
+        """`batch`: the run config's global_batch_size and gradient_accumulation_steps."""
+        gbs, accum = batch.global_batch_size, batch.gradient_accumulation_steps
+        check(gbs % world_size == 0,
+              f"run.global_batch_size={gbs} is not divisible by the world size {world_size}")
+        check((gbs // world_size) % accum == 0,
+              f"per-rank batch {gbs // world_size} (run.global_batch_size={gbs} / {world_size} "
+              f"ranks) is not divisible by run.gradient_accumulation_steps={accum}")
+        return cls(world_size, gbs, accum)

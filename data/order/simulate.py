@@ -1,0 +1,42 @@
+"""Monte-Carlo of per-rank token counts under each balancing strategy (seed 001, section 5.2 /
+Table 5); scripts/simulate_balance.py prints and plots it."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from data.order.lengths import sample_from_pmf, sample_stratified_lengths, strata_edges
+from data.order.strategies import STRATEGIES, balance, tokens_per_rank
+
+
+def simulate_token_range(world: int, local: int, ranks_per_node: int, trials: int,
+                         rng: np.random.Generator, pmf: np.ndarray,
+                         strategies: Sequence[str] = tuple(STRATEGIES),
+                         edges: Sequence[int] | None = None,
+                         chunk_samples: int = 1 << 22) -> dict[str, dict[str, float]]:
+    """Mean over trials of the min and max per-rank tokens, per strategy.
+
+    Each trial draws one global batch per source (data/order/strategies.py: `Strategy.source`):
+    a plain one, and a stratified one shared by the stratified strategies, so their
+    differences are not sampling noise. Trials are processed in chunks of about
+    `chunk_samples` lengths to bound memory.
+    Returns {strategy: {"min_tokens": float, "max_tokens": float}}.
+    """
+    max_len = pmf.shape[0] - 1
+    edges = strata_edges(max_len) if edges is None else np.asarray(edges)
+    n = world * local
+    per_chunk = max(1, chunk_samples // n)
+    sums = {s: np.zeros(2) for s in strategies}
+    done = 0
+    while done < trials:
+        t = min(per_chunk, trials - done)
+        batches = {"shards": sample_from_pmf(pmf, (t, n), rng),
+                   "stratified": sample_stratified_lengths(t, world, local, rng, pmf, edges)}
+        for s in strategies:
+            batch = batches[STRATEGIES[s].source]
+            tok = tokens_per_rank(batch, balance(s, batch, world, ranks_per_node))
+            sums[s] += [tok.min(axis=-1).sum(), tok.max(axis=-1).sum()]
+        done += t
+    return {s: {"min_tokens": float(v[0] / trials), "max_tokens": float(v[1] / trials)}
+            for s, v in sums.items()}

@@ -1,0 +1,448 @@
+"""MLPerf variable-length HDF5 shards: discovery, validated reading, atomic writing, streaming.
+
+File format (REFERENCE 2, "Variable-length HDF5"), one entry per sample in every dataset:
+
+    input_ids            vlen int16   [CLS] A [SEP] B [SEP] with masked ids in place; its length
+                                      is the sequence length (there is no input_mask)
+    segment_ids          vlen int8    same length as input_ids
+    masked_lm_positions  vlen int16   only the real masked positions, each in [0, len)
+    masked_lm_ids        vlen int16   original ids at those positions
+    next_sentence_labels int8 scalar  0: B follows A, 1: B is random
+
+Every bad input raises one `DataError` whose message names the file, the dataset and the
+offending value or sample, so a broken shard is found without a debugger.
+"""
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+
+from data.files import temp_name
+from data.packing import Sample
+from data.sources.loader import ShardLoader
+
+# Base dtype of each dataset; all but the label are variable-length per sample.
+VLEN_FIELDS = {
+    "input_ids": np.dtype(np.int16),
+    "segment_ids": np.dtype(np.int8),
+    "masked_lm_positions": np.dtype(np.int16),
+    "masked_lm_ids": np.dtype(np.int16),
+}
+LABEL_FIELD = "next_sentence_labels"
+LABEL_DTYPE = np.dtype(np.int8)
+ALL_FIELDS = (*VLEN_FIELDS, LABEL_FIELD)
+
+SHARD_GLOB = "part_*.hdf5"
+
+
+class DataError(ValueError):
+    """Unusable training or eval data; the message names the file, the field and the value."""
+
+
+# --------------------------------------------------------------------------------------------
+# Discovery
+# --------------------------------------------------------------------------------------------
+
+def list_shards(train_dir: str | os.PathLike) -> list[Path]:
+    """Sorted `part_*.hdf5` files of `train_dir`; DataError if the folder is missing or empty."""
+    folder = Path(train_dir)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: training data folder (data.train_dir) does not exist")
+    shards = sorted(p for p in folder.glob(SHARD_GLOB) if p.is_file())
+    if not shards:
+        raise DataError(f"{folder}: holds no {SHARD_GLOB} training shards")
+    return shards
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and validation
+# --------------------------------------------------------------------------------------------
+
+def read_samples(path: str | os.PathLike, max_seq_length: int, max_predictions: int,
+                 limit: int | None = None) -> list[Sample]:
+    """All samples of one file (or its first `limit`), validated.
+
+    Returns Samples holding the arrays as stored: input_ids (l,) int16, segment_ids (l,) int8,
+    masked_positions (m,) int16, masked_ids (m,) int16, nsp_label int. A `limit` larger than the
+    file returns the whole file.
+    """
+    path = Path(path)
+    if limit is not None and limit < 1:
+        raise ValueError(f"read_samples: limit={limit} must be >= 1 or None")
+    columns = _read_columns(path, limit)
+    _validate_columns(path, columns, max_seq_length, max_predictions)
+    return [
+        Sample(ids, seg, pos, mids, int(label))
+        for ids, seg, pos, mids, label in zip(
+            columns["input_ids"], columns["segment_ids"], columns["masked_lm_positions"],
+            columns["masked_lm_ids"], columns[LABEL_FIELD])
+    ]
+
+
+def _read_columns(path: Path, limit: int | None) -> dict[str, np.ndarray]:
+    """Each dataset as an array of length n: object arrays of 1-D arrays for vlen fields."""
+    if not path.exists():
+        raise DataError(f"{path}: file does not exist")
+    try:
+        with h5py.File(path, "r") as f:
+            _check_layout(path, f)
+            count = _common_count(path, f)
+            if count == 0:
+                raise DataError(f"{path}: file holds no samples")
+            stop = count if limit is None else min(limit, count)
+            return {name: f[name][:stop] for name in ALL_FIELDS}
+    except DataError:
+        raise
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        # h5py reports truncated or non-HDF5 files as OSError; keep its reason in the message.
+        raise DataError(f"{path}: cannot read as HDF5 ({err})") from None
+
+
+def _check_layout(path: Path, f: h5py.File) -> None:
+    """Every dataset present with the exact (vlen) base dtype and one dimension."""
+    for name, expected in VLEN_FIELDS.items():
+        ds = _dataset(path, f, name)
+        base = h5py.check_vlen_dtype(ds.dtype)
+        if base is None or ds.ndim != 1:
+            raise DataError(
+                f"{path}: dataset {name} has dtype {ds.dtype} and shape {ds.shape}, expected a "
+                f"1-D variable-length {expected} dataset; fixed-length (padded) files must be "
+                f"converted to the variable-length format first")
+        if np.dtype(base) != expected:
+            raise DataError(f"{path}: dataset {name} has dtype vlen {np.dtype(base)}, "
+                            f"expected vlen {expected}")
+    labels = _dataset(path, f, LABEL_FIELD)
+    if labels.dtype != LABEL_DTYPE or labels.ndim != 1:
+        raise DataError(f"{path}: dataset {LABEL_FIELD} has dtype {labels.dtype} and shape "
+                        f"{labels.shape}, expected one {LABEL_DTYPE} scalar per sample")
+
+
+def _dataset(path: Path, f: h5py.File, name: str) -> h5py.Dataset:
+    if name not in f:
+        raise DataError(f"{path}: dataset {name} is missing (expected datasets: "
+                        f"{', '.join(ALL_FIELDS)})")
+    node = f[name]
+    if not isinstance(node, h5py.Dataset):
+        raise DataError(f"{path}: {name} is not a dataset")
+    return node
+
+
+def _common_count(path: Path, f: h5py.File) -> int:
+    """The sample count, which every dataset must share."""
+    counts = {name: f[name].shape[0] for name in ALL_FIELDS}
+    if len(set(counts.values())) != 1:
+        listed = ", ".join(f"{name}={n}" for name, n in counts.items())
+        raise DataError(f"{path}: datasets disagree on the sample count ({listed})")
+    return counts["input_ids"]
+
+
+def _lengths(column: np.ndarray) -> np.ndarray:
+    """(n,) int64 lengths of an object array of 1-D arrays."""
+    return np.fromiter(map(len, column), dtype=np.int64, count=len(column))
+
+
+def _flat(column: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """All values of an object array of 1-D arrays back to back (empty-safe)."""
+    parts = [a for a in column if len(a)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _first_bad(bad: np.ndarray) -> int | None:
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
+def _validate_columns(path: Path, columns: dict[str, np.ndarray], max_seq_length: int,
+                      max_predictions: int) -> None:
+    """Shape and value checks, vectorized over per-sample lengths and flattened values."""
+    seq_lens = _lengths(columns["input_ids"])
+    _check_seq_lengths(path, seq_lens, _lengths(columns["segment_ids"]), max_seq_length)
+    mask_counts = _check_mask_counts(path, columns, max_predictions)
+    _check_masked_positions(path, columns["masked_lm_positions"], seq_lens, mask_counts)
+    _check_values(path, columns, seq_lens, mask_counts)
+
+
+def _check_seq_lengths(path: Path, seq_lens: np.ndarray, seg_lens: np.ndarray,
+                       max_seq_length: int) -> None:
+    i = _first_bad((seq_lens < 1) | (seq_lens > max_seq_length))
+    if i is not None:
+        raise DataError(f"{path}: sample {i}: input_ids length {seq_lens[i]} is outside "
+                        f"[1, max_seq_length={max_seq_length}]")
+    i = _first_bad(seg_lens != seq_lens)
+    if i is not None:
+        raise DataError(f"{path}: sample {i}: segment_ids length {seg_lens[i]} differs from "
+                        f"input_ids length {seq_lens[i]}")
+
+
+def _check_mask_counts(path: Path, columns: dict[str, np.ndarray],
+                       max_predictions: int) -> np.ndarray:
+    """(n,) int64 masked-token count per sample, after checking both masked fields agree."""
+    pos_counts = _lengths(columns["masked_lm_positions"])
+    id_counts = _lengths(columns["masked_lm_ids"])
+    i = _first_bad(pos_counts != id_counts)
+    if i is not None:
+        raise DataError(f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values "
+                        f"but masked_lm_ids holds {id_counts[i]}")
+    i = _first_bad(pos_counts > max_predictions)
+    if i is not None:
+        raise DataError(f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values, "
+                        f"more than max_predictions={max_predictions}")
+    return pos_counts
+
+
+def _check_masked_positions(path: Path, positions: np.ndarray, seq_lens: np.ndarray,
+                            mask_counts: np.ndarray) -> None:
+    flat = _flat(positions, np.int16).astype(np.int64)
+    len_of_value = np.repeat(seq_lens, mask_counts)
+    j = _first_bad((flat < 0) | (flat >= len_of_value))
+    if j is not None:
+        i = _sample_of_value(mask_counts, j)
+        raise DataError(f"{path}: sample {i}: masked_lm_positions value {flat[j]} is outside "
+                        f"its sequence of length {len_of_value[j]}")
+
+
+def _check_values(path: Path, columns: dict[str, np.ndarray], seq_lens: np.ndarray,
+                  mask_counts: np.ndarray) -> None:
+    """Token ids non-negative (int16 wraps above 32767), segments and labels in {0, 1}."""
+    for name, counts in (("input_ids", seq_lens), ("masked_lm_ids", mask_counts)):
+        flat = _flat(columns[name], VLEN_FIELDS[name])
+        j = _first_bad(flat < 0)
+        if j is not None:
+            raise DataError(f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
+                            f"{flat[j]} is negative (not a token id)")
+    segments = _flat(columns["segment_ids"], np.int8)
+    j = _first_bad((segments != 0) & (segments != 1))
+    if j is not None:
+        raise DataError(f"{path}: sample {_sample_of_value(seq_lens, j)}: segment_ids value "
+                        f"{segments[j]} is not 0 or 1")
+    labels = columns[LABEL_FIELD]
+    i = _first_bad((labels != 0) & (labels != 1))
+    if i is not None:
+        raise DataError(f"{path}: sample {i}: {LABEL_FIELD} value {labels[i]} is not 0 or 1")
+
+
+def _sample_of_value(counts: np.ndarray, flat_index: int) -> int:
+    """Which sample owns value `flat_index` of the concatenation of per-sample arrays."""
+    return int(np.searchsorted(np.cumsum(counts), flat_index, side="right"))
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+def write_samples(path: str | os.PathLike, samples: Sequence[Sample]) -> Path:
+    """Write `samples` in the variable-length format, atomically.
+
+    The data goes to a hidden temporary file in the same folder, which is renamed over `path`
+    only once complete: readers never see a half-written shard, and a killed writer leaves at
+    most a hidden `.tmp` file behind. Values that do not fit the file dtypes (ids above 32767,
+    say) raise DataError instead of wrapping around.
+    """
+    path = Path(path)
+    if not samples:
+        raise DataError(f"{path}: refusing to write a file with no samples")
+    # A unique hidden name (not mkstemp, whose 0600 mode would survive the rename) that
+    # h5py creates exclusively, so concurrent writers of the same path never share it.
+    tmp_name = temp_name(path)
+    try:
+        with h5py.File(tmp_name, "x") as f:
+            _write_columns(path, f, samples)
+        os.replace(tmp_name, path)
+    except BaseException:
+        tmp_name.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _write_columns(path: Path, f: h5py.File, samples: Sequence[Sample]) -> None:
+    n = len(samples)
+    for index, (name, base) in enumerate(VLEN_FIELDS.items()):
+        column = np.empty(n, dtype=object)
+        for i, sample in enumerate(samples):
+            # Assign one by one: numpy would turn equal-length arrays into a 2-D array.
+            column[i] = _cast_exactly(path, i, name, sample[index], base)
+        # Passed as `data` at creation: h5py's slice assignment (`ds[:] = column`) fails when
+        # all arrays have the same length.
+        f.create_dataset(name, data=column, dtype=h5py.vlen_dtype(base))
+    labels = np.fromiter((s.nsp_label for s in samples), dtype=np.int64, count=n)
+    f.create_dataset(LABEL_FIELD, data=_cast_exactly(path, None, LABEL_FIELD, labels,
+                                                     LABEL_DTYPE))
+
+
+def _cast_exactly(path: Path, sample_index: int | None, name: str, values,
+                  dtype: np.dtype) -> np.ndarray:
+    """`values` as a 1-D `dtype` array; DataError if the cast would change any value."""
+    original = np.asarray(values)
+    if original.dtype == dtype and original.ndim == 1:
+        return original  # the common case (arrays as read or generated): nothing to check
+    cast = original.astype(dtype)
+    if cast.ndim != 1 or not np.array_equal(cast, original):
+        where = "" if sample_index is None else f"sample {sample_index}: "
+        bad = original[cast != original] if cast.shape == original.shape else original
+        raise DataError(f"{path}: {where}{name} values {bad.ravel()[:3].tolist()} do not fit "
+                        f"a 1-D {dtype} dataset")
+    return cast
+
+
+# --------------------------------------------------------------------------------------------
+# Per-rank training stream
+# --------------------------------------------------------------------------------------------
+
+class ShardStream:
+    """Endless per-rank sequence of training samples, epoch after epoch, with an exact position.
+
+    Epoch e: the shard order is a permutation drawn from a numpy Generator seeded with
+    (seed, e), identical on every rank; rank r reads shards order[r::world_size]. Within shard
+    k (index into `files`), samples are read in a permutation seeded with (seed, e, k). When the
+    shard count is not a multiple of world_size, ranks hold unequal shard counts for the epoch.
+
+    `length_range=(lo, hi)` keeps only samples of length in (lo, hi]: one stream per length
+    stratum (data/sources/stratified.py). Such streams may share one `loader`, so a shard is read
+    once.
+
+    The position is (epoch, shard_pos, offset): the next sample is number `offset` (among the
+    kept samples) of the `shard_pos`-th shard of this rank in that epoch. The current shard is
+    held in memory and the next one is read in the background (data/sources/loader.py).
+    """
+
+    def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
+                 seed: int, max_seq_length: int, max_predictions: int,
+                 length_range: tuple[int, int] | None = None, loader: ShardLoader | None = None):
+        self.files = [Path(p) for p in files]
+        if not 0 <= rank < world_size:
+            raise ValueError(f"ShardStream: rank {rank} is outside world_size {world_size}")
+        if len(self.files) < world_size:
+            where = self.files[0].parent if self.files else "training data"
+            raise DataError(f"{where}: {len(self.files)} training shards for {world_size} "
+                            f"ranks; every rank needs at least one shard")
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.length_range = length_range
+        self.loader = loader or ShardLoader(
+            self.files, seed, partial(read_samples, max_seq_length=max_seq_length,
+                                      max_predictions=max_predictions))
+        self.epoch = 0
+        self.shard_pos = 0
+        self.offset = 0
+        self._loaded_key: tuple[int, int] | None = None  # (epoch, shard_pos) held below
+        self._samples: list[Sample] = []
+        self._index = np.zeros(0, dtype=np.int64)  # (n,) sample index within the file
+        self._file_index = -1
+
+    def shards_of_epoch(self, epoch: int) -> list[int]:
+        """Indices into `files` that this rank reads in `epoch`, in reading order."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.files))
+        return [int(k) for k in order[self.rank::self.world_size]]
+
+    def next_batch(self, n: int) -> list[Sample]:
+        """The next n samples, crossing shard and epoch boundaries as needed."""
+        return self.next_batch_tagged(n)[0]
+
+    def next_batch_tagged(self, n: int) -> tuple[list[Sample], np.ndarray]:
+        """The next n samples and their origin (n, 2) int64: (index into files, index in file)."""
+        batch: list[Sample] = []
+        origin = np.empty((n, 2), dtype=np.int64)
+        empty_shards = 0
+        while len(batch) < n:
+            self._load_current()
+            take = min(n - len(batch), len(self._samples) - self.offset)
+            origin[len(batch):len(batch) + take, 0] = self._file_index
+            origin[len(batch):len(batch) + take, 1] = self._index[self.offset:self.offset + take]
+            batch.extend(self._samples[self.offset:self.offset + take])
+            self.offset += take
+            empty_shards = 0 if take else empty_shards + 1
+            self._check_not_starved(empty_shards)
+            if self.offset == len(self._samples):
+                self._advance_shard()
+        return batch, origin
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "shard_pos": self.shard_pos, "offset": self.offset}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume at a position from `state_dict` (same files, rank, world_size and seed)."""
+        missing = {"epoch", "shard_pos", "offset"} - set(state)
+        if missing:
+            raise ValueError(f"ShardStream state lacks {sorted(missing)}: {state}")
+        epoch, shard_pos, offset = (int(state[k]) for k in ("epoch", "shard_pos", "offset"))
+        num_local = len(self.shards_of_epoch(epoch)) if epoch >= 0 else 0
+        if epoch < 0 or not 0 <= shard_pos < num_local or offset < 0:
+            raise ValueError(f"ShardStream state {state} does not fit {num_local} shards of "
+                             f"rank {self.rank} of {self.world_size}")
+        self.epoch, self.shard_pos, self.offset = epoch, shard_pos, offset
+        self._load_current()
+        # A stratum's stream may stand at the start of a shard holding none of its lengths.
+        at_end_ok = self.length_range is not None and offset == len(self._samples)
+        if offset >= len(self._samples) and not at_end_ok:
+            raise ValueError(f"ShardStream state {state}: offset beyond the "
+                             f"{len(self._samples)} samples of {self.files[self._file_index]}")
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def _load_current(self) -> None:
+        """Hold the shard at (epoch, shard_pos) in its shuffled order; start reading the next."""
+        key = (self.epoch, self.shard_pos)
+        if self._loaded_key == key:
+            return
+        self._file_index = self.shards_of_epoch(self.epoch)[self.shard_pos]
+        shard = self.loader.get(self.epoch, self._file_index)
+        self.loader.prefetch(*self._next_shard(*key))
+        keep = slice(None)
+        if self.length_range is not None:
+            lo, hi = self.length_range
+            keep = np.flatnonzero((shard.lengths > lo) & (shard.lengths <= hi))
+            self._samples = [shard.samples[i] for i in keep]
+        else:
+            self._samples = shard.samples
+        self._index = shard.index[keep]
+        self._loaded_key = key
+
+    def _next_shard(self, epoch: int, shard_pos: int) -> tuple[int, int]:
+        """(epoch, file index) of the shard after (epoch, shard_pos) for this rank."""
+        if shard_pos + 1 < len(self.shards_of_epoch(epoch)):
+            return epoch, self.shards_of_epoch(epoch)[shard_pos + 1]
+        return epoch + 1, self.shards_of_epoch(epoch + 1)[0]
+
+    def _check_not_starved(self, empty_shards: int) -> None:
+        # A stratum absent from the data would otherwise loop over the shards forever.
+        if empty_shards > len(self.files):
+            lo, hi = self.length_range or (0, 0)
+            raise DataError(f"{self.files[0].parent}: rank {self.rank} found no sample of length "
+                            f"in ({lo}, {hi}] in {empty_shards} shards in a row; the data lacks "
+                            f"this length stratum (data.balance=stratified*)")
+
+    def _advance_shard(self) -> None:
+        self.offset = 0
+        self.shard_pos += 1
+        if self.shard_pos == len(self.shards_of_epoch(self.epoch)):
+            self.shard_pos = 0
+            self.epoch += 1
+
+
+# --------------------------------------------------------------------------------------------
+# Eval
+# --------------------------------------------------------------------------------------------
+
+def read_eval_samples(path: str | os.PathLike, rank: int, world_size: int, limit: int,
+                      max_seq_length: int, max_predictions: int) -> list[Sample]:
+    """This rank's share (samples r::world_size) of the first `limit` eval samples (0 = all).
+
+    A file with fewer than `limit` samples is an error: an eval on a silently smaller set would
+    not be comparable with the target.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"read_eval_samples: rank {rank} is outside world_size {world_size}")
+    if limit < 0:
+        raise ValueError(f"read_eval_samples: limit={limit} must be >= 0 (0 = all)")
+    samples = read_samples(path, max_seq_length, max_predictions, limit=limit or None)
+    if limit and len(samples) < limit:
+        raise DataError(f"{path}: eval file holds {len(samples)} samples, fewer than the "
+                        f"{limit} asked for")
+    return samples[rank::world_size]
