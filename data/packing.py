@@ -52,6 +52,18 @@ class AttentionGroups:
 
 
 @dataclass
+class QuerySubset:
+    """Host-made layout of the tokens whose outputs the heads read ([CLS] and the masked tokens);
+    see `query_subset`. The last encoder layer computes queries and outputs only for these."""
+
+    index: object  # (Q,) int64 packed positions, sequence by sequence: [CLS], then masked
+    cu_seqlens: object  # (B+1,) int32 queries per sequence, prefix sums
+    token_index: object  # (Q,) int64 index of each query in the padded [B, max_seqlen] layout
+    masked_rows: object  # (M,) int64 row of each masked token (masked_positions order)
+    max_seqlen: int  # host int: the most queries of one sequence
+
+
+@dataclass
 class PackedBatch:
     """A local batch in packed form; fields are numpy arrays on the host or tensors on a device."""
 
@@ -66,6 +78,8 @@ class PackedBatch:
     max_seqlen: int
     # Length groups for grouped attention: only for the backend that reads them.
     groups: AttentionGroups | None = None
+    # Queries of the last layer: only with model.last_layer_subset.
+    query_subset: QuerySubset | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -99,20 +113,22 @@ class PackedBatch:
 
 
 def _map_arrays(batch, fn):
-    """A copy of a PackedBatch (or AttentionGroups) with fn applied to each field's value."""
+    """A copy of a PackedBatch (or its metadata records) with fn applied to each field's value."""
     values = {}
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
-        values[f.name] = (_map_arrays(value, fn) if isinstance(value, AttentionGroups)
+        values[f.name] = (_map_arrays(value, fn) if isinstance(value, (AttentionGroups, QuerySubset))
                           else fn(value))
     return type(batch)(**values)
 
 
-def pack_samples(samples: Sequence[Sample], attention_groups: bool = False) -> PackedBatch:
+def pack_samples(samples: Sequence[Sample], attention_groups: bool = False,
+                 query_subset: bool = False) -> PackedBatch:
     """Concatenate samples into one PackedBatch (vectorized; no per-token Python work).
 
     attention_groups: also build the length groups of grouped attention (`AttentionGroups`),
-    for the attention backend that reads them.
+    for the attention backend that reads them. query_subset: also build the last layer's
+    query layout (`QuerySubset`), for model.last_layer_subset.
     """
     if not samples:
         raise ValueError("pack_samples: empty batch")
@@ -131,19 +147,46 @@ def pack_samples(samples: Sequence[Sample], attention_groups: bool = False) -> P
                                 count=len(samples))
     masked_offsets = np.repeat(cu_seqlens[:-1], masked_counts)
     masked_positions = np.concatenate([s.masked_positions for s in samples]).astype(np.int64)
+    masked_positions += masked_offsets
     return PackedBatch(
         input_ids=np.concatenate([s.input_ids for s in samples]).astype(np.int64),
         segment_ids=np.concatenate([s.segment_ids for s in samples]).astype(np.int64),
         position_ids=position_ids,
         token_index=token_index,
         cu_seqlens=cu_seqlens.astype(np.int32),
-        masked_positions=masked_positions + masked_offsets,
+        masked_positions=masked_positions,
         masked_labels=np.concatenate([s.masked_ids for s in samples]).astype(np.int64),
         nsp_labels=np.fromiter((s.nsp_label for s in samples), dtype=np.int64,
                                count=len(samples)),
         max_seqlen=max_seqlen,
         groups=group_by_length(lengths, cu_seqlens) if attention_groups else None,
+        query_subset=(subset_queries(cu_seqlens, masked_counts, masked_positions)
+                      if query_subset else None),
     )
+
+
+def subset_queries(cu_seqlens: np.ndarray, masked_counts: np.ndarray,
+                   masked_positions: np.ndarray) -> QuerySubset:
+    """The last layer's queries: per sequence its [CLS] (the pooler's input), then its masked
+    tokens (the MLM head's), in batch order. Keys and values stay all tokens.
+
+    cu_seqlens: (B+1,) int64; masked_counts: (B,) int64; masked_positions: (M,) int64 packed.
+    """
+    query_counts = masked_counts + 1
+    cu_queries = np.zeros(len(query_counts) + 1, dtype=np.int64)
+    np.cumsum(query_counts, out=cu_queries[1:])
+    total = int(cu_queries[-1])
+    is_cls = np.zeros(total, dtype=bool)
+    is_cls[cu_queries[:-1]] = True
+    masked_rows = np.flatnonzero(~is_cls)  # ascending: sequence by sequence, as masked_positions
+    index = np.empty(total, dtype=np.int64)
+    index[cu_queries[:-1]] = cu_seqlens[:-1]
+    index[masked_rows] = masked_positions
+    max_queries = int(query_counts.max())
+    position = np.arange(total, dtype=np.int64) - np.repeat(cu_queries[:-1], query_counts)
+    seq = np.repeat(np.arange(len(query_counts), dtype=np.int64), query_counts)
+    return QuerySubset(index, cu_queries.astype(np.int32), seq * max_queries + position,
+                       masked_rows, max_queries)
 
 
 # Seed 000 (IV-A-2): sequences grouped by length into (0, 128], (128, 256], (256, 384] and

@@ -81,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variants", default="fastest,reference,hf_eager",
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
-    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused], "
-                   "e.g. per_sequence or flash_varlen+compile+fused")
+    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused]"
+                   "[+subset], e.g. per_sequence or flash_varlen+compile+fused+subset "
+                   "(subset: model.last_layer_subset)")
     p.add_argument("--include-unvalidated", action="store_true",
                    help="let --fastest auto also try backends and fused kernels not yet "
                         "validated on this device")
@@ -129,18 +130,20 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def fastest_candidates(args: argparse.Namespace, kind: str) -> list[tuple[str, bool, bool]]:
-    """(attention, compile, fused) options that compete for the `fastest` variant."""
+def fastest_candidates(args: argparse.Namespace,
+                       kind: str) -> list[tuple[str, bool, bool, bool]]:
+    """(attention, compile, fused, subset) options that compete for the `fastest` variant."""
     # The fused kernels are built for hidden size 1024 only.
     fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
     if args.fastest != "auto":
         attention, *flags = args.fastest.split("+")
-        if not set(flags) <= {"compile", "fused"}:
-            sys.exit(f"--fastest {args.fastest!r}: expected ATTENTION[+compile][+fused]")
+        if not set(flags) <= {"compile", "fused", "subset"}:
+            sys.exit(f"--fastest {args.fastest!r}: expected "
+                     "ATTENTION[+compile][+fused][+subset]")
         if "fused" in flags and not fusable:
             sys.exit(f"--fastest {args.fastest!r}: the fused kernels need hidden size "
                      f"{FUSED_HIDDEN_SIZE} (--model large)")
-        return [(attention, "compile" in flags, "fused" in flags)]
+        return [(attention, "compile" in flags, "fused" in flags, "subset" in flags)]
     backends = list(VALIDATED[kind])
     if args.include_unvalidated:
         backends += UNVALIDATED[kind]
@@ -149,7 +152,9 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[tuple[str, b
     compiles = (False, True) if kind == "cuda" else (False,)
     fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
              and not args.no_fused else (False,))
-    return [(b, c, f) for b in backends for c in compiles for f in fuses]
+    # model.last_layer_subset is exact (tests/test_last_layer_subset.py): always a candidate.
+    return [(b, c, f, s) for b in backends for c in compiles for f in fuses
+            for s in (False, True)]
 
 
 class Bench:
@@ -169,7 +174,7 @@ class Bench:
     # -- building ------------------------------------------------------------------------------
 
     def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False,
-              fused: bool = False):
+              fused: bool = False, subset: bool = False):
         """Build a variant, warm it up, and record the memory it keeps between steps."""
         a, before = self.args, self._settled_memory()
         if name.startswith("hf"):
@@ -177,7 +182,7 @@ class Bench:
                                a.precision, name)
         else:
             variant = build_ours(a.model, attention, compiled, self.state, self.workload,
-                                 self.device, a.precision, name, fused)
+                                 self.device, a.precision, name, fused, subset)
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
         warmup = max(a.warmup, a.num_batches) if compiled else a.warmup
@@ -198,10 +203,11 @@ class Bench:
         if len(candidates) == 1:
             return self.build("fastest", *candidates[0])
         best, best_time, best_resident = None, float("inf"), 0
-        for attention, compiled, fused in candidates:
-            choice = {"attention": attention, "compile": compiled, "fused": fused}
+        for attention, compiled, fused, subset in candidates:
+            choice = {"attention": attention, "compile": compiled, "fused": fused,
+                      "last_layer_subset": subset}
             try:
-                variant = self.build("fastest", attention, compiled, fused)
+                variant = self.build("fastest", attention, compiled, fused, subset)
             except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
                 self.selection.append({**choice, "error": str(err).splitlines()[0]})
                 self._collect()

@@ -36,22 +36,31 @@ Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, PackedBatch, float]
 class AttentionBackend:
     name: str
     attend: Attend
+    # The same for queries that are a subset of the tokens (model.last_layer_subset): q is
+    # (Q, heads, head_dim) in PackedBatch.query_subset's order, k and v every token.
+    attend_subset: Attend
     attention_groups: bool = False  # reads PackedBatch.groups, which the host must build
 
 
-def padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_p):
-    """Reference: pad only inside attention, run masked SDPA, unpad. Exact on any device."""
+def padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_p,
+                          queries: tuple[torch.Tensor, int] | None = None):
+    """Reference: pad only inside attention, run masked SDPA, unpad. Exact on any device.
+    queries: (token_index, max_seqlen) of q when q holds a subset of the tokens (the last
+    layer's, QuerySubset); keys and values are always every token."""
     batch = cu_seqlens.shape[0] - 1
+    q_index, q_max = queries or (token_index, max_seqlen)
     # (B, S, h, d) -> (B, h, S, d), the layout SDPA expects.
-    qp, kp, vp = (pad_tokens(t, token_index, batch, max_seqlen).transpose(1, 2)
-                  for t in (q, k, v))
+    qp = pad_tokens(q, q_index, batch, q_max).transpose(1, 2)
+    kp, vp = (pad_tokens(t, token_index, batch, max_seqlen).transpose(1, 2) for t in (k, v))
     mask = key_padding_mask(cu_seqlens, max_seqlen)[:, None, None, :]
     out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, dropout_p=dropout_p)
-    return unpad_tokens(out.transpose(1, 2), token_index)
+    return unpad_tokens(out.transpose(1, 2), q_index)
 
 
-def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p):
+def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,
+                           queries: tuple[torch.Tensor, int] | None = None):
     """PyTorch's flash-attention varlen kernel on packed tokens (CUDA, fp16/bf16, with dropout).
+    queries: (cu_seqlens, max_seqlen) of q when q holds a subset of each sequence's tokens.
 
     Not yet validated on a GPU in this project: configs keep model.attention=padded_sdpa until
     tests/test_attention.py::test_cuda_backend_on_gpu has passed on one.
@@ -59,12 +68,13 @@ def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p):
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
         raise RuntimeError("model.attention=flash_varlen needs CUDA tensors in fp16 or bf16 "
                            f"(got {q.device}, {q.dtype}); use padded_sdpa")
+    cu_q, max_q = queries or (cu_seqlens, max_seqlen)
     out = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, False, False)[0]
+        q, k, v, cu_q, cu_seqlens, max_q, max_seqlen, dropout_p, False, False)[0]
     return out
 
 
-def per_sequence_attention(q, k, v, cu_seqlens, dropout_p):
+def per_sequence_attention(q, k, v, cu_seqlens, dropout_p, cu_queries=None):
     """CPU path: attention one sequence at a time, so the work is sum(l_i^2), not B * max^2.
 
     With REFERENCE 2's length mix a local batch of 16 has sum(l_i^2) of about 0.4 * B * 512^2,
@@ -72,6 +82,7 @@ def per_sequence_attention(q, k, v, cu_seqlens, dropout_p):
     host: free for a CPU tensor, a device sync per layer on a GPU, so CUDA tensors are refused
     (flash_varlen is the GPU path).
     q, k, v: (T, heads, head_dim); cu_seqlens: (B+1,) int32. Returns (T, heads, head_dim).
+    cu_queries: (B+1,) int32 when q holds a subset of each sequence's tokens (QuerySubset).
     """
     if q.is_cuda:
         raise RuntimeError("model.attention=per_sequence is the CPU path (it reads sequence "
@@ -83,13 +94,15 @@ def per_sequence_attention(q, k, v, cu_seqlens, dropout_p):
     # One transpose to (h, T, d): every sequence is then a (h, l, d) block whose matrices are
     # contiguous, which the batched GEMM needs to run at full speed (strided views: several x).
     # split() rather than slicing: its backward is one cat, not one full-size zero tensor per slice.
-    qs, ks, vs = (t.transpose(0, 1).contiguous().split(lengths, dim=1) for t in (q, k, v))
+    q_lengths = lengths if cu_queries is None else (cu_queries[1:] - cu_queries[:-1]).tolist()
+    qs = q.transpose(0, 1).contiguous().split(q_lengths, dim=1)
+    ks, vs = (t.transpose(0, 1).contiguous().split(lengths, dim=1) for t in (k, v))
     outs = [_sequence_attention(qi, ki, vi, dropout_p) for qi, ki, vi in zip(qs, ks, vs)]
     return torch.cat(outs, dim=1).transpose(0, 1)
 
 
 def _sequence_attention(q, k, v, dropout_p):
-    """One sequence, no mask needed. q, k, v: (h, l, d) -> (h, l, d).
+    """One sequence, no mask needed. q: (h, lq, d), k, v: (h, l, d) -> (h, lq, d).
 
     Without dropout SDPA's fused CPU kernel is fastest; with dropout SDPA falls back to a math
     path with masked-row handling we do not need, so the math is written out here. V arrives
@@ -200,11 +213,36 @@ def _per_sequence(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor
     return per_sequence_attention(q, k, v, batch.cu_seqlens, dropout_p)
 
 
+# The same with q for the last layer's queries only (PackedBatch.query_subset): (Q, h, d).
+def _padded_sdpa_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
+    sub = batch.query_subset
+    return padded_sdpa_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
+                                 dropout_p, queries=(sub.token_index, sub.max_seqlen))
+
+
+def _flash_varlen_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
+    sub = batch.query_subset
+    return flash_varlen_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen, dropout_p,
+                                  queries=(sub.cu_seqlens, sub.max_seqlen))
+
+
+def _per_sequence_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
+    return per_sequence_attention(q, k, v, batch.cu_seqlens, dropout_p,
+                                  cu_queries=batch.query_subset.cu_seqlens)
+
+
+def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
+    """A few queries per sequence leave nothing to group: one flash launch where it runs."""
+    if q.is_cuda and q.dtype in LOW_PRECISION:
+        return _flash_varlen_subset(q, k, v, batch, dropout_p)
+    return _padded_sdpa_subset(q, k, v, batch, dropout_p)
+
+
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
-    AttentionBackend("padded_sdpa", _padded_sdpa),
-    AttentionBackend("per_sequence", _per_sequence),
-    AttentionBackend("flash_varlen", _flash_varlen),
-    AttentionBackend("grouped_flash", grouped_attention, attention_groups=True),
+    AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset),
+    AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset),
+    AttentionBackend("flash_varlen", _flash_varlen, _flash_varlen_subset),
+    AttentionBackend("grouped_flash", grouped_attention, _grouped_subset, attention_groups=True),
 )}
 
 

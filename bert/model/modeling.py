@@ -57,8 +57,10 @@ class SelfAttention(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.attention_dropout = cfg.attention_probs_dropout_prob
-        self.attend = attention.resolve(cfg.attention).attend
+        backend = attention.resolve(cfg.attention)
+        self.attend, self.attend_subset = backend.attend, backend.attend_subset
         self.linear_with_residual = ops.linear_with_residual_impl(cfg.fused_dense)
+        self.linear = ops.linear_impl(cfg.fused_dense)
         self.sublayer_output = ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm,
                                                         cfg.fused_dense)
 
@@ -72,6 +74,21 @@ class SelfAttention(nn.Module):
         context = self.attend(q, k, v, batch, dropout_p)
         return self.sublayer_output(context.reshape(tokens, -1), self.out, self.dropout,
                                     self.layer_norm, residual)
+
+    def forward_subset(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """Queries and outputs only for batch.query_subset's tokens; keys and values from all.
+        x: (T, hidden) -> (Q, hidden), in the subset's order."""
+        hidden = x.shape[1]
+        x_queries = x.index_select(0, batch.query_subset.index)
+        weight, bias = self.qkv.weight, self.qkv.bias  # rows: Q, then K and V
+        q = self.linear(x_queries, weight[:hidden], bias[:hidden])
+        kv = self.linear(x, weight[hidden:], bias[hidden:])
+        q = q.view(q.shape[0], self.num_heads, self.head_dim)
+        k, v = kv.view(x.shape[0], 2, self.num_heads, self.head_dim).unbind(1)
+        dropout_p = self.attention_dropout if self.training else 0.0
+        context = self.attend_subset(q, k, v, batch, dropout_p)
+        return self.sublayer_output(context.reshape(q.shape[0], -1), self.out, self.dropout,
+                                    self.layer_norm, x_queries)
 
 
 class FeedForward(nn.Module):
@@ -99,6 +116,10 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         return self.ffn(self.attention(x, batch))
+
+    def forward_subset(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """x: (T, hidden) -> (Q, hidden) for batch.query_subset's tokens only."""
+        return self.ffn(self.attention.forward_subset(x, batch))
 
 
 class PretrainingHeads(nn.Module):
@@ -154,13 +175,28 @@ class BertForPretraining(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
+    def pack_options(self) -> dict[str, bool]:
+        """What the host must build into each PackedBatch for this model (data.packing's
+        pack_samples keywords): only the metadata the model reads."""
+        return {"attention_groups": self.attention_backend.attention_groups,
+                "query_subset": self.config.last_layer_subset}
+
     def forward(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns MLM logits (M, padded_vocab) for the masked tokens and NSP logits (B, 2)."""
         x = self.embeddings(batch)
-        for layer in self.layers:
+        subset = self.config.last_layer_subset
+        for layer in self.layers[:-1] if subset else self.layers:
             x = layer(x, batch)
-        masked_hidden = x.index_select(0, batch.masked_positions)
-        cls_hidden = x.index_select(0, batch.cu_seqlens[:-1])
+        if subset and batch.query_subset is None:
+            raise ValueError("model.last_layer_subset needs PackedBatch.query_subset: pack the "
+                             "batch with pack_samples(..., **model.pack_options())")
+        if subset:  # rows: per sequence its [CLS], then its masked tokens
+            x = self.layers[-1].forward_subset(x, batch)
+            masked_hidden = x.index_select(0, batch.query_subset.masked_rows)
+            cls_hidden = x.index_select(0, batch.query_subset.cu_seqlens[:-1])
+        else:
+            masked_hidden = x.index_select(0, batch.masked_positions)
+            cls_hidden = x.index_select(0, batch.cu_seqlens[:-1])
         return self.heads.mlm_logits(masked_hidden), self.heads.nsp_logits(cls_hidden)
 
 

@@ -114,8 +114,7 @@ class Trainer:
         torch.manual_seed(self.seed)
         self.raw_model = self._build_model()
         # the host builds per-backend metadata only for the backend that reads it
-        self.pack = partial(pack_samples,
-                            attention_groups=self.raw_model.attention_backend.attention_groups)
+        self.pack = partial(pack_samples, **self.raw_model.pack_options())
         self.optim = build_optimizer(self.raw_model, cfg.optim, cfg.schedule,
                                      cfg.run.precision == "fp16", self.ctx)
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer

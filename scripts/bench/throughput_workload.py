@@ -123,7 +123,7 @@ def build_workload(num_batches: int, batch: int, seed: int, device: torch.device
         lens = np.array([s.input_ids.shape[0] for s in samples], dtype=np.int64)
         pad_to = int(lens.max()) if padding == "batch_max" else max_length
         # with the length groups, so that grouped_flash variants can read the same batches
-        packed.append(pack_samples(samples, attention_groups=True).to(device))
+        packed.append(pack_samples(samples, attention_groups=True, query_subset=True).to(device))
         padded.append({k: v.to(device) for k, v in padded_inputs(samples, pad_to).items()})
         lengths.append(lens)
         masked.append(int(sum(s.masked_positions.shape[0] for s in samples)))
