@@ -13,6 +13,7 @@ what is wrong.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -40,6 +41,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its type and default, then exit")
     return parser.parse_args(argv)
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (srun ending a step, torchrun its workers) raises SystemExit, so the trainer
+    still closes the MLPerf log with run_stop aborted; once only (then SIGKILL ends it)."""
+    def handler(signum: int, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("run_pretraining.py: SIGTERM; stopping the run", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,4 +95,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     sys.exit(main())

@@ -60,6 +60,15 @@ require_config() {
   fi
 }
 
+# run_stop_status LOG: the status of LOG's run_stop line (success, aborted), or "none" when the
+# log has none (a run killed before it could close it) or does not exist.
+run_stop_status() {
+  local status
+  status="$({ grep -h '"key": "run_stop"' "$1" 2>/dev/null || true; } | tail -n 1 \
+    | sed -n 's/.*"status": "\([a-z_]*\)".*/\1/p')"
+  echo "${status:-none}"
+}
+
 gpus_on_this_node() {
   local n
   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
