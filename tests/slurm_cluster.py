@@ -17,11 +17,13 @@ passes its environment on to slurmstepd, and jobs get the submitting environment
 finds what is left by that marker (in /proc/<pid>/environ), so job steps that slurmd left
 behind are killed too, and then checks by pid that nothing of the cluster is alive.
 
-Needs root (slurmd starts job steps as the submitting user), Linux /proc, and the binaries;
-`missing()` says what is absent, for a skip reason.
+All daemons run as the current user (SlurmUser and SlurmdUser; root is not needed, since jobs
+run as that same user). Needs Linux /proc and the binaries; `missing()` says what is absent,
+for a skip reason.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import shutil
@@ -45,8 +47,6 @@ def missing() -> str | None:
     if absent:
         return (f"Slurm test cluster: {', '.join(absent)} not found (Debian: apt-get install "
                 f"slurm-wlm munge)")
-    if os.geteuid() != 0:
-        return "Slurm test cluster: slurmd must run as root to start job steps"
     if not Path("/proc/self/environ").exists():
         return "Slurm test cluster: needs Linux /proc"
     return None
@@ -56,10 +56,41 @@ def _sbin_path() -> str:
     return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 just now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# prctl(2): orphaned descendants (slurmd's slurmstepd, whose parent exits at once) are
+# re-parented to this process instead of init, so that stop() can reap them: an init that
+# does not reap (a container's) would otherwise keep them as zombies.
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+
+
+def _subreaper(on: bool | None = None) -> bool:
+    """Set (on) or read (None) whether this process adopts its orphaned descendants."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if on is None:
+            flag = ctypes.c_int(0)
+            return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 \
+                and bool(flag.value)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _stat(pid: int) -> tuple[str, str, int] | None:
+    """(command name, state, parent pid) of a process, None if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1:text.rindex(")")]
+    state, ppid = text[text.rindex(")") + 2:].split()[:2]
+    return name, state, int(ppid)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -82,6 +113,8 @@ class SlurmCluster:
         self.munge_socket = self.root / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: dict[str, Path] = {}
+        self._was_subreaper = _subreaper()
+        self._seen: set[int] = set()  # pids that carried the marker
 
     # -- environment -------------------------------------------------------------------------
 
@@ -97,6 +130,7 @@ class SlurmCluster:
 
     def start(self) -> None:
         try:
+            _subreaper(True)
             self._write_files()
             self._spawn("munged", ["munged", "-F", f"--socket={self.munge_socket}",
                                    f"--key-file={self.root / 'munge' / 'munge.key'}",
@@ -123,7 +157,7 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
         (self.root / "plugstack.conf").write_text("")  # not the system's /etc/slurm one
-        ctld_port, slurmd_port = _free_port(), _free_port()
+        ctld_port, slurmd_port = free_port(), free_port()
         log = self.root / "log"
         self._logs = {"slurmctld": log / "slurmctld.log", "slurmd": log / "slurmd.log",
                       "munged": log / "munged.log"}
@@ -134,7 +168,7 @@ SlurmctldHost={self.node}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser={user}
-SlurmdUser=root
+SlurmdUser={user}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={self.munge_socket}
@@ -203,10 +237,6 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
             parts.append(f"  -- {path}:\n{_tail(path)}")
         return "\n".join(parts)
 
-    def version(self) -> str:
-        return subprocess.run(["sinfo", "--version"], env=self.env(), capture_output=True,
-                              text=True, timeout=30).stdout.strip()
-
     # -- stop --------------------------------------------------------------------------------
 
     def leftovers(self) -> dict[int, str]:
@@ -219,14 +249,35 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
             try:
                 if needle not in (entry / "environ").read_bytes().split(b"\0"):
                     continue
-                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue  # a zombie: dead, waiting for its parent to reap it
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
                     errors="replace").strip()
-            except (OSError, IndexError):
+            except OSError:
                 continue  # gone meanwhile, or not ours to read
-            found[int(entry.name)] = cmdline
+            pid = int(entry.name)
+            self._seen.add(pid)
+            stat = _stat(pid)
+            if stat is not None and stat[1] != "Z":  # a zombie is dead, only not reaped yet
+                found[pid] = cmdline
         return found
+
+    def _reap(self) -> list[int]:
+        """Reap the cluster's zombies whose parent is this process (slurmstepd and tasks it
+        adopted; a marked child it started itself too): the pids of those still there."""
+        daemons = {"munged", "slurmctld", "slurmd", "slurmstepd", "slurmscriptd"}
+        owned = {p.pid for p in self.procs.values()}  # Popen reaps those itself
+        ours = []
+        for entry in Path("/proc").iterdir():
+            stat = _stat(int(entry.name)) if entry.name.isdigit() else None
+            pid = int(entry.name) if stat else 0
+            if (stat and stat[1] == "Z" and stat[2] == os.getpid() and pid not in owned
+                    and (stat[0] in daemons or pid in self._seen)):
+                ours.append(pid)
+        for pid in ours:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        return [pid for pid in ours if _stat(pid) is not None]
 
     def stop(self, check: bool = True) -> None:
         """Cancel jobs, stop the daemons (TERM, then KILL), kill any job step left behind.
@@ -255,12 +306,15 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
                 except ProcessLookupError:
                     pass
             time.sleep(0.5)
+        zombies = self._reap()
+        if not self._was_subreaper:
+            _subreaper(False)
         if check:
             alive = {name: p.pid for name, p in self.procs.items() if p.poll() is None}
             left = self.leftovers()
-            assert not alive and not left, (
+            assert not alive and not left and not zombies, (
                 f"Slurm test cluster: processes outlived the tests: daemons {alive}, "
-                f"marked processes {left}")
+                f"marked processes {left}, unreaped zombies {zombies}")
 
     def cancel_all(self, wait_s: float = 10.0) -> None:
         """scancel every job (batch scripts and steps too), and wait for the queue to empty."""

@@ -13,8 +13,8 @@ tasks per node, shortened by `--set` overrides (a 16-step budget, open division)
   its peer evaluates): srun --kill-on-bad-exit ends the step within 60 s and the log closes
   with run_stop "aborted".
 
-Skipped where the Slurm or munge binaries are missing (apt-get install slurm-wlm munge) or
-without root; .ci/run installs them. No Slurm or munge process outlives the module: the
+Skipped where the Slurm or munge binaries are missing (apt-get install slurm-wlm munge);
+.ci/run installs them. No Slurm or munge process outlives the module: the
 cluster's teardown checks it by pid and by its environment marker.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ from bert.config import load_config
 from data.synthetic import ensure_synthetic_data
 
 from data_audit import check_trail, expected_assignment, read_rank_files, trained
-from slurm_cluster import SlurmCluster, missing
+from slurm_cluster import SlurmCluster, free_port, missing
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/tiny_cpu.yaml"
@@ -87,12 +86,6 @@ def overrides(data: Path) -> list[str]:
 
 def set_args(data: Path) -> list[str]:
     return [arg for item in overrides(data) for arg in ("--set", item)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(cluster: SlurmCluster, cmd: list[str], **env: str) -> tuple[int, str, float]:
@@ -206,6 +199,14 @@ def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
     assert not left, f"ranks still running after the step ended: {left}"
 
 
+def test_gpu_request_needs_the_override(cluster):
+    """The script's own --gpus-per-node=8 on a node without GPUs: refused at submission, which
+    is why launch/README.md says to pass --gpus-per-node=0 on a CPU partition."""
+    code, output, _ = run(cluster, ["sbatch", f"--ntasks-per-node={TASKS}",
+                                    "launch/slurm.sbatch", CONFIG], DRY_RUN="1")
+    assert code != 0 and "Invalid generic resource" in output, output
+
+
 def test_srun_task_count_on_a_cpu_partition():
     """Inside `salloc --gpus-per-node=0 --ntasks-per-node=2`, srun.sh starts 2 tasks per
     node (not 0 GPUs' worth, nor nvidia-smi's count), and one page-cache flush per node."""
@@ -219,3 +220,17 @@ def test_srun_task_count_on_a_cpu_partition():
     assert flush.startswith("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ")
     assert train.startswith("srun --nodes=2 --ntasks=4 --ntasks-per-node=2 ")
     assert "--kill-on-bad-exit=1" in train and "--config c.yaml" in train
+
+
+def test_teardown_kills_what_carries_the_marker(tmp_path):
+    """stop() finds a process started with the cluster's environment (as every daemon and job
+    process is) by its marker, kills it, and then reports nothing left; no daemon needed."""
+    slurm = SlurmCluster(tmp_path)
+    proc = subprocess.Popen(["sleep", "300"], env=slurm.env())
+    try:
+        assert list(slurm.leftovers()) == [proc.pid]
+        slurm.stop()
+        proc.wait(timeout=10)  # killed, and reaped (by stop() or here)
+        assert not Path(f"/proc/{proc.pid}").exists() and not slurm.leftovers()
+    finally:
+        proc.kill()
