@@ -261,9 +261,11 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
         return found
 
     def _reap(self) -> list[int]:
-        """Reap the cluster's zombies whose parent is this process (slurmstepd and tasks it
-        adopted; a marked child it started itself too): the pids of those still there."""
-        daemons = {"munged", "slurmctld", "slurmd", "slurmstepd", "slurmscriptd"}
+        """Reap the cluster's zombies whose parent is this process (slurmstepd, srun's
+        shepherd child, orphaned tasks; a marked child it started itself too): the pids of
+        those still there."""
+        daemons = {"munged", "slurmctld", "slurmd", "slurmstepd", "slurmscriptd", "srun",
+                   "salloc", "sbatch"}
         owned = {p.pid for p in self.procs.values()}  # Popen reaps those itself
         ours = []
         for entry in Path("/proc").iterdir():

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -95,6 +96,10 @@ def run(cluster: SlurmCluster, cmd: list[str], **env: str) -> tuple[int, str, fl
     base = {k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")}
     full_env = cluster.env(base, PYTHON=sys.executable, OMP_NUM_THREADS="1",
                            MASTER_PORT=str(free_port()), **env)
+    try:  # srun.sh's rendezvous host is the node's name: it must resolve
+        socket.gethostbyname(cluster.node)
+    except OSError:
+        full_env["MASTER_ADDR"] = "127.0.0.1"
     started = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True,
@@ -126,18 +131,21 @@ def check_compliance(*paths: Path) -> None:
 
 def check_finished_run(log: Path, records: Path, data: Path) -> int:
     """A run that used its whole budget: closed log, audit trail as assigned. Its seed."""
+    cfg = load_config(ROOT / CONFIG, overrides(data))
+    d, gbs = cfg.data, cfg.run.global_batch_size
     events = mllog(log)
     assert events[-1]["key"] == "run_stop", events[-1]
     assert events[-1]["metadata"]["status"] == "aborted"  # budget end, target not reached
-    assert values(events, "train_samples") == [STEPS * 32]
-    assert len(values(events, "eval_accuracy")) == STEPS * 32 // 256
+    assert values(events, "train_samples") == [STEPS * gbs]
+    assert len(values(events, "eval_accuracy")) == STEPS * gbs // cfg.eval_interval_samples
     (seed,) = values(events, "seed")
     recorded = read_rank_files(records, TASKS)
     assert all(rank for rank in recorded), f"{records}: a rank recorded nothing"
-    expected = expected_assignment(data, "none", TASKS, 32, seed, 128, 20, TASKS, STEPS)
+    expected = expected_assignment(data, d.balance, TASKS, gbs, seed, d.max_seq_length,
+                                   d.max_predictions_per_seq, TASKS, STEPS)
     check_trail(recorded, expected, STEPS)
     counts = Counter(trained(recorded))
-    assert len(counts) == STEPS * 32 and max(counts.values()) == 1  # no sample twice
+    assert len(counts) == STEPS * gbs and max(counts.values()) == 1  # no sample twice
     return seed
 
 
