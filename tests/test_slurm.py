@@ -14,8 +14,8 @@ tasks per node, shortened by `--set` overrides (a 16-step budget, open division)
   with run_stop "aborted".
 
 Skipped where the Slurm or munge binaries are missing (apt-get install slurm-wlm munge);
-.ci/run installs them. No Slurm or munge process outlives the module: the
-cluster's teardown checks it by pid and by its environment marker.
+.ci/run installs them. No Slurm or munge process outlives the module: the cluster's teardown
+checks it by pid and by its environment marker.
 """
 from __future__ import annotations
 
