@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "salloc", "sinfo", "scancel",
-            "squeue")
+            "squeue", "scontrol")
 MARKER = "BERT_TEST_SLURM_CLUSTER"
+_LIVE_JOB_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING",
+                    "REQUEUED", "SIGNALING", "STAGE_OUT"}
 # Slurm variables of an enclosing job (pytest itself inside an allocation) must not reach the
 # client commands: srun would try to join that job.
 _CLIENT_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_", "MUNGE_")
@@ -236,6 +238,19 @@ PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP OverS
         for path in sorted({*self._logs.values(), *(self.root / "log").glob("*.out")}):
             parts.append(f"  -- {path}:\n{_tail(path)}")
         return "\n".join(parts)
+
+    def wait_job(self, job_id: str, timeout_s: float) -> tuple[str, int] | None:
+        """Poll a batch job every 0.5 s until it ends: (JobState, exit status of its script),
+        or None on timeout. (`sbatch --wait` polls after 2, 10, 42, 74... s: up to 32 s late.)"""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            proc = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id],
+                                  env=self.env(), capture_output=True, text=True, timeout=30)
+            fields = dict(item.split("=", 1) for item in proc.stdout.split() if "=" in item)
+            if fields.get("JobState", "PENDING") not in _LIVE_JOB_STATES:
+                return fields["JobState"], int(fields.get("ExitCode", "-1:0").split(":")[0])
+            time.sleep(0.5)
+        return None
 
     # -- stop --------------------------------------------------------------------------------
 
