@@ -5,11 +5,9 @@
     torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_1x8xa100_lb56_ga1.yaml
     python run_pretraining.py --resume auto      # continue from the newest checkpoint
     python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
-    python run_pretraining.py --help-config      # every config key, its type and default
 
-Exit status: 0 when the run reached its target accuracy (or an eval-only run finished), 1 when
-it stopped without reaching it, 2 for bad input (config, data, checkpoint), with one line naming
-what is wrong.
+Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it, 2 bad input
+(config, data, checkpoint), with one line naming what is wrong.
 """
 from __future__ import annotations
 
@@ -87,4 +85,6 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
 
 
 if __name__ == "__main__":
+    from bert.train.launch_env import stop_on_sigterm
+    stop_on_sigterm()
     sys.exit(main())

@@ -7,10 +7,13 @@
 #   CACHE_CLEARED_KEY   config key that tells the trainer whether the flush happened
 #                       (default run.cache_cleared; empty: not passed)
 #   PYTHON              interpreter for run_pretraining.py (default: python)
+#   PROGRAM             the training program (default: PROJECT_DIR/run_pretraining.py; the
+#                       tests run tests/faults.py, the same program with injected faults)
 
 LAUNCH_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PROJECT_DIR="${PROJECT_DIR:-$(dirname "$LAUNCH_DIR")}"
 PYTHON="${PYTHON:-python}"
+PROGRAM="${PROGRAM:-$PROJECT_DIR/run_pretraining.py}"
 CACHE_CLEARED_KEY="${CACHE_CLEARED_KEY-run.cache_cleared}"
 
 # Run a command, or print it when DRY_RUN=1.
@@ -46,7 +49,7 @@ clear_cache() {
 trainer_cmd() {
   local config="$1"
   shift
-  TRAINER=("$PYTHON" "$PROJECT_DIR/run_pretraining.py" --config "$config" "$@")
+  TRAINER=("$PYTHON" "$PROGRAM" --config "$config" "$@")
   if [[ -n "$CACHE_CLEARED_KEY" ]]; then
     TRAINER+=(--set "$CACHE_CLEARED_KEY=$CACHE_CLEARED")
   fi
@@ -58,6 +61,15 @@ require_config() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "$0" >&2
     exit 2
   fi
+}
+
+# run_stop_status LOG: the status of LOG's run_stop line (success, aborted), or "none" when the
+# log has none (a run killed before it could close it) or does not exist.
+run_stop_status() {
+  local status
+  status="$({ grep -h '"key": "run_stop"' "$1" 2>/dev/null || true; } | tail -n 1 \
+    | sed -n 's/.*"status": "\([a-z_]*\)".*/\1/p')"
+  echo "${status:-none}"
 }
 
 gpus_on_this_node() {

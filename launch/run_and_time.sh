@@ -7,9 +7,14 @@
 #
 # Environment: NUM_RUNS (10: a BERT submission), RESULTS_DIR (results/<config name>_<date>),
 # LAUNCHER (launch/torchrun.sh; any script taking CONFIG [ARGS...]), SEEDS (space-separated,
-# one per run) or SEED_BASE (seed of run i is SEED_BASE + i; default random), DRY_RUN=1.
+# one per run) or SEED_BASE (seed of run i is SEED_BASE + i; default random), DRY_RUN=1,
+# RECORD_SAMPLES=1 (each run writes its audit trail, `--record-samples`, to
+# RESULTS_DIR/run_<i>/samples; one --record-samples DIR for the series would keep only the
+# last run's trail, as a run starting at step 0 rewrites it).
 # A run that does not converge (exit status 1) is kept (MLPerf allows one per submission); bad
-# input (exit status 2) stops the series.
+# input (exit status 2) stops the series. The summary gives each run's exit status and its
+# log's run_stop status (success: converged; under srun.sh a run that did not converge may
+# also end with 143, see there).
 
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -36,23 +41,28 @@ fi
 
 run_cmd mkdir -p "$RESULTS_DIR"
 STATUSES=()
+OUTCOMES=()
 for ((i = 0; i < NUM_RUNS; i++)); do
   RUN_DIR="$RESULTS_DIR/run_$i"
   echo "=== run $i of $NUM_RUNS: seed ${SEED_LIST[$i]}, output $RUN_DIR" >&2
+  PER_RUN=(--set "run.seed=${SEED_LIST[$i]}" --set "run.output_dir=$RUN_DIR")
+  if [[ "${RECORD_SAMPLES:-0}" == 1 ]]; then
+    PER_RUN+=(--record-samples "$RUN_DIR/samples")
+  fi
   status=0
-  "$LAUNCHER" "$CONFIG" "$@" --set "run.seed=${SEED_LIST[$i]}" --set "run.output_dir=$RUN_DIR" \
-    || status=$?
+  "$LAUNCHER" "$CONFIG" "$@" "${PER_RUN[@]}" || status=$?
   STATUSES+=("$status")
   if [[ "$status" == 2 ]]; then
     echo "run_and_time.sh: run $i stopped on bad input; not starting the others" >&2
     exit 2
   fi
+  OUTCOMES+=("$(run_stop_status "$RUN_DIR/mlperf.log")")
   if [[ "${DRY_RUN:-0}" == 1 || -f "$RUN_DIR/mlperf.log" ]]; then
     run_cmd cp "$RUN_DIR/mlperf.log" "$RESULTS_DIR/result_$i.txt"
   else
     echo "run_and_time.sh: run $i wrote no $RUN_DIR/mlperf.log (exit status $status)" >&2
   fi
 done
-echo "run_and_time.sh: exit statuses ${STATUSES[*]} (0 converged, 1 not)," \
-  "results in $RESULTS_DIR" >&2
+echo "run_and_time.sh: exit statuses ${STATUSES[*]}, run_stop ${OUTCOMES[*]}" \
+  "(success: converged), results in $RESULTS_DIR" >&2
 echo "  package them: python scripts/package_results.py $RESULTS_DIR --system NAME --out DIR" >&2

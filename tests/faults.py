@@ -58,4 +58,6 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     import run_pretraining
 
+    from bert.train.launch_env import stop_on_sigterm
+    stop_on_sigterm()
     sys.exit(run_pretraining.main(sys.argv[1:], callbacks=[Faults()]))
