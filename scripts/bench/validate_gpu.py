@@ -61,15 +61,20 @@ MICROBENCH_TIMEOUT_S = 90
 THROUGHPUT = {
     "throughput": [
         ("throughput_flash_varlen", ["--fastest", "flash_varlen", "--variants",
-                                     "fastest,reference,hf_eager", "--hf-compile"], 300),
+                                     "fastest,reference,hf_eager", "--hf-compile"], 270),
+        ("throughput_flash_varlen_subset", ["--fastest", "flash_varlen+subset", "--variants",
+                                            "fastest"], 90),
         ("throughput_backend_choice", ["--fastest", "auto", "--include-unvalidated",
-                                       "--no-fused", "--variants", "fastest"], 200),
+                                       "--no-fused", "--no-subset", "--variants", "fastest"],
+         170),
     ],
     "fused": [
         ("throughput_fused_flash_varlen", ["--fastest", "flash_varlen+fused", "--variants",
-                                           "fastest,reference,hf_eager", "--profile"], 300),
+                                           "fastest,reference,hf_eager", "--profile"], 240),
+        ("throughput_fused_flash_varlen_subset", ["--fastest", "flash_varlen+fused+subset",
+                                                  "--variants", "fastest"], 90),
         ("throughput_fused_grouped_flash", ["--fastest", "grouped_flash+fused", "--variants",
-                                            "fastest"], 150),
+                                            "fastest"], 120),
     ],
 }
 
