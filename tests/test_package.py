@@ -4,7 +4,7 @@
 Two kinds of logs:
 - real tiny ones, made once per session by `python run_pretraining.py` (CPU, a 1-layer BERT,
   target 1.0 so every run ends aborted): an uninterrupted run, and a run killed after step 5
-  (checkpoints every 2 steps, SIGKILL through the trainer's test hook) then resumed from step 4.
+  (checkpoints every 2 steps, SIGKILL through tests/faults.py) then resumed from step 4.
   "Converged" copies are these logs edited by hand (last accuracy 0.725, run_stop success,
   their own seed and timing);
 - ten fake BERT-Large runs written with bert.train.mlperf.MLPerfLogger (distinct seeds, GBS 448, an
@@ -152,13 +152,15 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "data.max_predictions_per_seq": 10, "data.synthetic.enabled": "false",
         "data.train_dir": data, "data.eval_file": data / "eval.hdf5",
         "run.global_batch_size": TINY_GBS, "run.max_steps": 8,
-        "run.eval_interval_samples": 2 * TINY_GBS, "run.eval_samples": 40, "run.device": "cpu",
-        "run.seed": 7, "run.target_mlm_accuracy": 1.0, "run.checkpoint_interval_steps": 2,
-        "run.log_interval_s": 1000, "schedule.total_steps": 20, "schedule.warmup_steps": 2,
-        "run.submission_division": "closed"}
+        "eval.interval_samples": 2 * TINY_GBS, "eval.samples": 40, "run.device": "cpu",
+        "run.seed": 7, "eval.target_mlm_accuracy": 1.0, "checkpoint.interval_steps": 2,
+        "log.interval_s": 1000, "schedule.total_steps": 20, "schedule.warmup_steps": 2,
+        "submission.division": "closed"}
 
     def run(out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
-        args = [sys.executable, str(ROOT / "run_pretraining.py"), "--quiet", *extra]
+        # tests/faults.py is run_pretraining.py with the faults `env` asks for
+        program = ROOT / ("tests/faults.py" if env else "run_pretraining.py")
+        args = [sys.executable, str(program), "--quiet", *extra]
         for key, value in {**settings, "run.output_dir": out}.items():
             args += ["--set", f"{key}={value}"]
         return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600,
