@@ -28,6 +28,11 @@ Strategies (names are used by the config and in JSON output):
     stratified_local_presort  stratified draw, then sort within each node of R ranks and deal
                               round robin inside the node (no traffic between nodes).
     stratified_local_snake    the same with snake dealing inside the node.
+    node_swap                 a few long-for-short swaps between nodes, then a balanced
+                              equal-count partition inside each node (data/node_balance.py);
+                              only the lengths are all-gathered and only moved samples travel
+                              (data/sparse_exchange.py).
+    stratified_node_swap      the same on stratified draws: fewer samples cross nodes.
 
 Every dealer is deterministic: each rank computes the same assignment from the same gathered
 lengths, so the exchange needs no extra communication to agree on it.
@@ -47,6 +52,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
+from data.node_balance import assign_node_swap
 
 # ---------------------------------------------------------------------------------------------
 # Length distribution
@@ -363,6 +370,9 @@ STRATEGIES: dict[str, Callable[[np.ndarray, int, int], np.ndarray]] = {
     "stratified_local_snake": assign_stratified_local_snake,
     "global_presort": assign_global_presort,
     "serpentine": assign_serpentine,
+    # issue 15: serpentine-level balance without the full all-gather (data/node_balance.py)
+    "node_swap": assign_node_swap,
+    "stratified_node_swap": assign_node_swap,
 }
 
 # strategies whose batches must come from a stratified draw to mean what their name says

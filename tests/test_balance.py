@@ -244,8 +244,7 @@ def test_script_writes_json(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "stratified_local_snake" in proc.stdout
     result = json.loads(out.read_text())
-    assert set(result) == {"none", "stratified", "stratified_local_presort",
-                           "stratified_local_snake", "global_presort", "serpentine"}
+    assert set(result) == set(bal.STRATEGIES)
     for v in result.values():
         assert set(v) == {"min_tokens", "max_tokens"} and v["min_tokens"] <= v["max_tokens"]
 
