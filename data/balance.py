@@ -380,6 +380,8 @@ STRATIFIED = frozenset(name for name in STRATEGIES if name.startswith("stratifie
 # strategies that never move a sample to another node (their exchange stays intra-node)
 NODE_LOCAL = frozenset({"none", "stratified", "stratified_local_presort",
                         "stratified_local_snake"})
+# strategies whose exchange moves only the samples that change rank (data/sparse_exchange.py)
+SPARSE_EXCHANGE = frozenset({"node_swap", "stratified_node_swap"})
 
 
 def balance(strategy: str, lengths: np.ndarray, world_size: int, ranks_per_node: int,
