@@ -149,18 +149,23 @@ def exchange(comm: HostComm, samples: Sequence[Sample], origin: np.ndarray,
     """
     lengths, masked = gather_sizes(comm, samples)
     assignment = assign(lengths, comm.size, ranks_per_node)
-    plan = plan_for(assignment, comm.rank)
-    first = comm.rank * len(samples)
-    wire = META_BYTES + payload_bytes(lengths, masked)  # bytes of each sample on the wire
-    send_counts = _per_rank(comm.size, plan.send_to, wire[plan.send_rows])
-    recv_counts = _per_rank(comm.size, plan.recv_from, wire[plan.recv_rows])
-    send = _pack(samples, origin, plan, first, send_counts)
+    send, send_counts, recv_counts = outgoing(samples, origin, lengths, masked, assignment,
+                                              comm.rank)
     received = alltoallv(comm, send, send_counts, recv_counts)
-    return _unpack(received, recv_counts, plan, samples, origin, assignment[comm.rank], first)
+    plan = plan_for(assignment, comm.rank)
+    return _unpack(received, recv_counts, plan, samples, origin, assignment[comm.rank],
+                   comm.rank * len(samples))
 
 
-def _pack(samples, origin, plan: Plan, first: int, send_counts: np.ndarray) -> np.ndarray:
-    """The send buffer (uint8): the messages in receiver order, each padded to its count."""
+def outgoing(samples, origin, lengths, masked, assignment: np.ndarray, rank: int):
+    """Rank `rank`'s all-to-all-v arguments: (send buffer (uint8), send counts (W,), receive
+    counts (W,)); the messages in receiver order, each padded to its count."""
+    world = assignment.shape[0]
+    plan = plan_for(assignment, rank)
+    first = rank * len(samples)
+    wire = META_BYTES + payload_bytes(lengths, masked)  # bytes of each sample on the wire
+    send_counts = _per_rank(world, plan.send_to, wire[plan.send_rows])
+    recv_counts = _per_rank(world, plan.recv_from, wire[plan.recv_rows])
     send = np.zeros(int(send_counts.sum()), dtype=np.uint8)
     starts = _displacements(send_counts)
     for to in np.unique(plan.send_to).tolist():
@@ -168,7 +173,7 @@ def _pack(samples, origin, plan: Plan, first: int, send_counts: np.ndarray) -> n
         meta, payload = encode([samples[i] for i in picked], origin[picked])
         body = np.concatenate([meta.reshape(-1).view(np.uint8), payload.view(np.uint8)])
         send[starts[to]:starts[to] + body.size] = body
-    return send
+    return send, send_counts, recv_counts
 
 
 def _unpack(received: np.ndarray, recv_counts: np.ndarray, plan: Plan, samples, origin,

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_pipeline.py`
@@ -39,7 +40,9 @@ import torch  # noqa: E402
 from data import balance as bal  # noqa: E402
 from scripts.script_utils import cpu_model  # noqa: E402
 from data.batching import Sample, pack_samples  # noqa: E402
+from data import sparse_exchange as sx  # noqa: E402
 from data.codec import GlobalBatch, encode  # noqa: E402
+from data.exchange import HostComm, LocalComm  # noqa: E402
 
 TARGET = 20_000.0  # samples/s per rank
 
@@ -72,11 +75,54 @@ def global_batches(strategy: str, args, rng: np.random.Generator) -> list[list[l
     return out
 
 
+class ReplayComm(HostComm):
+    """node_swap's collectives for one rank, answered from what the others sent (recorded)."""
+
+    def __init__(self, rank: int, size: int, sizes: list, received: np.ndarray):
+        self.rank, self.size, self.sizes, self.received = rank, size, sizes, received
+
+    def allgather_array(self, array, sizes=None):
+        return self.sizes
+
+    def alltoallv(self, send, send_counts, recv_counts):
+        return self.received
+
+
+class Recorded(NamedTuple):
+    """What every rank of one node_swap step gets from the others: the gathered sizes, and
+    the bytes of its all-to-all-v (each rank's outgoing messages, computed up front)."""
+
+    sizes: list[np.ndarray]
+    messages: list[list[np.ndarray]]  # messages[s][d]: rank s to rank d
+
+    @classmethod
+    def of(cls, raw: list[list[Sample]], ranks_per_node: int) -> "Recorded":
+        sizes = [np.stack(sx.gather_sizes(LocalComm(), s), axis=1).astype(np.int16).ravel()
+                 for s in raw]
+        lengths, masked = np.concatenate(sizes).reshape(-1, 2).T.astype(np.int64)
+        assignment = bal.balance("node_swap", lengths, len(raw), ranks_per_node)
+        messages = []
+        for rank, samples in enumerate(raw):
+            origin = np.zeros((len(samples), 2), dtype=np.int64)
+            send, counts, _ = sx.outgoing(samples, origin, lengths, masked, assignment, rank)
+            starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            messages.append([send[a:a + c] for a, c in zip(starts, counts)])
+        return cls(sizes, messages)
+
+    def received(self, rank: int) -> np.ndarray:
+        return np.concatenate([m[rank] for m in self.messages])
+
+
 def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, accum: int):
-    """One rank's host work for one step; `gathered` = the all-gather result (metas, payloads)."""
+    """One rank's host work for one step; `gathered` = the all-gather result (metas, payloads),
+    or for node_swap the recorded sizes and received messages of every rank."""
     mine = raw[rank]
     if strategy in ("none", "stratified"):
         samples = mine
+    elif strategy in bal.SPARSE_EXCHANGE:
+        comm = ReplayComm(rank, len(raw), gathered.sizes, gathered.received(rank))
+        samples, _ = sx.exchange(comm, mine, np.zeros((len(mine), 2), dtype=np.int64),
+                                 len(raw))
     else:
         encode(mine, np.zeros((len(mine), 2), dtype=np.int64))  # its send buffer
         pooled = GlobalBatch(*gathered)
@@ -92,6 +138,9 @@ def bench(strategy: str, args) -> dict:
     batches = global_batches(strategy, args, rng)
     gathered = []
     for raw in batches:
+        if strategy in bal.SPARSE_EXCHANGE:  # one node of args.ranks, as the others deal
+            gathered.append(Recorded.of(raw, args.ranks))
+            continue
         encoded = [encode(s, np.zeros((len(s), 2), dtype=np.int64)) for s in raw]
         gathered.append(([m for m, _ in encoded], [p for _, p in encoded]))
     for i in range(args.warmup):
