@@ -4,7 +4,9 @@ One step, on every rank of the world (collective):
 1. All-gather the sizes of the global batch: per sample its length and masked count, two
    int16 (4 bytes a sample, against about 1.2 kB of payload). The lengths are all the
    assignment needs; the masked counts let every rank size every message in advance.
-2. Compute the assignment (node_balance.assign_node_swap): the same on every rank.
+2. Compute the assignment (node_balance): the same on every rank. A rank needs only the rows
+   of its own node and of the nodes its samples go to (`node_swap_rows`), which are the rows
+   of the whole assignment (`assign_node_swap`, what the simulator and the tests use).
 3. One all-to-all-v: each rank sends every sample it read but does not train to the rank that
    trains it, and receives the samples it trains but did not read. A message from rank s to
    rank d holds those samples in ascending global index as the codec encodes a batch
@@ -28,14 +30,15 @@ import numpy as np
 from data.batching import Sample
 from data.codec import META_WIDTH, GlobalBatch, encode
 from data.exchange import GlooComm, HostComm, LocalComm, MPIComm
-from data.node_balance import assign_node_swap
+from data.node_balance import node_swap_rows
 
 SIZE_BYTES = 2 * np.dtype(np.int16).itemsize  # all-gathered per sample: length, masked count
 META_BYTES = META_WIDTH * np.dtype(np.int64).itemsize  # codec meta row of a moved sample
 ALIGN = np.dtype(np.int64).itemsize  # messages start where an int64 meta row may
 _INT16_MAX = int(np.iinfo(np.int16).max)
 
-Assign = Callable[[np.ndarray, int, int], np.ndarray]
+# (lengths (W*B,), world size, ranks per node, rank) -> (ranks (K,), their rows (K, B))
+RowsFor = Callable[[np.ndarray, int, int, int], tuple[np.ndarray, np.ndarray]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -101,17 +104,16 @@ class Plan(NamedTuple):
     recv_from: np.ndarray  # the rank that read each
 
 
-def plan_for(assignment: np.ndarray, rank: int) -> Plan:
-    """This rank's sends and receives under assignment (W, B)."""
-    world, local = assignment.shape
-    trainer = np.empty(world * local, dtype=np.int64)
-    trainer[assignment.reshape(-1)] = np.repeat(np.arange(world), local)
-    mine = np.arange(rank * local, (rank + 1) * local)
-    out = mine[trainer[mine] != rank]
-    out = out[np.argsort(trainer[out], kind="stable")]
-    rows = np.sort(assignment[rank])
-    rows = rows[rows // local != rank]
-    return Plan(out, trainer[out], rows, rows // local)
+def plan_for(ranks: np.ndarray, rows: np.ndarray, rank: int, local: int) -> Plan:
+    """This rank's sends and receives, from the assignment rows (K, B) of `ranks` (K,): at
+    least its own and those of every rank that trains one of its samples."""
+    flat = rows.reshape(-1)
+    trainer = np.repeat(ranks, rows.shape[1])
+    out = (flat // local == rank) & (trainer != rank)
+    order = np.lexsort((flat[out], trainer[out]))  # by receiver, then sample
+    mine = np.sort(rows[np.flatnonzero(ranks == rank)[0]])
+    mine = mine[mine // local != rank]
+    return Plan(flat[out][order], trainer[out][order], mine, mine // local)
 
 
 def _per_rank(world: int, ranks: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -141,27 +143,26 @@ def gather_sizes(comm: HostComm, samples: Sequence[Sample]) -> tuple[np.ndarray,
 
 
 def exchange(comm: HostComm, samples: Sequence[Sample], origin: np.ndarray,
-             ranks_per_node: int, assign: Assign = assign_node_swap):
+             ranks_per_node: int, rows_for: RowsFor = node_swap_rows):
     """This rank's balanced local batch: (samples, origin (B, 2)) in assignment order.
 
     samples, origin: the B samples this rank read and their (file, index). Collective over
     `comm`, the whole world; ranks_per_node as in data/balance.py.
     """
     lengths, masked = gather_sizes(comm, samples)
-    assignment = assign(lengths, comm.size, ranks_per_node)
-    send, send_counts, recv_counts = outgoing(samples, origin, lengths, masked, assignment,
-                                              comm.rank)
+    ranks, rows = rows_for(lengths, comm.size, ranks_per_node, comm.rank)
+    plan = plan_for(ranks, rows, comm.rank, len(samples))
+    send, send_counts, recv_counts = outgoing(samples, origin, lengths, masked, plan,
+                                              comm.size, comm.rank)
     received = alltoallv(comm, send, send_counts, recv_counts)
-    plan = plan_for(assignment, comm.rank)
-    return _unpack(received, recv_counts, plan, samples, origin, assignment[comm.rank],
+    mine = rows[np.flatnonzero(ranks == comm.rank)[0]]
+    return _unpack(received, recv_counts, plan, samples, origin, mine,
                    comm.rank * len(samples))
 
 
-def outgoing(samples, origin, lengths, masked, assignment: np.ndarray, rank: int):
+def outgoing(samples, origin, lengths, masked, plan: Plan, world: int, rank: int):
     """Rank `rank`'s all-to-all-v arguments: (send buffer (uint8), send counts (W,), receive
     counts (W,)); the messages in receiver order, each padded to its count."""
-    world = assignment.shape[0]
-    plan = plan_for(assignment, rank)
     first = rank * len(samples)
     wire = META_BYTES + payload_bytes(lengths, masked)  # bytes of each sample on the wire
     send_counts = _per_rank(world, plan.send_to, wire[plan.send_rows])

@@ -104,7 +104,9 @@ class Recorded(NamedTuple):
         messages = []
         for rank, samples in enumerate(raw):
             origin = np.zeros((len(samples), 2), dtype=np.int64)
-            send, counts, _ = sx.outgoing(samples, origin, lengths, masked, assignment, rank)
+            plan = sx.plan_for(np.arange(len(raw)), assignment, rank, len(samples))
+            send, counts, _ = sx.outgoing(samples, origin, lengths, masked, plan, len(raw),
+                                          rank)
             starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
             messages.append([send[a:a + c] for a, c in zip(starts, counts)])
         return cls(sizes, messages)

@@ -138,12 +138,17 @@ def test_wire_sizes_are_the_codecs():
 def test_plan_on_a_hand_assignment():
     # 3 ranks x 2 samples: rank 0 read 0,1; rank 1 read 2,3; rank 2 read 4,5
     assignment = np.array([[0, 3], [2, 5], [4, 1]])
-    plan = sx.plan_for(assignment, 0)
+    ranks = np.arange(3)
+    plan = sx.plan_for(ranks, assignment, 0, 2)
     assert plan.send_rows.tolist() == [1] and plan.send_to.tolist() == [2]
     assert plan.recv_rows.tolist() == [3] and plan.recv_from.tolist() == [1]
-    plan = sx.plan_for(assignment, 1)
+    plan = sx.plan_for(ranks, assignment, 1, 2)
     assert plan.send_rows.tolist() == [3] and plan.send_to.tolist() == [0]
     assert plan.recv_rows.tolist() == [5] and plan.recv_from.tolist() == [2]
+    # the rows of rank 1 and of rank 0, which trains its sample 3, are enough for rank 1
+    part = sx.plan_for(np.array([1, 0]), assignment[[1, 0]], 1, 2)
+    for got, want in zip(part, plan):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_received_bytes_counts_sizes_and_moved_samples_only():
