@@ -30,7 +30,7 @@ from pathlib import Path
 
 # runnable as `python scripts/simulate_balance.py` from the repo root without installing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.script_utils import import_pyplot  # noqa: E402 (needs the path above)
+from scripts.script_utils import git_commit, import_pyplot  # noqa: E402 (needs the path)
 
 import numpy as np  # noqa: E402
 
@@ -321,7 +321,9 @@ def main(argv=None) -> None:
     out = {"setup": {"ranks": args.ranks, "ranks_per_node": args.ranks_per_node,
                      "local_batch": args.local_batch, "max_len": args.max_len,
                      "max_pred": args.max_pred, "trials": args.trials, "lengths": source,
-                     "seed": args.seed},
+                     "seed": args.seed, "sweep_trials": args.sweep_trials,
+                     "commit": git_commit(), "command": " ".join(sys.argv),
+                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
            "strategies": result}
     sweep = None
     if args.ranks_sweep:
