@@ -17,8 +17,8 @@ slowest rank makes every other rank wait for.
 "moved_fraction", "host_bytes_per_rank_per_step", ...}}} and, with --ranks-sweep, "sweep":
 {RANKS: {NAME: {...}}}. host_bytes_per_rank_per_step is the most any rank receives from the
 others in one step (mean over trials); host_bytes_mean_rank the mean over ranks;
-assign_ms_per_step the time one rank spends per step computing the part of the assignment it
-needs (every rank does that every step, in its prefetch thread).
+assign_ms_per_step the CPU time one rank spends per step computing the part of the assignment
+it needs (every rank does that every step, in its prefetch thread).
 """
 from __future__ import annotations
 
@@ -139,21 +139,22 @@ def moved_fraction(assignment: np.ndarray, per_node: int) -> np.ndarray:
 
 
 def assign_ms(name: str, batches: np.ndarray, world: int, per_node: int) -> float:
-    """Median milliseconds one rank spends per step on the assignment of one global batch
+    """Median CPU milliseconds one rank spends per step on the assignment of one global batch
     (lengths (K, W*B)): a node-local strategy deals only its node's batch, node_swap computes
-    only the rows it exchanges (node_balance.node_swap_rows), the rest the whole batch."""
+    only the rows it exchanges (node_balance.node_swap_rows), the rest the whole batch.
+    Thread CPU time, so that waiting for a core on a shared machine does not count."""
     kind = exchange_kind(name)
     group = min(per_node, world)
     times = []
     for row in batches:
-        start = time.perf_counter()
+        start = time.thread_time()
         if kind == "sparse":
             node_balance.node_swap_rows(row, world, per_node, 0)
         elif kind == "node":
             balance.balance(name, row[:group * (row.size // world)], group, group)
         else:
             balance.balance(name, row, world, per_node)
-        times.append(time.perf_counter() - start)
+        times.append(time.thread_time() - start)
     return 1e3 * float(np.median(times)) if times else float("nan")
 
 
