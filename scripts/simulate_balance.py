@@ -285,7 +285,7 @@ def write_sweep_plot(sweep: dict, path: str, title: str) -> None:
     sizes = list(sweep)
     names = list(sweep[sizes[0]])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
     panels = (("spread_tokens", "spread: max - min tokens per rank"),
               ("host_bytes_per_rank_per_step", "bytes a rank receives per step (max)"))
     for ax, (key, label) in zip(axes, panels):
@@ -301,9 +301,10 @@ def write_sweep_plot(sweep: dict, path: str, title: str) -> None:
         ax.set_xlabel("ranks")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)  # below: no overlap
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=120)
 
 
