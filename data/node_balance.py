@@ -12,9 +12,10 @@ every rank computes the same assignment from them:
    each pair swaps one sample of the giver for a shorter one of the taker: the pair of samples
    whose length difference comes closest to, never above, the smaller of the two nodes'
    distances to the mean (while that distance exceeds what one swap can move, simply its
-   longest for the other's shortest). Sample counts per node do not change. Rounds stop when every node is within
-   `NODE_TOLERANCE` tokens per rank of the mean. Only these swapped samples cross nodes, and
-   each travels once, from the rank that read it to the rank that trains it.
+   longest for the other's shortest). Sample counts per node do not change. Rounds stop when
+   every node is within `NODE_TOLERANCE` tokens per rank of the mean. Only these swapped
+   samples cross nodes, and each travels once, from the rank that read it to the rank that
+   trains it.
 2. Partition each node into equal-count parts of close token sums (`partition_nodes`): deal
    the node's samples longest first, each round of R samples to the parts in order of their
    load so far (the longest to the lightest), then swap samples between the heaviest and the
@@ -24,8 +25,8 @@ every rank computes the same assignment from them:
 
 Step 1 is global and every rank runs it; steps 2 and 3 treat each node on its own, so a rank
 computes them only for its own node and the nodes its samples go to (`node_swap_rows`): about
-5 ms per step at 1,024 ranks x 16 on one core, 10 ms at 4,096 (the whole assignment, which the
-simulator computes: 10 and 26 ms).
+5 ms of one core per step at 1,024 ranks x 16, 9 ms at 4,096 (the whole assignment, which the
+simulator computes: about 10 and 26 ms).
 
 Everything is integer numpy with stable sorts and first-index tie-breaks: the same lengths give
 the same assignment on every rank and every machine, without communication. Conventions as in
@@ -153,14 +154,13 @@ def _pair_nodes(excess: np.ndarray, giver: np.ndarray, band: int):
     giver (T, N) bool: nodes that started above the mean; a giver only ever gives tokens away
     and a taker only takes, so nodes do not swing back and forth. Returns flat arrays (trial,
     giver, taker, scaled transfer allowed) of the pairs with a side outside the band, which
-    may move at most to the mean. A node inside the band helps only once its whole side of the mean is
-    inside (the tail: a last far node among nearly even ones); it may then go on to the band's
-    far edge, so the far node can shed its excess in a few swaps. Earlier, such a node would
-    only take small bites out of a far partner, each costing a swap.
+    may move at most to the mean. A node inside the band helps only once its whole side of
+    the mean is inside (the tail: a last far node among nearly even ones); it may then go on
+    to the band's far edge, so the far node can shed its excess in a few swaps. Earlier, such
+    a node would only take small bites out of a far partner, each costing a swap.
     """
-    big = _BIG
-    hi = np.argsort(np.where(giver, -excess, big), axis=1, kind="stable")  # ties: lower node
-    lo = np.argsort(np.where(giver, big, excess), axis=1, kind="stable")
+    hi = np.argsort(np.where(giver, -excess, _BIG), axis=1, kind="stable")  # ties: lower node
+    lo = np.argsort(np.where(giver, _BIG, excess), axis=1, kind="stable")
     pairs = min(int(giver.sum(axis=1).max()), int((~giver).sum(axis=1).max()))
     hi, lo = hi[:, :pairs], lo[:, :pairs]
     trial = np.arange(excess.shape[0])[:, None]
