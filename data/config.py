@@ -114,9 +114,11 @@ class DataConfig:
     max_seq_length: int = 512
     max_predictions_per_seq: int = 76
     # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
-    # serpentine | stratified | stratified_local_presort | stratified_local_snake
+    # serpentine | stratified | stratified_local_presort | stratified_local_snake | node_swap |
+    # stratified_node_swap (docs/balance_at_scale.md)
     balance: str = "none"
-    ranks_per_node: int = 0  # node size for the node-local strategies; 0: LOCAL_WORLD_SIZE
+    # node size for the node-local strategies and node_swap's nodes; 0: LOCAL_WORLD_SIZE
+    ranks_per_node: int = 0
     prefetch_depth: int = 2  # optimizer steps prepared ahead by the data thread
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)

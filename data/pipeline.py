@@ -14,9 +14,11 @@ trains earlier steps:
    with a data.curriculum, from a BucketStream (data/sources/bucket_queues.py): all B from the
    length bucket the curriculum picks for the step (see "Curricula" below).
 2. Exchange (strategies whose scope is wider than a rank): all-gather the raw batches over the
-   group the strategy deals within, the node or the world.
+   group the strategy deals within, the node or the world; or, for the sparse transport
+   (node_swap), all-gather only the sizes over the world (data/comm/sparse.py).
 3. Balance: the strategy's dealer (data/order/strategies.py) computes the same assignment on
    every rank; keep row `rank`. Every sample of the global batch lands on exactly one rank.
+   The sparse transport then moves only the samples that change rank, in one all-to-all-v.
 4. Split the rank's B samples into the geometry's micro-batches (after balancing) and pack each
    (data/packing.py: the unpad metadata is computed here, on the host).
 5. Start the device copy (pinned memory, side stream).
@@ -47,11 +49,13 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from data.comm import sparse
 from data.comm.host import HostComm, allgather_batch
 from data.config import BatchGeometry, DataConfig
 from data.order import strategies
 from data.order.curricula import curriculum_from_config
 from data.order.loss_feedback import LossFeedback
+from data.order.shape import node_size
 from data.packing import PackedBatch, Sample, pack_samples
 from data.prefetch import DeviceTransfer, Prefetcher, Transferred
 from data.sample_record import SampleRecorder
@@ -94,8 +98,8 @@ class TrainPipeline:
                 files, rank, self.world_size, seed, data.max_seq_length,
                 data.max_predictions_per_seq)
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
-        self.group = self._exchange_group(comm, data.ranks_per_node or ranks_per_node
-                                          or self.world_size)
+        self.ranks_per_node = data.ranks_per_node or ranks_per_node or self.world_size
+        self.group = self._exchange_group(comm)
         self.transfer = DeviceTransfer(device)
         self.recorder = (SampleRecorder(record_dir, rank, [f.name for f in files])
                          if record_dir else None)
@@ -113,19 +117,21 @@ class TrainPipeline:
         if self.curriculum.uses_losses:
             self.feedback = LossFeedback(device, lag=self.depth + 1)
 
-    def _exchange_group(self, comm: HostComm, ranks_per_node: int) -> HostComm | None:
-        """The ranks whose batches are pooled and dealt; None when nothing moves."""
+    def _exchange_group(self, comm: HostComm) -> HostComm | None:
+        """The ranks whose batches are pooled and dealt; None when nothing moves. The sparse
+        transport exchanges over the world but deals by nodes: its node size is checked too."""
         if not self.strategy.exchanges:
             return None
-        if self.strategy.scope == "world":
+        if self.strategy.scope == "world" and self.strategy.transport != "sparse":
             return comm
         try:
-            node = strategies.node_size(self.world_size, ranks_per_node)
+            node = node_size(self.world_size, self.ranks_per_node)
         except ValueError as err:
             raise ValueError(f"data.balance={self.strategy_name}: {err} "
                              f"(data.ranks_per_node)") from None
-        # collective: every rank splits at the same point
-        return comm if node == self.world_size else comm.split(self.rank // node)
+        if self.strategy.scope == "world" or node == self.world_size:
+            return comm
+        return comm.split(self.rank // node)  # collective: every rank splits here
 
     # -- main thread --------------------------------------------------------------------------
 
@@ -257,6 +263,8 @@ class TrainPipeline:
 
     def _exchange(self, samples, origin):
         """This rank's share of the group's pooled batch under the strategy."""
+        if self.strategy.transport == "sparse":
+            return sparse.exchange(self.group, samples, origin, self.ranks_per_node)
         pooled = allgather_batch(self.group, samples, origin)
         size = self.group.size
         rows = self.strategy.deal(pooled.lengths, size, size)[self.group.rank]

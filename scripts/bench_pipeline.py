@@ -2,18 +2,23 @@
 
 What a rank's prefetch thread does per step, minus file reading (done a shard at a time in the
 background) and the network: encode its raw local batch for the exchange, decode the gathered
-global batch, deal it (the strategy's record, data/order/strategies.py), take its rows and pack
-them (data/packing.py). Strategies that exchange nothing only pack. The
-all-gather result of the 8 ranks is given: the 8 raw local batches are encoded once up front,
-as every rank would receive them. Each timed iteration plays one rank of one step; the ranks
-take turns so that each iteration keeps a different share.
+global batch of its group (its node or the world), deal it (the strategy's record,
+data/order/strategies.py), take its rows and pack them (data/packing.py). Strategies that
+exchange nothing only pack. The all-gather result is given: the raw local batches are encoded
+once up front, as every rank would receive them. The sparse transport (node_swap,
+data/comm/sparse.py) runs whole on a comm that replays what the other ranks sent: the sizes,
+the assignment rows the rank needs, its outgoing messages, decoding the ones it receives. Each
+timed iteration plays one rank of one step; the ranks take turns so that each iteration keeps
+a different share.
 
 Default: MLPerf BERT-Large on 8 GPUs, global batch 448 = 8 x 56, lengths up to 512 from
-REFERENCE 2's histogram, up to 76 masked tokens (15 %), one node of 8 ranks. The stratified
+REFERENCE 2's histogram, up to 76 masked tokens (15 %), one node of 8 ranks
+(--ranks-per-node: smaller nodes, so that node_swap moves samples between them). The stratified
 strategies draw their local batches with fixed per-stratum counts, as in training. Target:
 >= 20,000 samples/s per rank (about 3 ms per local batch of 56, small next to a GPU step).
 
-    python scripts/bench_pipeline.py [--iters 400] [--json out.json] [--record FILE]
+    python scripts/bench_pipeline.py [--iters 400] [--ranks-per-node R] [--json out.json]
+                                     [--record FILE]
 
 --json writes {strategy: {"samples_per_s_per_rank": x, "us_per_local_batch": y}};
 --record writes the same with the machine, date, commit and command (benchmarks/results/).
@@ -30,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_pipeline.py`
@@ -37,11 +43,14 @@ sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench_pipeline.py`
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from data.comm import sparse  # noqa: E402
+from data.comm.host import HostComm, LocalComm, displacements  # noqa: E402
 from data.comm.wire import GlobalBatch, encode  # noqa: E402
 from data.config import BatchGeometry  # noqa: E402
 from data.order.lengths import (length_pmf, sample_lengths,  # noqa: E402
                                 sample_stratified_lengths, strata_edges)
-from data.order.strategies import STRATEGIES  # noqa: E402
+from data.order.shape import node_size  # noqa: E402
+from data.order.strategies import STRATEGIES, Strategy  # noqa: E402
 from data.packing import Sample, pack_samples  # noqa: E402
 from scripts.script_utils import cpu_model  # noqa: E402
 
@@ -77,17 +86,69 @@ def global_batches(strategy: str, args, geometry: BatchGeometry,
     return out
 
 
-def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered,
-            geometry: BatchGeometry):
-    """One rank's host work for one step; `gathered` = the all-gather result (metas, payloads)."""
+class ReplayComm(HostComm):
+    """The sparse transport's collectives for one rank, answered from what the others sent."""
+
+    def __init__(self, rank: int, size: int, sizes: list, received: np.ndarray):
+        self.rank, self.size, self.sizes, self.received = rank, size, sizes, received
+
+    def allgather_array(self, array, sizes=None):
+        return self.sizes
+
+    def alltoallv(self, send, send_counts, recv_counts):
+        return self.received
+
+
+class Recorded(NamedTuple):
+    """What every rank of one sparse-transport step gets from the others: the gathered sizes,
+    and the bytes of its all-to-all-v (each rank's outgoing messages, computed up front)."""
+
+    sizes: list[np.ndarray]
+    messages: list[list[np.ndarray]]  # messages[s][d]: rank s to rank d
+
+    @classmethod
+    def of(cls, record: Strategy, raw: list[list[Sample]], ranks_per_node: int) -> "Recorded":
+        sizes = [np.stack(sparse.gather_sizes(LocalComm(), s), axis=1).astype(np.int16).ravel()
+                 for s in raw]
+        lengths, masked = np.concatenate(sizes).reshape(-1, 2).T.astype(np.int64)
+        world = len(raw)
+        assignment = record.deal(lengths, world, ranks_per_node)
+        messages = []
+        for rank, samples in enumerate(raw):
+            plan = sparse.plan_for(np.arange(world), assignment, rank, len(samples))
+            send, counts, _ = sparse.outgoing(samples, no_origin(samples), lengths, masked,
+                                              plan, world, rank)
+            messages.append([send[a:a + c] for a, c in zip(displacements(counts), counts)])
+        return cls(sizes, messages)
+
+    def received(self, rank: int) -> np.ndarray:
+        return np.concatenate([m[rank] for m in self.messages])
+
+
+def no_origin(samples) -> np.ndarray:
+    return np.zeros((len(samples), 2), dtype=np.int64)
+
+
+def group_of(record: Strategy, rank: int, args) -> range:
+    """The ranks whose raw batches `rank` pools in the all-gather: its node or the world."""
+    size = args.ranks_per_node if record.scope == "node" else args.ranks
+    return range(rank // size * size, rank // size * size + size)
+
+
+def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, geometry, args):
+    """One rank's host work for one step; `gathered`: every rank's encoded batch (meta,
+    payload), or for the sparse transport what was Recorded."""
     mine, record = raw[rank], STRATEGIES[strategy]
     if not record.exchanges:
         samples = mine
+    elif record.transport == "sparse":
+        comm = ReplayComm(rank, len(raw), gathered.sizes, gathered.received(rank))
+        samples, _ = sparse.exchange(comm, mine, no_origin(mine), args.ranks_per_node)
     else:
-        encode(mine, np.zeros((len(mine), 2), dtype=np.int64))  # its send buffer
-        pooled = GlobalBatch(*gathered)
-        size = len(raw)
-        rows = record.deal(pooled.lengths, size, size)[rank]
+        encode(mine, no_origin(mine))  # its send buffer
+        group = group_of(record, rank, args)
+        pooled = GlobalBatch(*zip(*(gathered[r] for r in group)))
+        rows = record.deal(pooled.lengths, len(group), len(group))[rank - group.start]
         samples = pooled.samples(rows)
     return [pack_samples(micro).to("cpu") for micro in geometry.micro_batches(samples)]
 
@@ -96,18 +157,19 @@ def bench(strategy: str, args) -> dict:
     rng = np.random.default_rng(args.seed)
     geometry = BatchGeometry.build(args, args.ranks)
     batches = global_batches(strategy, args, geometry, rng)
-    gathered = []
-    for raw in batches:
-        encoded = [encode(s, np.zeros((len(s), 2), dtype=np.int64)) for s in raw]
-        gathered.append(([m for m, _ in encoded], [p for _, p in encoded]))
+    record = STRATEGIES[strategy]
+    if record.transport == "sparse":
+        gathered = [Recorded.of(record, raw, args.ranks_per_node) for raw in batches]
+    else:
+        gathered = [[encode(s, no_origin(s)) for s in raw] for raw in batches]
     for i in range(args.warmup):
         prepare(strategy, i % args.ranks, batches[i % len(batches)], gathered[i % len(batches)],
-                geometry)
+                geometry, args)
     times = []
     for i in range(args.iters):
         b = i % len(batches)
         start = time.perf_counter()
-        prepare(strategy, i % args.ranks, batches[b], gathered[b], geometry)
+        prepare(strategy, i % args.ranks, batches[b], gathered[b], geometry, args)
         times.append(time.perf_counter() - start)
     seconds = float(np.median(times))
     local = geometry.local_batch_size
@@ -138,6 +200,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    choices=list(STRATEGIES))
     p.add_argument("--global-batch", type=int, default=448, dest="global_batch_size")
     p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="node size of the node-local strategies and node_swap (0: --ranks)")
     p.add_argument("--accum", type=int, default=1, dest="gradient_accumulation_steps",
                    help="micro-batches per local batch")
     p.add_argument("--max-len", type=int, default=512)
@@ -148,7 +212,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="{strategy: {samples_per_s_per_rank: x}}")
     p.add_argument("--record", type=Path, help="the results with machine info")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        args.ranks_per_node = node_size(args.ranks, args.ranks_per_node or args.ranks)
+    except ValueError as err:
+        p.error(f"--ranks-per-node: {err}")
+    return args
 
 
 def main(argv=None) -> int:
@@ -156,8 +225,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     results = {s: bench(s, args) for s in args.strategies}
     print(f"host prep of one local batch: global {args.global_batch_size} over {args.ranks} "
-          f"ranks, max length {args.max_len}, {args.gradient_accumulation_steps} "
-          f"micro-batch(es), 1 thread")
+          f"ranks ({args.ranks_per_node} per node), max length {args.max_len}, "
+          f"{args.gradient_accumulation_steps} micro-batch(es), 1 thread")
     print(f"{'strategy':<26}{'samples/s/rank':>16}{'us/batch':>10}  target {TARGET:,.0f}")
     for name, r in results.items():
         ok = "ok" if r["samples_per_s_per_rank"] >= TARGET else "BELOW"

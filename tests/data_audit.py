@@ -1,7 +1,9 @@
 """Checks of a sample audit trail (DIR/rank<R>.txt from --record-samples) against an oracle.
 
 The oracle replays what each rank drew (its ShardStream or StratifiedStream, same seed) and
-deals every global batch with data/order/strategies.py over the group the strategy exchanges within.
+deals every global batch with data/order/strategies.py over the group the strategy exchanges
+within, with the run's node size (node_swap deals the world by nodes: the simulator's
+assignment for the same lengths).
 Used by tests/test_pipeline.py (ranks as threads) and tests/test_data_distributed.py (ranks as
 processes under torchrun and mpiexec).
 """
@@ -53,7 +55,9 @@ def groups_of(strategy: str, world: int, ranks_per_node: int) -> list[list[int]]
 def expected_assignment(data_dir: Path, strategy: str, world: int, global_batch: int,
                         seed: int, max_seq: int, max_pred: int, ranks_per_node: int,
                         steps: int) -> list[dict[int, list[Key]]]:
-    """Per rank: step -> the samples the strategy assigns to it (the oracle)."""
+    """Per rank: step -> the samples the strategy assigns to it (the oracle); ranks_per_node
+    as the pipeline resolves it (0: the world)."""
+    ranks_per_node = ranks_per_node or world
     files = list_shards(data_dir)
     local = global_batch // world
     cls = SOURCES[STRATEGIES[strategy].source]
@@ -64,7 +68,7 @@ def expected_assignment(data_dir: Path, strategy: str, world: int, global_batch:
         for group in groups_of(strategy, world, ranks_per_node):
             lengths = np.concatenate([[len(x.input_ids) for x in drawn[r][0]] for r in group])
             origin = np.concatenate([drawn[r][1] for r in group])
-            rows = balance(strategy, lengths, len(group), len(group))
+            rows = balance(strategy, lengths, len(group), min(ranks_per_node, len(group)))
             for member, rank in enumerate(group):
                 expected[rank][step] = [(files[f].name, int(i)) for f, i in origin[rows[member]]]
     for s in sources:

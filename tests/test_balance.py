@@ -12,6 +12,7 @@ import pytest
 
 from data.order import lengths as ln
 from data.order import strategies as bal
+from data.order.node_balance import node_swap_rows
 from data.order.simulate import simulate_token_range
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,6 +56,19 @@ def test_batched_input_equals_one_batch_at_a_time(strategy):
     batched = bal.balance(strategy, lengths, 16, 8)
     single = np.stack([bal.balance(strategy, row, 16, 8) for row in lengths])
     np.testing.assert_array_equal(batched, single)
+
+
+@pytest.mark.parametrize("strategy", [n for n, s in bal.STRATEGIES.items()
+                                      if s.transport == "sparse"])
+def test_sparse_transport_computes_the_records_deal(strategy):
+    """The sparse transport computes node_swap's rows (node_swap_rows), not the record's deal:
+    they must be the same rows for every rank."""
+    lengths = np.random.default_rng(4).integers(1, 513, size=16 * 5)
+    full = bal.balance(strategy, lengths, 16, 4)
+    for rank in range(16):
+        ranks, rows = node_swap_rows(lengths, 16, 4, rank)
+        np.testing.assert_array_equal(rows, full[ranks])
+    assert bal.STRATEGIES[strategy].scope == "world"  # the transport runs over the world
 
 
 def test_bad_arguments_are_rejected():
@@ -247,11 +261,10 @@ def test_script_writes_json(tmp_path):
          "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "stratified_local_snake" in proc.stdout
-    result = json.loads(out.read_text())
-    assert set(result) == {"none", "stratified", "stratified_local_presort",
-                           "stratified_local_snake", "global_presort", "serpentine"}
+    result = json.loads(out.read_text())["strategies"]  # schema: tests/test_simulate_balance.py
+    assert set(result) == set(bal.STRATEGIES)
     for v in result.values():
-        assert set(v) == {"min_tokens", "max_tokens"} and v["min_tokens"] <= v["max_tokens"]
+        assert v["min_tokens"] <= v["max_tokens"]
 
 
 def test_script_plot_needs_matplotlib(tmp_path):

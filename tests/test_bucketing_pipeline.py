@@ -1,6 +1,6 @@
 """Length bucketing and curricula in the training pipeline (data/pipeline.py with a curriculum).
 
-Ranks run as threads (tests/test_pipeline.py's ThreadComm), so every curriculum can be checked
+Ranks run as threads (tests/thread_comm.py), so every curriculum can be checked
 with the exchange strategies in seconds: all ranks train the same bucket at every step, every
 sample once per epoch of its bucket (tests/bucket_data.py), the same batches for the same seed,
 exact resume from `state_dict()`, and the loss feedback: losses posted per rank, averaged over
@@ -30,7 +30,8 @@ from data.sources.shards import DataError, list_shards
 from bucket_data import (BOUNDARIES, EDGES, MAX_PRED, MAX_SEQ, check_epochs, sample_buckets,
                          step_buckets, write_bucketed_shards)
 from data_audit import read_rank_files
-from test_pipeline import open_pipeline, run_thread_ranks
+from test_pipeline import open_pipeline
+from thread_comm import run_thread_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 21
@@ -89,7 +90,7 @@ def fingerprint(state: dict) -> int:
 # Coverage, agreement, determinism
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("strategy", ["none", "serpentine"])
+@pytest.mark.parametrize("strategy", ["none", "serpentine", "node_swap"])
 @pytest.mark.parametrize("curriculum", CURRICULA)
 def test_every_sample_once_per_epoch_on_two_ranks(data_dir, tmp_path, curriculum, strategy):
     states = run_ranks(config(data_dir, curriculum, strategy=strategy), 2, 40, tmp_path)
@@ -319,7 +320,7 @@ def test_an_empty_bucket_is_a_clear_error(data_dir):
     (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,256"],
      "the last edge must equal data.max_seq_length=512"),
     (["data.curriculum.name=shuffled", "data.balance=stratified_local_snake"],
-     "use data.balance none, global_presort or serpentine"),
+     "use data.balance none, global_presort, serpentine or node_swap"),
     (["data.curriculum.name=random", "data.curriculum.round_batches=3"],
      "must be >= the 4 buckets"),
     (["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=3,2"],

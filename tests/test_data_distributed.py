@@ -3,9 +3,13 @@
 Each run trains a tiny model with `--record-samples` and the audit trail is checked against the
 oracle of tests/data_audit.py: every rank trained exactly the samples the strategy assigns it,
 every sample of every global batch once, and (strategies without stratified queues) every
-sample once over the epoch the run covers. The six strategies are spread over the launchers
-and world sizes (2 and 4 ranks; the node-local ones with 2-rank nodes, so the host comm is
-split); every strategy also runs with 2 and 4 thread-ranks in tests/test_pipeline.py.
+sample once over the epoch the run covers, the same number of samples on every rank in every
+step. The strategies are spread over the launchers and world sizes (2 and 4 ranks; the
+node-local ones with 2-rank nodes, so the host comm is split); node_swap and
+stratified_node_swap each run under both launchers, and each launcher at both sizes, with
+two nodes (their sparse transport: MPI_Alltoallv, gloo's all_to_all_single); their trail must
+be the simulator's assignment (data/order/strategies.balance) for the same lengths. Every
+strategy also runs with 2 and 4 thread-ranks in tests/test_pipeline.py.
 
 A rank that fails (BERT_TEST_CRASH_RANK, injected by tests/faults.py) must end the whole job
 with its message and a non-zero status, while its peers wait in a host collective: no hang.
@@ -45,12 +49,13 @@ def data_dir(tmp_path_factory) -> Path:
     return folder
 
 
-def tiny_args(data: Path, out: Path, strategy: str, world: int, steps: int) -> list[str]:
+def tiny_args(data: Path, out: Path, strategy: str, world: int, steps: int,
+              ranks_per_node: int = 2) -> list[str]:
     settings = {
         "data.synthetic.enabled": "false", "data.train_dir": data,
         "data.eval_file": data / "eval.hdf5", "data.max_seq_length": MAX_SEQ,
         "data.max_predictions_per_seq": MAX_PRED, "data.balance": strategy,
-        "data.ranks_per_node": 2, "model.vocab_size": 256, "model.hidden_size": 32,
+        "data.ranks_per_node": ranks_per_node, "model.vocab_size": 256, "model.hidden_size": 32,
         "model.num_hidden_layers": 1, "model.num_attention_heads": 2,
         "model.intermediate_size": 64, "model.max_position_embeddings": MAX_SEQ,
         "run.global_batch_size": world * LOCAL, "run.max_steps": steps,
@@ -96,24 +101,32 @@ def run_steps(data: Path, strategy: str, world: int) -> int:
     return steps
 
 
-@pytest.mark.parametrize("launcher, world, strategy", [
-    ("torchrun", 2, "none"),
-    ("torchrun", 4, "stratified_local_presort"),
-    ("mpiexec", 2, "stratified"),
-    ("mpiexec", 4, "stratified_local_snake"),
+@pytest.mark.parametrize("launcher, world, strategy, ranks_per_node", [
+    ("torchrun", 2, "none", 2),
+    ("torchrun", 4, "stratified_local_presort", 2),
+    ("mpiexec", 2, "stratified", 2),
+    ("mpiexec", 4, "stratified_local_snake", 2),
+    # the sparse transport (issue 15), two nodes each: both strategies under both launchers,
+    # both launchers at both sizes
+    ("torchrun", 2, "node_swap", 1),
+    ("torchrun", 4, "stratified_node_swap", 2),
+    ("mpiexec", 2, "stratified_node_swap", 1),
+    ("mpiexec", 4, "node_swap", 2),
 ])
-def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, strategy):
+def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, strategy,
+                                           ranks_per_node):
     steps = run_steps(data_dir, strategy, world)
     code, output, _ = launch(launcher, world, tiny_args(data_dir, tmp_path, strategy, world,
-                                                        steps))
+                                                        steps, ranks_per_node))
     # The tiny budget cannot reach the target accuracy: status 1 (torchrun then prints its
     # ChildFailedError report), an MLPerf log closed as aborted.
     assert code == 1, output[-3000:]
     assert '"status": "aborted"' in (tmp_path / "mlperf.log").read_text().splitlines()[-1]
     recorded = read_rank_files(tmp_path / "rec", world)
     expected = expected_assignment(data_dir, strategy, world, world * LOCAL, SEED, MAX_SEQ,
-                                   MAX_PRED, 2, steps)
+                                   MAX_PRED, ranks_per_node, steps)
     check_trail(recorded, expected, steps)
+    assert {len(samples) for rank in recorded for samples in rank.values()} == {LOCAL}
     counts = Counter(trained(recorded))
     assert max(counts.values()) == 1
     if not stratified(strategy):

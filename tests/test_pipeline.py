@@ -1,13 +1,13 @@
 """data.pipeline and data.sources.stratified in one process: the world's ranks run as threads.
 
-`ThreadComm` stands in for MPI/gloo (an all-gather through shared slots and a barrier), so every
-strategy can be checked at several world sizes in seconds: each rank trains exactly the samples
-the strategy assigns it, every sample of a global batch once, every sample once per epoch.
+`ThreadComm` (tests/thread_comm.py) stands in for MPI/gloo (collectives through shared slots and
+a barrier), so every strategy can be checked at several world sizes in seconds: each rank trains
+exactly the samples the strategy assigns it, every sample of a global batch once, every sample
+once per epoch.
 Resume, an injected failure (tests/faults.py) and error propagation are checked on one rank.
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +28,7 @@ from data.synthetic import generate
 from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
                         read_rank_files, stratified, trained)
 from faults import crash_at
+from thread_comm import ThreadComm, run_thread_ranks
 
 MAX_SEQ, MAX_PRED, SEED = 64, 10, 11
 SHARDS, PER_SHARD = 4, 48
@@ -61,69 +62,26 @@ def open_pipeline(cfg, rank: int, world: int, seed: int, comm: HostComm | None =
 # Ranks as threads
 # --------------------------------------------------------------------------------------------
 
-class _Slots:
-    def __init__(self, size: int):
-        self.values = [None] * size
-        self.barrier = threading.Barrier(size, timeout=20)
+SPARSE = [name for name, s in STRATEGIES.items() if s.transport == "sparse"]
 
 
-class ThreadComm(HostComm):
-    """All-gather among threads; `registry` holds the shared slots of each group."""
-
-    def __init__(self, members: tuple[int, ...], rank: int, registry: dict, lock):
-        self.members, self.rank, self.size = members, rank, len(members)
-        self._registry, self._lock = registry, lock
-        with lock:
-            self._slots = registry.setdefault(members, _Slots(len(members)))
-
-    def allgather_obj(self, obj):
-        self._slots.barrier.wait()  # nobody still reads the previous round
-        self._slots.values[self.rank] = obj
-        self._slots.barrier.wait()
-        return list(self._slots.values)
-
-    def allgather_array(self, array, sizes=None):
-        return [np.array(a) for a in self.allgather_obj(np.array(array))]
-
-    def split(self, color: int):
-        colors = self.allgather_obj(color)
-        members = tuple(m for m, c in zip(self.members, colors) if c == color)
-        return ThreadComm(members, members.index(self.members[self.rank]), self._registry,
-                          self._lock)
-
-
-def run_thread_ranks(world: int, rank_main) -> None:
-    """Call rank_main(rank, comm) on `world` threads sharing one ThreadComm world; fail the
-    test with every rank's exception."""
-    registry, lock, errors = {}, threading.Lock(), []
-
-    def guarded(rank: int) -> None:
-        try:
-            rank_main(rank, ThreadComm(tuple(range(world)), rank, registry, lock))
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=guarded, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-
-
-def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> None:
-    """Train `steps` steps of data on `world` thread ranks, recording the samples."""
-    def rank_main(rank: int, comm: ThreadComm) -> None:
+def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> list:
+    """Train `steps` steps of data on `world` thread ranks, recording the samples; the bytes
+    each rank received from the others."""
+    def rank_main(rank: int, comm: ThreadComm) -> int:
         with open_pipeline(cfg, rank, world, SEED, comm, record_dir=record_dir,
                            ranks_per_node=ranks_per_node) as pipeline:
             for _ in range(steps):
                 pipeline.next_step()
+        return comm.received
 
-    run_thread_ranks(world, rank_main)
+    return run_thread_ranks(world, rank_main)
 
 
-@pytest.mark.parametrize("world, ranks_per_node", [(2, 2), (4, 2)])
-@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("strategy, world, ranks_per_node", [
+    *((s, w, r) for s in STRATEGIES for w, r in [(2, 2), (4, 2)]),
+    *((s, 2, 1) for s in SPARSE),  # node_swap with one-rank nodes: it swaps between them
+])
 def test_every_sample_of_every_global_batch_trained_once(data_dir, tmp_path, strategy, world,
                                                         ranks_per_node):
     local = 8
@@ -158,6 +116,16 @@ def test_balancing_evens_out_tokens(data_dir, tmp_path):
             np.ptp([sum(lengths[k] for k in rank[step]) for rank in recorded])
             for step in range(3))
     assert spread["serpentine"] < spread["none"]
+
+
+def test_sparse_transport_receives_less_than_the_all_gather(data_dir, tmp_path):
+    """node_swap's ranks get the sizes and the samples that change rank, serpentine's every
+    sample of the others: the pipeline takes the sparse transport for node_swap."""
+    received = {}
+    for strategy in ("serpentine", "node_swap"):
+        received[strategy] = run_world(config(data_dir, strategy, global_batch=32), 4, 3,
+                                       tmp_path / strategy, ranks_per_node=2)
+    assert max(received["node_swap"]) < min(received["serpentine"]) / 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,8 +213,9 @@ def test_a_broken_shard_surfaces_as_data_error(data_dir, tmp_path):
                 pipeline.next_step()
 
 
-def test_bad_node_size(data_dir):
-    cfg = config(data_dir, "stratified_local_presort", 24)
+@pytest.mark.parametrize("strategy", ["stratified_local_presort", *SPARSE])
+def test_bad_node_size(data_dir, strategy):
+    cfg = config(data_dir, strategy, 24)
     with pytest.raises(ValueError, match="not a whole number of 2-rank nodes"):
         open_pipeline(cfg, 0, 3, SEED, ranks_per_node=2)
 

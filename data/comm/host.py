@@ -8,6 +8,8 @@ thread calls these collectives, so they never interleave with the training step'
     HostComm.allgather_obj(obj) -> list          one picklable object per rank (setup only)
     HostComm.allgather_array(a, sizes) -> list   1-D arrays of one dtype, sizes may differ
     HostComm.split(color) -> HostComm            ranks of equal color, in rank order (nodes)
+    HostComm.alltoallv(send, send_counts, recv_counts) -> bytes from every rank, in rank order
+                                                 (the sparse transport, data/comm/sparse.py)
 
 Implementations:
     LocalComm  world of one: no communication.
@@ -52,6 +54,12 @@ class HostComm:
         """Collective over this comm: the sub-group of ranks that passed the same color."""
         raise NotImplementedError
 
+    def alltoallv(self, send: np.ndarray, send_counts: Sequence[int],
+                  recv_counts: Sequence[int]) -> np.ndarray:
+        """Collective: `send` (uint8) holds send_counts[d] bytes for each rank d, in rank order;
+        returns the recv_counts[s] bytes from each rank s, concatenated in rank order."""
+        raise NotImplementedError(f"{type(self).__name__} has no all-to-all-v")
+
 
 class LocalComm(HostComm):
     """World of one."""
@@ -65,10 +73,18 @@ class LocalComm(HostComm):
     def split(self, color: int) -> "LocalComm":
         return self
 
+    def alltoallv(self, send, send_counts, recv_counts):
+        return np.array(send, dtype=np.uint8)  # a copy, as the collectives return
+
 
 def _as_bytes(array: np.ndarray) -> np.ndarray:
     """A contiguous 1-D array viewed as uint8 (collectives move bytes, whatever the dtype)."""
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def displacements(counts) -> np.ndarray:
+    """Where each rank's part starts in a buffer of parts of `counts` bytes, (W,) int64."""
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
 class MPIComm(HostComm):
@@ -93,7 +109,7 @@ class MPIComm(HostComm):
             counts = np.array(self.comm.allgather(send.size), dtype=np.int64)
         else:
             counts = np.asarray(sizes, dtype=np.int64) * itemsize
-        displs = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        displs = displacements(counts)
         recv = np.empty(int(counts.sum()), dtype=np.uint8)
         MPI = load_mpi()
         self.comm.Allgatherv([send, MPI.BYTE], [recv, (counts, displs), MPI.BYTE])
@@ -102,6 +118,14 @@ class MPIComm(HostComm):
 
     def split(self, color: int) -> "MPIComm":
         return MPIComm(self.comm.Split(color, self.rank))
+
+    def alltoallv(self, send, send_counts, recv_counts):
+        MPI = load_mpi()
+        sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
+        recv = np.empty(int(rc.sum()), dtype=np.uint8)
+        self.comm.Alltoallv([_as_bytes(send), (sc, displacements(sc)), MPI.BYTE],
+                            [recv, (rc, displacements(rc)), MPI.BYTE])
+        return recv
 
 
 class GlooComm(HostComm):
@@ -162,6 +186,17 @@ class GlooComm(HostComm):
             if c == color:
                 mine = GlooComm(group, members)
         return mine
+
+    def alltoallv(self, send, send_counts, recv_counts):
+        """gloo's all_to_all_single (its list form all_to_all is not on every torch version)."""
+        import torch
+        import torch.distributed as dist
+
+        out = torch.empty(int(sum(recv_counts)), dtype=torch.uint8)
+        dist.all_to_all_single(out, torch.from_numpy(_as_bytes(send)),
+                               output_split_sizes=[int(c) for c in recv_counts],
+                               input_split_sizes=[int(c) for c in send_counts], group=self.group)
+        return out.numpy()
 
 
 def make_host_comm(world_size: int) -> HostComm:

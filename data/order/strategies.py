@@ -5,9 +5,10 @@ rank waits for the slowest one at the gradient all-reduce. A strategy decides wh
 which sample of a global batch so that the per-rank token counts come out close.
 
 Each strategy is one `Strategy` record in `STRATEGIES`: how it deals, where each rank's raw
-samples come from (`source`), and over which group of ranks it pools them (`scope`, hence
-whether it needs the host exchange). The config (data/config.py), the pipeline
-(data/pipeline.py), the benchmark and the simulation read the record, never the name.
+samples come from (`source`), over which group of ranks it pools them (`scope`, hence whether
+it needs the host exchange) and how the samples travel (`transport`). The config
+(data/config.py), the pipeline (data/pipeline.py), the benchmark and the simulation read the
+record, never the name.
 
 Conventions (shared by the simulation and the host exchange):
 
@@ -31,6 +32,11 @@ W = world size (or the group's size), B = local batch, R = ranks per node.
     stratified_local_presort  stratified draw, then sort within each node of R ranks and deal
                               round robin inside the node (no traffic between nodes).
     stratified_local_snake    the same with snake dealing inside the node.
+    node_swap                 a few long-for-short swaps between nodes, then a balanced
+                              equal-count partition inside each node (data/order/node_balance.py);
+                              only the lengths are all-gathered and only moved samples travel
+                              (the sparse transport, data/comm/sparse.py).
+    stratified_node_swap      the same on stratified draws: fewer samples cross nodes.
 
 Every dealer is deterministic: each rank computes the same assignment from the same gathered
 lengths, so the exchange needs no extra communication to agree on it.
@@ -49,27 +55,12 @@ from typing import Callable, Literal
 
 import numpy as np
 
+from data.order.node_balance import assign_node_swap
+from data.order.shape import local_batch, node_size
 
 # ---------------------------------------------------------------------------------------------
 # Dealers: lengths (..., W*B) -> assignment (..., W, B)
 # ---------------------------------------------------------------------------------------------
-
-
-def _local_batch(lengths: np.ndarray, world_size: int) -> int:
-    """B from the global batch (..., W*B); rejects a batch that does not split evenly."""
-    n = lengths.shape[-1]
-    if world_size < 1 or n % world_size:
-        raise ValueError(f"global batch of {n} does not split over {world_size} ranks")
-    return n // world_size
-
-
-def node_size(world_size: int, ranks_per_node: int) -> int:
-    """Ranks per node, clamped to the world (a one-node job may have fewer ranks than slots)."""
-    r = min(ranks_per_node, world_size)
-    if r < 1 or world_size % r:
-        raise ValueError(f"world_size={world_size} is not a whole number of "
-                         f"{ranks_per_node}-rank nodes")
-    return r
 
 
 def _sort_desc(lengths: np.ndarray) -> np.ndarray:
@@ -96,19 +87,19 @@ def _deal(order: np.ndarray, ranks: int, snake: bool) -> np.ndarray:
 
 def _identity(lengths: np.ndarray, world_size: int) -> np.ndarray:
     """Each rank keeps its own slice: (..., W, B)."""
-    local = _local_batch(lengths, world_size)
+    local = local_batch(lengths, world_size)
     ids = np.arange(world_size * local, dtype=np.int64).reshape(world_size, local)
     return np.broadcast_to(ids, lengths.shape[:-1] + ids.shape).copy()
 
 
 def _global_sorted_deal(lengths, world_size, snake):
-    _local_batch(lengths, world_size)
+    local_batch(lengths, world_size)
     return _deal(_sort_desc(lengths), world_size, snake)
 
 
 def _node_sorted_deal(lengths, world_size, ranks_per_node, snake):
     """Sort and deal inside each node; indices stay within the node's slice of the batch."""
-    local = _local_batch(lengths, world_size)
+    local = local_batch(lengths, world_size)
     r = node_size(world_size, ranks_per_node)
     nodes = world_size // r
     per_node = np.asarray(lengths).reshape(lengths.shape[:-1] + (nodes, r * local))
@@ -161,6 +152,11 @@ class Strategy:
     # which ranks pool their batches before dealing: "rank" (each its own: nothing moves, no
     # exchange), "node" (the R ranks of a node: no traffic between nodes) or "world"
     scope: Literal["rank", "node", "world"]
+    # how the batches travel when they do (data/comm): "allgather" pools every sample of the
+    # group on every rank (host.allgather_batch); "sparse" all-gathers only the sizes over the
+    # world and moves only the samples that change rank, in one all-to-all-v
+    # (data/comm/sparse.py; it computes node_swap's rows, so the deal is assign_node_swap)
+    transport: Literal["allgather", "sparse"] = "allgather"
 
     @property
     def exchanges(self) -> bool:
@@ -177,6 +173,10 @@ STRATEGIES: dict[str, Strategy] = {
                                        scope="node"),
     "global_presort": Strategy(assign_global_presort, source="shards", scope="world"),
     "serpentine": Strategy(assign_serpentine, source="shards", scope="world"),
+    # issue 15: serpentine-level balance without the full all-gather (docs/balance_at_scale.md)
+    "node_swap": Strategy(assign_node_swap, source="shards", scope="world", transport="sparse"),
+    "stratified_node_swap": Strategy(assign_node_swap, source="stratified", scope="world",
+                                     transport="sparse"),
 }
 
 
