@@ -246,6 +246,11 @@ def test_teardown_kills_what_carries_the_marker(tmp_path):
     slurm = SlurmCluster(tmp_path)
     proc = subprocess.Popen(["sleep", "300"], env=slurm.env())
     try:
+        # Until the child has exec'd, /proc shows the parent's environment: wait for the marker
+        # (at once on an idle machine; a while under load).
+        deadline = time.time() + 30
+        while not slurm.leftovers() and time.time() < deadline:
+            time.sleep(0.05)
         assert list(slurm.leftovers()) == [proc.pid]
         slurm.stop()
         proc.wait(timeout=10)  # killed, and reaped (by stop() or here)
