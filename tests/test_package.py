@@ -139,8 +139,9 @@ def with_event(src: Path, dst: Path, key: str, value, after: str = "eval_samples
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """Real logs of `python run_pretraining.py`: whole/mlperf.log (uninterrupted, aborted at
-    the step budget), killed/mlperf.log (SIGKILL after step 5, no run_stop) and
-    killed/mlperf_resumed_step_4.log (the resume from the step-4 checkpoint)."""
+    the step budget), killed/mlperf.log.<time>-<pid>.partial (SIGKILL after step 5, no
+    run_stop: the log never took its final name) and killed/mlperf_resumed_step_4.log (the
+    resume from the step-4 checkpoint)."""
     base = tmp_path_factory.mktemp("tiny_runs")
     data = base / "data"
     generate(data, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
@@ -158,7 +159,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "run.submission_division": "closed"}
 
     def run(out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
-        args = [sys.executable, str(ROOT / "run_pretraining.py"), "--quiet", *extra]
+        # faults to inject (env): tests/faults.py wraps the program with them
+        program = ROOT / "tests" / "faults.py" if env else ROOT / "run_pretraining.py"
+        args = [sys.executable, str(program), "--quiet", *extra]
         for key, value in {**settings, "run.output_dir": out}.items():
             args += ["--set", f"{key}={value}"]
         return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -170,7 +173,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     assert killed.returncode != 0 and not (base / "killed" / "mlperf_resumed_step_4.log").exists()
     resumed = run(base / "killed", "--resume", "auto")
     assert resumed.returncode == 1, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    logs = {"whole": base / "whole" / "mlperf.log", "killed": base / "killed" / "mlperf.log",
+    assert not (base / "killed" / "mlperf.log").exists()
+    logs = {"whole": base / "whole" / "mlperf.log",
+            "killed": next((base / "killed").glob("mlperf.log.*.partial")),
             "resumed": base / "killed" / f"mlperf_resumed_step_{RESUME_STEP}.log"}
     for path in logs.values():
         assert path.is_file(), sorted(p.name for p in path.parent.iterdir())
@@ -272,11 +277,10 @@ REFUSED = {
     # name: (arguments built from the tiny logs, fragments of the one error line)
     "the resumed log": (lambda t, d: [str(t["resumed"])],
                         ["mlperf_resumed_step_4.log: resumed log", "times only the part"]),
-    # the killed run's folder: its mlperf.log is incomplete, the other log is a resume
+    # the killed run's folder: its log stayed partial (not a *.log), the other log is a resume
     "the killed run's folder": (
         lambda t, d: [str(t["killed"].parent)],
-        ["no complete, non-resumed log", "mlperf.log: incomplete: no run_stop",
-         "mlperf_resumed_step_4.log: resumed log"]),
+        ["no complete, non-resumed log", "mlperf_resumed_step_4.log: resumed log"]),
     "the killed log": (lambda t, d: [str(t["killed"])], ["incomplete: no run_stop"]),
     "a resumed copy among results": (
         lambda t, d: [str(_results(d, [converged_copy(t["whole"], d / "c.txt", 1, 2.0),

@@ -13,6 +13,8 @@ loss scale and RNG; the run phase restores the data position and continues the b
 schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
 run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a timed MLPerf result.
 `run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
+Each log is written under a partial name and takes its final name only at run_stop
+(bert/train/logfile.py): a run that fails earlier never replaces an earlier run's log.
 
 The batch geometry (global, local, micro batch, accumulation) is built once, at init, and
 passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
@@ -35,6 +37,7 @@ from bert.model import BertForPretraining, mlm_correct, num_parameters, pretrain
 from bert.model.weights import load_checkpoint_file
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.logfile import LogFile
 from bert.train.mlperf import MLPerfLogger
 from bert.train.progress import Progress
 from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
@@ -93,8 +96,10 @@ class Trainer:
         self.progress = Progress(enabled=self.ctx.is_main and not cfg.log.quiet,
                                  interval_s=cfg.log.interval_s)
         self.resume_from, self.resume_manifest = self._find_resume_point()
-        self.log_path = mlperf_log or str(self.out_dir / self._log_name())
-        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
+        self.log_file = LogFile(mlperf_log or self.out_dir / self._log_name())
+        self.log_path = str(self.log_file.final)
+        # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
+        self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
         self._init_phase()
 
     # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
@@ -207,8 +212,20 @@ class Trainer:
                 self.mllog.run_stop("aborted")
             self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
             raise
+        finally:
+            self._publish_log()
         self._close_data(finish=True)
         return result
+
+    def _publish_log(self) -> None:
+        """A log with run_stop is complete: it takes its final name, keeping an earlier log
+        found there. One without run_stop stays under its partial name."""
+        if not (self.ctx.is_main and self.mllog.run_stopped):
+            return
+        self.mllog.close()
+        kept = self.log_file.publish()
+        if kept is not None:
+            self.progress.line(f"an earlier {self.log_file.final.name} there is kept as {kept}")
 
     def _train(self) -> TrainResult:
         cfg, log = self.cfg, self.mllog
