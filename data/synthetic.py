@@ -327,7 +327,7 @@ def read_mark(folder: Path) -> dict | None:
 
 def _first_difference(saved: dict, wanted: dict) -> str:
     key = next(k for k in sorted(set(saved) | set(wanted)) if saved.get(k) != wanted.get(k))
-    return f"{key}={saved.get(key)}, these settings {key}={wanted.get(key)}"
+    return f"made with {key}={saved.get(key)}, these settings have {key}={wanted.get(key)}"
 
 
 def folder_state(folder: Path, params: dict) -> str:
@@ -444,11 +444,9 @@ def _check_named_folder(folder: Path, params: dict) -> None:
         raise DataError(f"data.train_dir={folder}: {what}; synthetic data is made only in "
                         f"data.synthetic.cache_dir (leave data.train_dir empty) or by "
                         f"python -m data.synthetic --out DIR")
-    if state == "foreign":
+    if state != "same":
         raise DataError(_refusal(folder, state, params, "data.train_dir=") +
-                        " (to train on it: --set data.synthetic.enabled=false)")
-    if state == "other":
-        raise DataError(_refusal(folder, state, params, "data.train_dir="))
+                        " (to train on it as it is: --set data.synthetic.enabled=false)")
 
 
 def _cached_folder(root: Path, params: dict) -> Path:

@@ -229,9 +229,15 @@ LOG_CASES = {
     "killed": (lambda t, d: t["killed"], "no run_stop", True),
     "resumed, trainer's name": (lambda t, d: t["resumed"],
                                 "file name mlperf_resumed_step_4.log", True),
-    # a renamed copy of the resumed log: its first block starts at step 4's samples
+    # a renamed copy of the resumed log: the trainer's mark says it resumed
     "resumed, renamed": (lambda t, d: shutil.copyfile(t["resumed"], d / "result_0.txt"),
-                         f"first block starts after {RESUME_STEP * TINY_GBS} samples", True),
+                         f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}",
+                         True),
+    # the same without the mark (a log from before it existed): its first block starts late
+    "resumed, renamed, unmarked": (
+        lambda t, d: write_records(d / "result_0.txt", [
+            r for r in records(t["resumed"]) if r["key"] != "resumed_from_checkpoint"]),
+        f"first block starts after {RESUME_STEP * TINY_GBS} samples", True),
     # the mark itself, on a log that would otherwise be a converged fresh run
     "resumed, MLLOG mark": (
         lambda t, d: with_event(converged_copy(t["whole"], d / "c.txt", 1, 2.0),
@@ -265,8 +271,8 @@ def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tin
                            str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"PASS {log}" in proc.stdout
-    assert (f"note: resumed log (its first block starts after {RESUME_STEP * TINY_GBS} "
-            f"samples, not 0): not a timed MLPerf run") in proc.stdout
+    assert (f"note: resumed log (MLLOG resumed_from_checkpoint event: resumed from step "
+            f"{RESUME_STEP}): not a timed MLPerf run") in proc.stdout
     fresh = converged_copy(tiny["whole"], tmp_path / "result_1.txt", 1, 0.2)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
                            str(fresh)], cwd=ROOT, capture_output=True, text=True, timeout=120)

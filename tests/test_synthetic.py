@@ -263,7 +263,8 @@ def test_cli_rerun_into_its_own_folder(tmp_path, capsys):
     assert main(["--out", str(out), *TINY_PARAMS]) == 0  # same settings: nothing to do
     assert "nothing written" in capsys.readouterr().out
     assert main(["--out", str(out), *TINY_PARAMS, "--seed", "4"]) == 2  # never regenerated
-    assert "seed=12345, these settings seed=4" in one_error_line(capsys.readouterr().err)
+    error = one_error_line(capsys.readouterr().err)
+    assert "made with seed=12345, these settings have seed=4" in error
     assert snapshot(out) == first
 
 

@@ -147,3 +147,89 @@ def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished
     assert code == 2 and str(ckpt) in one_error(err)
     assert resumed.read_bytes() == before
     assert len([n for n in names(finished) if n.endswith(".partial")]) == 1
+
+
+# -- (3) resume tells the truth -------------------------------------------------------------------
+
+@pytest.mark.parametrize("changed, fragments", [
+    ({"optim.lr": 0.001}, ["optim.lr=0.001 given", "optim.lr=0.01"]),
+    ({"run.seed": 8}, ["run.seed=8 given", "run.seed=7"]),
+    ({"data.balance": "serpentine", "schedule.total_steps": 30},
+     ["data.balance='serpentine' given", "data.balance='none'", "1 more: schedule.total_steps"]),
+], ids=["lr", "seed", "two-keys"])
+def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, changed,
+                                                  fragments):
+    before = names(finished)
+    code, _, err = run(capsys, data_dir, finished, "--resume", "auto", **changed)
+    assert code == 2
+    line = one_error(err)
+    for fragment in ["checkpoints/step_00000004", *fragments]:
+        assert fragment in line, line
+    assert names(finished) == before  # refused before any log was opened
+
+
+def test_resume_may_change_what_does_not_train(capsys, data_dir, finished):
+    """Seed -1 takes the checkpoint's; budget, evaluation, logging are free."""
+    code, _, err = run(capsys, data_dir, finished, "--resume", "auto", "--quiet",
+                       **{"run.seed": -1, "run.max_steps": 6, "eval.samples": 20,
+                          "log.interval_s": 5})
+    assert code == 1, err
+    recs = records(finished / "mlperf_resumed_step_4.log")
+    assert [r["value"] for r in recs if r["key"] == "seed"] == [7]
+    assert [r["value"] for r in recs if r["key"] == "eval_samples"] == [20]
+
+
+def init_phase(recs: list[dict]) -> list[str]:
+    keys = [r["key"] for r in recs]
+    return keys[keys.index("init_start"):keys.index("init_stop")]
+
+
+def load_script(name: str):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finished, tmp_path):
+    code, _, err = run(capsys, data_dir, finished, "--resume",
+                       str(step_dir(finished / "checkpoints", 2)))
+    assert code == 1, err
+    recs = records(finished / "mlperf_resumed_step_2.log")
+    marks = [r for r in recs if r["key"] == "resumed_from_checkpoint"]
+    assert len(marks) == 1 and marks[0]["value"] == 2 and marks[0]["metadata"]["samples"] == 16
+    phase = init_phase(recs)
+    assert "resumed_from_checkpoint" in phase
+    assert phase.index("resumed_from_checkpoint") > phase.index("opt_base_learning_rate")
+    assert "resumed_from_checkpoint" not in init_phase(records(finished / "mlperf.log"))
+    # a copy under another name is still refused, for the mark
+    copy = tmp_path / "result_0.txt"
+    copy.write_bytes((finished / "mlperf_resumed_step_2.log").read_bytes())
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "package_results.py"),
+                           str(copy), "--system", "s", "--out", str(tmp_path / "pkg"),
+                           "--allow-aborted", "--unofficial"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "MLLOG resumed_from_checkpoint event: resumed from step 2" in one_error(proc.stderr)
+
+
+def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, data_dir, out, **{"submission.division": "open"})
+    assert code == 1, err
+    code, _, err = run(capsys, data_dir, out, "--resume", "auto",
+                       **{"submission.division": "open", "run.max_steps": 6})
+    assert code == 1, err
+    expected = {"number_of_nodes": 1, "accelerators_per_node": 0, "accelerator_model_name": "N/A"}
+    run_logs = load_script("run_logs")
+    for log in (out / "mlperf.log", out / "mlperf_resumed_step_4.log"):
+        recs = records(log)
+        found = {r["key"]: r["value"] for r in recs if r["key"] in expected}
+        assert found == expected
+        assert all(key in init_phase(recs) for key in expected)
+        assert sum(r["key"] in expected for r in recs) == 3  # once each
+        assert run_logs.read_run(log).topology == {k: str(v) for k, v in expected.items()}
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
+                               str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -43,6 +43,7 @@ from bert.train.progress import Progress
 from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
                                load_trainer_state, resolve_resume, rng_state, save_checkpoint,
                                set_rng_state)
+from bert.train.resume_settings import check_resume_settings
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
@@ -113,6 +114,7 @@ class Trainer:
         self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
                             seed=self.seed)
+        self._log_run_facts()
         self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
@@ -136,6 +138,18 @@ class Trainer:
             f"accum, precision {cfg.run.precision}, seed {self.seed}")
         log.init_stop()
 
+    def _log_run_facts(self) -> None:
+        """What the log must say besides the hyperparameters: where the run ran, and for a
+        resumed run where it resumed from (so it is never taken for a whole timed run)."""
+        ctx = self.ctx
+        on_gpu = ctx.device.type == "cuda"
+        self.mllog.topology(nodes=max(1, ctx.world_size // max(1, ctx.local_world_size)),
+                            accelerators_per_node=ctx.local_world_size if on_gpu else 0,
+                            accelerator_model=torch.cuda.get_device_name(ctx.device)
+                            if on_gpu else "N/A")
+        if self.resume_from:
+            self.mllog.resumed_from(self.resume_manifest.step, self.resume_manifest.samples)
+
     def _run_seed(self) -> int:
         seed = self.cfg.run.seed
         if seed < 0:
@@ -151,6 +165,8 @@ class Trainer:
             return None, None
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        # before the log opens: a refused resume writes nothing
+        check_resume_settings(folder, manifest.seed, self.cfg.to_dict())
         return folder, manifest
 
     def _log_name(self) -> str:
