@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bert.train.resume import rank_file, step_dir
 from data.synthetic import generate
@@ -233,3 +234,33 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
         proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
                                str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- (4) what the console says ---------------------------------------------------------------
+
+def test_quiet_still_reports_how_the_run_ended(capsys, data_dir, tmp_path):
+    code, out, _ = run(capsys, data_dir, tmp_path / "out", "--quiet")
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) == 2, lines  # the run_stop line and where the log is
+    assert lines[0].startswith("run_stop aborted: eval MLM accuracy") and "4 steps" in lines[0]
+    assert lines[1].startswith("MLPerf log: ")
+
+
+def test_eta_is_to_max_steps_at_the_mean_rate(monkeypatch, capsys):
+    """The time left is to the step budget at the mean rate since the start, not at the last
+    interval's rate (which jumps), and the line says what it is."""
+    from bert.train import progress as progress_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "time", lambda: clock[0])
+    progress = progress_module.Progress(enabled=True, interval_s=5)
+    progress.start(total_samples=1000, start_samples=100, total_steps=100)
+    clock[0] += 6.0  # 60 samples in 6 s
+    progress.step(16, 160, torch.tensor(2.0), 1e-3)
+    clock[0] += 7.0  # then 140 samples in 7 s: 20/s now, 200/13 s on average
+    progress.step(30, 300, torch.tensor(2.0), 1e-3)
+    first, second = capsys.readouterr().out.splitlines()
+    assert "~0:01:24 to max_steps 100 (mean rate)" in first  # 840 samples at 10/s
+    assert "20.0 samples/s" in second
+    assert "~0:00:45 to max_steps 100 (mean rate)" in second  # 700 at 15.4/s, not 35 s at 20/s

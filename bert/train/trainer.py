@@ -94,8 +94,8 @@ class Trainer:
         self.out_dir = Path(cfg.run.output_dir)
         if self.ctx.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.progress = Progress(enabled=self.ctx.is_main and not cfg.log.quiet,
-                                 interval_s=cfg.log.interval_s)
+        self.progress = Progress(enabled=self.ctx.is_main, interval_s=cfg.log.interval_s,
+                                 quiet=cfg.log.quiet)
         self.resume_from, self.resume_manifest = self._find_resume_point()
         self.log_file = LogFile(mlperf_log or self.out_dir / self._log_name())
         self.log_path = str(self.log_file.final)
@@ -241,7 +241,7 @@ class Trainer:
         self.mllog.close()
         kept = self.log_file.publish()
         if kept is not None:
-            self.progress.line(f"an earlier {self.log_file.final.name} there is kept as {kept}")
+            self.progress.result(f"an earlier {self.log_file.final.name} there is kept as {kept}")
 
     def _train(self) -> TrainResult:
         cfg, log = self.cfg, self.mllog
@@ -260,7 +260,7 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = cfg.max_steps
-        self.progress.start(max_steps * gbs, samples)
+        self.progress.start(max_steps * gbs, samples, max_steps)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
             block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
@@ -288,7 +288,7 @@ class Trainer:
         seconds = time.time() - started
         if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
-        self.progress.line(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
+        self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
                            f"{samples} samples ({step} steps) in {seconds:.1f} s")
         return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
 
@@ -322,7 +322,7 @@ class Trainer:
         log.train_samples(0)
         log.run_stop(status)
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
-        self.progress.line(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
+        self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
                            f"{self.cfg.eval.samples or 'all'} eval samples")
         return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
 
