@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="YAML config (default: %(default)s)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value; repeatable")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress lines; how the run ended is still printed")
     parser.add_argument("--record-samples", metavar="DIR",
                         help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
                              "sample (sets log.record_samples_dir)")

@@ -30,13 +30,19 @@ def check(cond: bool, msg: str) -> None:
 class SyntheticConfig:
     """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
 
-    enabled: bool = False  # generate train/eval data under data.train_dir if it is missing
+    # train on synthetic data: with data.train_dir empty, made on first use in cache_dir; a
+    # data.train_dir that is set must already hold it (python -m data.synthetic --out DIR)
+    enabled: bool = False
     num_shards: int = 4
     samples_per_shard: int = 4096
     eval_samples: int = 2000
     seed: int = 12345
+    # one subfolder per settings (never regenerated in place); a folder holding files this
+    # program did not write is refused
+    cache_dir: str = "~/.cache/open-bert/synthetic"
 
     def __post_init__(self) -> None:
+        self.cache_dir = os.path.expanduser(self.cache_dir)
         for name in ("num_shards", "samples_per_shard", "eval_samples"):
             check(getattr(self, name) > 0,
                   f"data.synthetic.{name}={getattr(self, name)} must be > 0")
@@ -110,7 +116,7 @@ class DataConfig:
     """Where the MLPerf variable-length HDF5 data lives and how it is drawn and dealt."""
 
     train_dir: str = ""  # folder of part_*.hdf5 training shards
-    eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: train_dir's
+    eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: the data's own
     max_seq_length: int = 512
     max_predictions_per_seq: int = 76
     # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
@@ -127,8 +133,6 @@ class DataConfig:
         # paths expanded once, here; everything downstream reads them as given
         self.train_dir = os.path.expanduser(self.train_dir)
         self.eval_file = os.path.expanduser(self.eval_file)
-        if self.synthetic.enabled and self.train_dir and not self.eval_file:
-            self.eval_file = os.path.join(self.train_dir, "eval.hdf5")
         check(self.max_seq_length > 1, f"data.max_seq_length={self.max_seq_length} must be > 1")
         check(self.max_predictions_per_seq > 0,
               f"data.max_predictions_per_seq={self.max_predictions_per_seq} must be > 0")

@@ -8,7 +8,7 @@ A log is a run only if it is complete and not resumed:
   A log without run_stop comes from a run that was killed or is still running.
 - resumed: a run restarted from a checkpoint logs only the part after the restart, so its
   run_stop - run_start is not a time to train. Recognised by any of
-  (a) the trainer's file name for it, `mlperf_resumed_step_<N>.log` (bert/trainer.py);
+  (a) the trainer's file name for it, `mlperf_resumed_step_<N>.log` (bert/train/trainer.py);
   (b) an MLLOG event with key RESUMED_FROM_CHECKPOINT, value the step it resumed from, so a
       copy under another name (result_3.txt) is still recognised;
   (c) a first block that starts after 0 samples: a fresh run starts at 0 (this catches logs
@@ -35,13 +35,13 @@ MLLOG_TOKEN = ":::MLLOG"
 
 # The resumed mark, (b) above: POINT_IN_TIME event, value = the step of the checkpoint the run
 # resumed from (int), optional metadata {"samples": samples trained at that step}. The logger
-# (bert/mlperf.py) owns MLLOG keys; once it defines RESUMED_FROM_CHECKPOINT it is read from
-# there, so writer and reader cannot drift apart.
+# (bert/train/mlperf.py) owns MLLOG keys and RESUMED_FROM_CHECKPOINT is read from there, so
+# writer and reader cannot drift apart (the fallback: a checkout where bert is not importable).
 try:
     from bert.train.mlperf import RESUMED_FROM_CHECKPOINT
 except ImportError:
     RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
-RESUMED_NAME = re.compile(r"mlperf_resumed_step_(\d+)\.log$")  # bert/trainer.py's _log_name
+RESUMED_NAME = re.compile(r"mlperf_resumed_step_(\d+)\.log$")  # the trainer's _log_name
 # How the run was spread over the machine, as the trainer knows it: POINT_IN_TIME events with
 # int, int, str values (accelerators_per_node 0 and accelerator_model_name "N/A" for a CPU run),
 # named after the system-description fields they fill (scripts/system_desc.py).

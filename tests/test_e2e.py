@@ -35,13 +35,14 @@ def check_log(path: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_default_run_reaches_target_and_passes_checker(tmp_path):
-    """`python run_pretraining.py` with only its data and output redirected into tmp_path."""
+    """`python run_pretraining.py` with only its data cache and output redirected into
+    tmp_path."""
     out = tmp_path / "out"
-    proc = run_main("--set", f"data.train_dir={tmp_path / 'data'}",
+    proc = run_main("--set", f"data.synthetic.cache_dir={tmp_path / 'cache'}",
                     "--set", f"run.output_dir={out}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "run_stop success" in proc.stdout
-    assert (tmp_path / "data" / "synthetic.json").is_file()
+    assert len(list((tmp_path / "cache").glob("*/synthetic.json"))) == 1
     log = out / "mlperf.log"
     checked = check_log(log)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -90,6 +91,35 @@ def test_missing_data_dir(tmp_path):
     proc = run_main(*tiny_args(tmp_path / "nowhere", out))
     assert_one_clear_error(proc, "nowhere", "data.train_dir", "does not exist")
     assert not out.exists()  # failed before anything was written
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_default_config_never_writes_into_a_prepared_train_dir(tmp_path, small_data):
+    """The default config (synthetic data on) pointed at prepared shards that happen to carry
+    the synthetic names: the shards stay byte-identical, nothing is added, the run errors."""
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    for k in range(4):  # the default's own shard names, with other contents
+        shutil.copy(small_data / "part_00000_of_00002.hdf5",
+                    prepared / f"part_{k:05d}_of_00004.hdf5")
+    before = snapshot(prepared)
+    out = tmp_path / "out"
+    proc = run_main("--set", f"data.train_dir={prepared}", "--set", f"run.output_dir={out}",
+                    "--set", f"data.synthetic.cache_dir={tmp_path / 'cache'}")
+    assert_one_clear_error(proc, f"data.train_dir={prepared}", "did not write",
+                           "data.synthetic.enabled=false")
+    assert snapshot(prepared) == before
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_default_config_with_a_mistyped_train_dir(tmp_path):
+    typo = tmp_path / "prepard"
+    proc = run_main("--set", f"data.train_dir={typo}", "--set", f"run.output_dir={tmp_path / 'o'}")
+    assert_one_clear_error(proc, f"data.train_dir={typo}", "does not exist")
+    assert not typo.exists()
 
 
 def test_unknown_config_key(tmp_path):

@@ -139,8 +139,9 @@ def with_event(src: Path, dst: Path, key: str, value, after: str = "eval_samples
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
     """Real logs of `python run_pretraining.py`: whole/mlperf.log (uninterrupted, aborted at
-    the step budget), killed/mlperf.log (SIGKILL after step 5, no run_stop) and
-    killed/mlperf_resumed_step_4.log (the resume from the step-4 checkpoint)."""
+    the step budget), killed/mlperf.log.<time>-<pid>.partial (SIGKILL after step 5, no
+    run_stop: the log never took its final name) and killed/mlperf_resumed_step_4.log (the
+    resume from the step-4 checkpoint)."""
     base = tmp_path_factory.mktemp("tiny_runs")
     data = base / "data"
     generate(data, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
@@ -172,7 +173,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     assert killed.returncode != 0 and not (base / "killed" / "mlperf_resumed_step_4.log").exists()
     resumed = run(base / "killed", "--resume", "auto")
     assert resumed.returncode == 1, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    logs = {"whole": base / "whole" / "mlperf.log", "killed": base / "killed" / "mlperf.log",
+    assert not (base / "killed" / "mlperf.log").exists()
+    logs = {"whole": base / "whole" / "mlperf.log",
+            "killed": next((base / "killed").glob("mlperf.log.*.partial")),
             "resumed": base / "killed" / f"mlperf_resumed_step_{RESUME_STEP}.log"}
     for path in logs.values():
         assert path.is_file(), sorted(p.name for p in path.parent.iterdir())
@@ -226,9 +229,15 @@ LOG_CASES = {
     "killed": (lambda t, d: t["killed"], "no run_stop", True),
     "resumed, trainer's name": (lambda t, d: t["resumed"],
                                 "file name mlperf_resumed_step_4.log", True),
-    # a renamed copy of the resumed log: its first block starts at step 4's samples
+    # a renamed copy of the resumed log: the trainer's mark says it resumed
     "resumed, renamed": (lambda t, d: shutil.copyfile(t["resumed"], d / "result_0.txt"),
-                         f"first block starts after {RESUME_STEP * TINY_GBS} samples", True),
+                         f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}",
+                         True),
+    # the same without the mark (a log from before it existed): its first block starts late
+    "resumed, renamed, unmarked": (
+        lambda t, d: write_records(d / "result_0.txt", [
+            r for r in records(t["resumed"]) if r["key"] != "resumed_from_checkpoint"]),
+        f"first block starts after {RESUME_STEP * TINY_GBS} samples", True),
     # the mark itself, on a log that would otherwise be a converged fresh run
     "resumed, MLLOG mark": (
         lambda t, d: with_event(converged_copy(t["whole"], d / "c.txt", 1, 2.0),
@@ -262,8 +271,8 @@ def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tin
                            str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"PASS {log}" in proc.stdout
-    assert (f"note: resumed log (its first block starts after {RESUME_STEP * TINY_GBS} "
-            f"samples, not 0): not a timed MLPerf run") in proc.stdout
+    assert (f"note: resumed log (MLLOG resumed_from_checkpoint event: resumed from step "
+            f"{RESUME_STEP}): not a timed MLPerf run") in proc.stdout
     fresh = converged_copy(tiny["whole"], tmp_path / "result_1.txt", 1, 0.2)
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
                            str(fresh)], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -274,11 +283,10 @@ REFUSED = {
     # name: (arguments built from the tiny logs, fragments of the one error line)
     "the resumed log": (lambda t, d: [str(t["resumed"])],
                         ["mlperf_resumed_step_4.log: resumed log", "times only the part"]),
-    # the killed run's folder: its mlperf.log is incomplete, the other log is a resume
+    # the killed run's folder: its log stayed partial (not a *.log), the other log is a resume
     "the killed run's folder": (
         lambda t, d: [str(t["killed"].parent)],
-        ["no complete, non-resumed log", "mlperf.log: incomplete: no run_stop",
-         "mlperf_resumed_step_4.log: resumed log"]),
+        ["no complete, non-resumed log", "mlperf_resumed_step_4.log: resumed log"]),
     "the killed log": (lambda t, d: [str(t["killed"])], ["incomplete: no run_stop"]),
     "a resumed copy among results": (
         lambda t, d: [str(_results(d, [converged_copy(t["whole"], d / "c.txt", 1, 2.0),

@@ -41,6 +41,7 @@ def tiny_settings(data_dir, out, steps: int, **extra) -> dict:
         "model.num_attention_heads": 2, "model.intermediate_size": 64,
         "model.max_position_embeddings": 64, "data.max_seq_length": 64,
         "data.max_predictions_per_seq": 10, "data.train_dir": data_dir,
+        "data.synthetic.enabled": False,  # on in the default config run_pretraining.py reads
         "data.eval_file": data_dir / "eval.hdf5", "run.global_batch_size": 8,
         "run.max_steps": steps, "eval.interval_samples": 16, "eval.samples": 40,
         "run.device": "cpu", "run.seed": 7, "run.output_dir": out, "log.quiet": True,

@@ -1,13 +1,22 @@
 """data.synthetic: realistic length mix, BERT layout and masking, a learnable hidden language."""
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from data.config import DataConfig, SyntheticConfig
 from data.packing import pack_samples
 from data.sources.shards import DataError, list_shards, read_samples
-from data.synthetic import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID, generate,
-                            generate_samples, main, successor_table)
+from data.synthetic import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID,
+                            ensure_synthetic_data, generate, generate_samples, main,
+                            successor_table)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 L = 128
 MAX_PRED = 20
@@ -211,3 +220,124 @@ def test_bad_arguments():
         successor_table(SEED, 40000)
     with pytest.raises(ValueError, match="max_seq_length"):
         generate_samples(rng, successor_table(SEED, VOCAB), 4, 16, 4)
+
+
+# -- where synthetic data may be written: never into a folder holding files it did not write --
+
+TINY_PARAMS = ["--num-shards", "2", "--samples-per-shard", "8", "--eval-samples", "4",
+               "--max-seq-length", "64", "--max-predictions", "10", "--vocab-size", "300"]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (relative name -> bytes): 'left as it was' is equality."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def one_error_line(stderr: str) -> str:
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    return errors[0]
+
+
+def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
+    """`python -m data.synthetic --out DIR` into a user's folder: exit 2, the files untouched,
+    even when they carry the very names it would write."""
+    user = tmp_path / "prepared"
+    user.mkdir()
+    (user / "part_00000_of_00002.hdf5").write_bytes(b"a real prepared shard")
+    (user / "notes.txt").write_text("mine")
+    before = snapshot(user)
+    proc = subprocess.run([sys.executable, "-m", "data.synthetic", "--out", str(user),
+                           *TINY_PARAMS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "did not write" in one_error_line(proc.stderr)
+    assert snapshot(user) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]  # no temporary left
+
+
+def test_cli_rerun_into_its_own_folder(tmp_path, capsys):
+    out = tmp_path / "syn"
+    assert main(["--out", str(out), *TINY_PARAMS]) == 0
+    first = snapshot(out)
+    assert "synthetic.json" in first
+    assert main(["--out", str(out), *TINY_PARAMS]) == 0  # same settings: nothing to do
+    assert "nothing written" in capsys.readouterr().out
+    assert main(["--out", str(out), *TINY_PARAMS, "--seed", "4"]) == 2  # never regenerated
+    error = one_error_line(capsys.readouterr().err)
+    assert "made with seed=12345, these settings have seed=4" in error
+    assert snapshot(out) == first
+
+
+def data_config(cache: Path, train_dir: str = "", **syn) -> DataConfig:
+    synthetic = SyntheticConfig(enabled=True, num_shards=2, samples_per_shard=8,
+                                eval_samples=4, cache_dir=str(cache), **syn)
+    return DataConfig(train_dir=train_dir, max_seq_length=64, max_predictions_per_seq=10,
+                      synthetic=synthetic)
+
+
+def test_cache_keeps_one_folder_per_settings(tmp_path):
+    cache = tmp_path / "cache"
+    first = data_config(cache)
+    ensure_synthetic_data(first, 300)
+    folder = Path(first.train_dir)
+    assert folder.parent == cache and first.eval_file == str(folder / "eval.hdf5")
+    kept = snapshot(folder)
+    other = data_config(cache)
+    other.max_predictions_per_seq = 5  # another data setting: another folder
+    ensure_synthetic_data(other, 300)
+    assert Path(other.train_dir) != folder and Path(other.train_dir).parent == cache
+    assert snapshot(folder) == kept
+    again = data_config(cache)
+    ensure_synthetic_data(again, 300)  # the first settings again: reused as they are
+    assert again.train_dir == str(folder) and snapshot(folder) == kept
+
+
+def _ensure_in_child(cache: str, queue) -> None:
+    cfg = data_config(Path(cache))
+    ensure_synthetic_data(cfg, 300)
+    queue.put(cfg.train_dir)
+
+
+def test_concurrent_first_use_is_safe(tmp_path):
+    """Several processes (the ranks of a job) on one empty cache: one complete folder."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_ensure_in_child, args=(str(tmp_path / "cache"), queue))
+             for _ in range(3)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+        assert proc.exitcode == 0
+    folders = {queue.get(timeout=5) for _ in procs}
+    assert len(folders) == 1
+    folder = Path(folders.pop())
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "eval.hdf5", "part_00000_of_00002.hdf5", "part_00001_of_00002.hdf5", "synthetic.json"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".open-bert-cache", folder.name]
+
+
+def test_named_train_dir_is_never_written(tmp_path):
+    """With synthetic data on, a data.train_dir that is set must already hold it."""
+    user = tmp_path / "prepared"
+    user.mkdir()
+    (user / "part_00000_of_00004.hdf5").write_bytes(b"real shard")
+    before = snapshot(user)
+    with pytest.raises(DataError, match="did not write.*data.synthetic.enabled=false"):
+        ensure_synthetic_data(data_config(tmp_path / "cache", str(user)), 300)
+    assert snapshot(user) == before
+    with pytest.raises(DataError, match="typo.*does not exist"):
+        ensure_synthetic_data(data_config(tmp_path / "cache", str(tmp_path / "typo")), 300)
+    assert not (tmp_path / "typo").exists()
+    made = tmp_path / "made"
+    assert main(["--out", str(made), *TINY_PARAMS, "--seed", "12345"]) == 0
+    cfg = data_config(tmp_path / "cache", str(made))
+    ensure_synthetic_data(cfg, 300)  # a folder it wrote itself, same settings: used
+    assert cfg.train_dir == str(made) and not (tmp_path / "cache").exists()
+
+
+def test_cache_root_holding_user_files_is_refused(tmp_path):
+    (tmp_path / "thesis.tex").write_text("mine")
+    with pytest.raises(DataError, match="cache_dir=.*did not write"):
+        ensure_synthetic_data(data_config(tmp_path), 300)
+    assert [p.name for p in tmp_path.iterdir()] == ["thesis.tex"]

@@ -82,7 +82,7 @@ class LogConfig:
     """Human progress lines and the audit trail (MLPerf lines: bert/train/mlperf.py)."""
 
     interval_s: float = 10.0  # seconds between progress lines
-    quiet: bool = False
+    quiet: bool = False  # no progress lines; the run_stop line is still printed
     record_samples_dir: str = ""  # audit trail: DIR/rank<R>.txt, `step shard index` per sample
 
     def __post_init__(self) -> None:

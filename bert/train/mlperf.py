@@ -9,6 +9,8 @@ order:
     log.init_start()
     log.submission_info(org, platform, division, status)   # must come before init_stop
     log.hyperparameters(cfg, train_samples, eval_samples, seed)
+    log.topology(nodes, accelerators_per_node, accelerator_model)
+    log.resumed_from(step, samples)       # a resumed run only
     ... build model, load checkpoint, warm up (no training/eval data read yet) ...
     log.init_stop()                       # at most 30 min after init_start (closed)
     log.run_start()
@@ -79,6 +81,18 @@ def once_keys() -> frozenset[str]:
 
 
 RUN_STATUSES = ("success", "aborted")  # C.SUCCESS, C.ABORTED
+
+# This project's own keys (POINT_IN_TIME, init phase, once per run); the compliance checker
+# ignores keys it has no rule for, scripts/run_logs.py reads them.
+# A resumed run's mark: value the checkpoint's step, metadata {"samples": samples at that step}.
+RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
+# How the run is spread over the machine, named after the system-description fields they fill
+# (scripts/system_desc.py): int, int, str ("N/A" and 0 accelerators on a CPU run).
+NUMBER_OF_NODES = "number_of_nodes"
+ACCELERATORS_PER_NODE = "accelerators_per_node"
+ACCELERATOR_MODEL_NAME = "accelerator_model_name"
+OWN_ONCE_KEYS = frozenset({RESUMED_FROM_CHECKPOINT, NUMBER_OF_NODES, ACCELERATORS_PER_NODE,
+                           ACCELERATOR_MODEL_NAME})
 
 # mllog records the caller's file and line in each line's metadata. Frames between its
 # get_caller() and the trainer: _log_helper, start/end/event, _emit, our public method.
@@ -214,6 +228,21 @@ class MLPerfLogger:
         for key, value in values.items():
             self._emit("event", key, value)
 
+    def topology(self, nodes: int, accelerators_per_node: int, accelerator_model: str) -> None:
+        """Where the run ran (init phase); scripts/package_results.py fills the system
+        description from it."""
+        self._require_init_phase(NUMBER_OF_NODES)
+        self._emit("event", NUMBER_OF_NODES, int(nodes))
+        self._emit("event", ACCELERATORS_PER_NODE, int(accelerators_per_node))
+        self._emit("event", ACCELERATOR_MODEL_NAME, str(accelerator_model))
+
+    def resumed_from(self, step: int, samples: int) -> None:
+        """Marks the log of a run resumed from a checkpoint (init phase): it times only the
+        part after the resume, so scripts/package_results.py refuses it."""
+        self._require_init_phase(RESUMED_FROM_CHECKPOINT)
+        self._emit("event", RESUMED_FROM_CHECKPOINT, int(step),
+                   metadata={"samples": int(samples)})
+
     def init_stop(self) -> None:
         self._require(C.INIT_START, C.INIT_STOP)
         # The checker's init-time limit is set by submission_division; without it first the
@@ -273,6 +302,10 @@ class MLPerfLogger:
             raise MLPerfLogError(f"{key} logged before {earlier}; see bert/train/mlperf.py for "
                                  f"the order")
 
+    def _require_init_phase(self, key: str) -> None:
+        self._require(C.INIT_START, key)
+        self._require_absent(C.INIT_STOP, key)
+
     def _require_absent(self, later: str, key: str) -> None:
         if later in self._logged:
             raise MLPerfLogError(f"{key} logged after {later}")
@@ -282,7 +315,7 @@ class MLPerfLogger:
         if self._retired:
             raise MLPerfLogError(
                 f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process")
-        if key in once_keys() and key in self._logged:
+        if (key in once_keys() or key in OWN_ONCE_KEYS) and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
         self._logged.add(key)
         if self.writes:

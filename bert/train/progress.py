@@ -1,5 +1,9 @@
 """Human progress lines on rank 0 (MLPerf lines go through bert/train/mlperf.py, never here).
 
+`--quiet` silences the progress lines but not the `result` lines (how the run ended). The time
+left is to the step budget (max_steps) at the mean rate since the start, and says so: the
+target accuracy usually ends the run sooner, and nothing predicts when.
+
 The step loss stays on the device; it is read only when a progress line is due (every
 `interval_s` seconds), which is the one host-device sync outside eval points.
 """
@@ -17,29 +21,39 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, enabled: bool, interval_s: float = 10.0):
+    """`enabled`: this rank prints (rank 0 only). `quiet` (--quiet): only `result` lines, the
+    outcome of the run, which a quiet run must still report."""
+
+    def __init__(self, enabled: bool, interval_s: float = 10.0, quiet: bool = False):
         self.enabled = enabled
+        self.quiet = quiet
         self.interval_s = interval_s
         self.total_samples = 0
+        self.total_steps = 0
         self._t0 = self._last_time = time.time()
-        self._last_samples = 0
+        self._start_samples = self._last_samples = 0
         self._loss_sum: torch.Tensor | None = None
         self._loss_steps = 0
 
     def line(self, text: str) -> None:
+        if self.enabled and not self.quiet:
+            print(text, file=sys.stdout, flush=True)
+
+    def result(self, text: str) -> None:
+        """A line printed even with --quiet: how the run ended, or what it did to files."""
         if self.enabled:
             print(text, file=sys.stdout, flush=True)
 
-    def start(self, total_samples: int, start_samples: int = 0) -> None:
-        """Start the clock for a run of at most `total_samples` samples, `start_samples` of
-        them already trained (a resumed run)."""
-        self.total_samples = total_samples
+    def start(self, total_samples: int, start_samples: int = 0, total_steps: int = 0) -> None:
+        """Start the clock for a run of at most `total_samples` samples (`total_steps` steps),
+        `start_samples` of them already trained (a resumed run)."""
+        self.total_samples, self.total_steps = total_samples, total_steps
         self._t0 = self._last_time = time.time()
-        self._last_samples = start_samples
+        self._start_samples = self._last_samples = start_samples
 
     def step(self, step: int, samples: int, step_loss: torch.Tensor, lr: float) -> None:
         """Record one optimizer step; print a line if one is due."""
-        if not self.enabled:
+        if not self.enabled or self.quiet:
             return
         self._loss_sum = step_loss if self._loss_sum is None else self._loss_sum + step_loss
         self._loss_steps += 1
@@ -48,9 +62,16 @@ class Progress:
             return
         loss = float(self._loss_sum) / self._loss_steps  # host read at log points only
         rate = (samples - self._last_samples) / (now - self._last_time)
-        remaining = (self.total_samples - samples) / rate if rate > 0 else 0.0
         self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr:.3e} | "
                   f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
-                  f"ETA (max steps) {_duration(remaining)}")
+                  f"{self.eta(samples, now)}")
         self._last_time, self._last_samples = now, samples
         self._loss_sum, self._loss_steps = None, 0
+
+    def eta(self, samples: int, now: float) -> str:
+        """Time left to the step budget at the mean rate since the start (evals included, so it
+        does not jump with each interval's rate). Not to the target accuracy, which nothing
+        predicts: the run may stop sooner, and the label says so."""
+        mean_rate = (samples - self._start_samples) / max(now - self._t0, 1e-9)
+        left = (self.total_samples - samples) / mean_rate if mean_rate > 0 else 0.0
+        return f"~{_duration(left)} to max_steps {self.total_steps} (mean rate)"

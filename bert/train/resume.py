@@ -6,6 +6,8 @@ Layout, under `<run.output_dir>/checkpoints/` (on a multi-node job, a filesystem
         trainer.pt       rank 0: model, optimizer (full, world-size independent: the sharded
                          optimizer gathers its shards), LR schedule, loss scale, progress
         rank_00000.pt    one per rank: that rank's RNG states and data position
+        config.json      rank 0: the run's config; a resume must train with the same
+                         settings (bert/train/resume_settings.py)
         manifest.json    written last, by rank 0: marks the checkpoint complete
 
 Writing is atomic at every level. Each file is written to a temporary name and renamed; all of
@@ -31,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from bert.model.weights import CheckpointError
+from bert.train.resume_settings import write_config
 from data.files import atomic_path, write_text_atomic
 
 FORMAT = "open-bert-train-state"
@@ -155,6 +158,7 @@ def save_checkpoint(root: Path, manifest: Manifest, rank: int, trainer_state: di
     atomic_torch_save(rank_state, partial / rank_file(rank))
     if rank == 0:
         atomic_torch_save(trainer_state, partial / TRAINER_FILE)
+        write_config(partial, trainer_state["config"])  # read on resume (resume_settings.py)
     _barrier()  # every rank's file is on disk
     if rank == 0:
         write_text_atomic(partial / MANIFEST, manifest.to_json())

@@ -13,6 +13,8 @@ loss scale and RNG; the run phase restores the data position and continues the b
 schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
 run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a timed MLPerf result.
 `run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
+Each log is written under a partial name and takes its final name only at run_stop
+(bert/train/logfile.py): a run that fails earlier never replaces an earlier run's log.
 
 The batch geometry (global, local, micro batch, accumulation) is built once, at init, and
 passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
@@ -35,11 +37,13 @@ from bert.model import BertForPretraining, mlm_correct, num_parameters, pretrain
 from bert.model.weights import load_checkpoint_file
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.logfile import LogFile
 from bert.train.mlperf import MLPerfLogger
 from bert.train.progress import Progress
 from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
                                load_trainer_state, resolve_resume, rng_state, save_checkpoint,
                                set_rng_state)
+from bert.train.resume_settings import check_resume_settings
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
@@ -90,11 +94,13 @@ class Trainer:
         self.out_dir = Path(cfg.run.output_dir)
         if self.ctx.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.progress = Progress(enabled=self.ctx.is_main and not cfg.log.quiet,
-                                 interval_s=cfg.log.interval_s)
+        self.progress = Progress(enabled=self.ctx.is_main, interval_s=cfg.log.interval_s,
+                                 quiet=cfg.log.quiet)
         self.resume_from, self.resume_manifest = self._find_resume_point()
-        self.log_path = mlperf_log or str(self.out_dir / self._log_name())
-        self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
+        self.log_file = LogFile(mlperf_log or self.out_dir / self._log_name())
+        self.log_path = str(self.log_file.final)
+        # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
+        self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
         self._init_phase()
 
     # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
@@ -108,6 +114,7 @@ class Trainer:
         self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
                             seed=self.seed)
+        self._log_run_facts()
         self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
@@ -130,6 +137,18 @@ class Trainer:
             f"accum, precision {cfg.run.precision}, seed {self.seed}")
         log.init_stop()
 
+    def _log_run_facts(self) -> None:
+        """What the log must say besides the hyperparameters: where the run ran, and for a
+        resumed run where it resumed from (so it is never taken for a whole timed run)."""
+        ctx = self.ctx
+        on_gpu = ctx.device.type == "cuda"
+        self.mllog.topology(nodes=max(1, ctx.world_size // max(1, ctx.local_world_size)),
+                            accelerators_per_node=ctx.local_world_size if on_gpu else 0,
+                            accelerator_model=torch.cuda.get_device_name(ctx.device)
+                            if on_gpu else "N/A")
+        if self.resume_from:
+            self.mllog.resumed_from(self.resume_manifest.step, self.resume_manifest.samples)
+
     def _run_seed(self) -> int:
         seed = self.cfg.run.seed
         if seed < 0:
@@ -145,6 +164,8 @@ class Trainer:
             return None, None
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        # before the log opens: a refused resume writes nothing
+        check_resume_settings(folder, manifest.seed, self.cfg.to_dict())
         return folder, manifest
 
     def _log_name(self) -> str:
@@ -206,8 +227,20 @@ class Trainer:
                 self.mllog.run_stop("aborted")
             self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
             raise
+        finally:
+            self._publish_log()
         self._close_data(finish=True)
         return result
+
+    def _publish_log(self) -> None:
+        """A log with run_stop is complete: it takes its final name, keeping an earlier log
+        found there. One without run_stop stays under its partial name."""
+        if not (self.ctx.is_main and self.mllog.run_stopped):
+            return
+        self.mllog.close()
+        kept = self.log_file.publish()
+        if kept is not None:
+            self.progress.result(f"an earlier {self.log_file.final.name} there is kept as {kept}")
 
     def _train(self) -> TrainResult:
         cfg, log = self.cfg, self.mllog
@@ -226,7 +259,7 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = cfg.max_steps
-        self.progress.start(max_steps * gbs, samples)
+        self.progress.start(max_steps * gbs, samples, max_steps)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
             block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
@@ -254,7 +287,7 @@ class Trainer:
         seconds = time.time() - started
         if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
-        self.progress.line(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
+        self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
                            f"{samples} samples ({step} steps) in {seconds:.1f} s")
         return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
 
@@ -288,7 +321,7 @@ class Trainer:
         log.train_samples(0)
         log.run_stop(status)
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
-        self.progress.line(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
+        self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
                            f"{self.cfg.eval.samples or 'all'} eval samples")
         return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
 

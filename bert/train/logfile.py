@@ -1,0 +1,62 @@
+"""Where one run's MLPerf log lives, so no run ever leaves a partial log on top of a result.
+
+    log = LogFile(out_dir / "mlperf.log")
+    MLPerfLogger(str(log.partial), rank)   # written as mlperf.log.<time>-<pid>-<id>.partial
+    ... run_stop ...
+    log.publish()                           # renamed to mlperf.log
+
+- A run that stops before run_stop (a bad or missing init checkpoint, a failed resume, a crash
+  or kill in the init phase) leaves its log under its own `.partial` name: an earlier complete
+  mlperf.log stays as it was, and so does an earlier attempt's partial log (the name is per
+  attempt).
+- A run that logged run_stop (success, or aborted: MLPerf scores aborted runs too) publishes its
+  log under the final name; a complete log of an earlier run found there is not replaced but
+  kept beside it as `mlperf.log.<its time>.previous`.
+- Neither of those names ends in `.log`, so scripts/check_compliance.py and
+  scripts/package_results.py, which read `*.log` and `result_*.txt`, never take them for a run,
+  and launch/run_and_time.sh collects `mlperf.log` only from runs that reached run_stop.
+
+Only the rank that writes the log (rank 0) publishes it.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+PARTIAL_SUFFIX = ".partial"
+PREVIOUS_SUFFIX = ".previous"
+
+
+def _stamp(seconds: float | None = None) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(seconds))
+
+
+def _free_name(path: Path) -> Path:
+    """`path`, or `path` with a counter before its suffix if that name is taken."""
+    candidate, n = path, 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.stem}.{n}{path.suffix}")
+        n += 1
+    return candidate
+
+
+class LogFile:
+    def __init__(self, final: str | os.PathLike) -> None:
+        self.final = Path(final)
+        # unique per attempt, even for two attempts of one process in the same second
+        attempt = f"{_stamp()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.partial = self.final.with_name(f"{self.final.name}.{attempt}{PARTIAL_SUFFIX}")
+
+    def publish(self) -> Path | None:
+        """Rename the finished log to its final name; returns where an earlier log found there
+        was kept (None if there was none)."""
+        kept = None
+        if self.final.exists():
+            earlier = _stamp(self.final.stat().st_mtime)
+            kept = _free_name(self.final.with_name(
+                f"{self.final.name}.{earlier}{PREVIOUS_SUFFIX}"))
+            os.rename(self.final, kept)
+        os.rename(self.partial, self.final)
+        return kept
