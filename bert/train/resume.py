@@ -15,7 +15,9 @@ previous complete checkpoint intact, plus at most a `*.partial` folder that load
 the next save removes. Rank 0 keeps the newest `checkpoint.keep` complete checkpoints.
 
 Resuming needs the same world size and global batch (the data position is per rank); the
-optimizer's own state_dict could move to another world size, the data stream cannot.
+optimizer's own state_dict could move to another world size, the data stream cannot. It also
+needs the same setup (`SETUP_KEYS`: the model's shapes, the optimizer's kind and layout, the
+precision), which the manifest records and `check_setup` compares before any state is read.
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ class Manifest:
     world_size: int
     global_batch_size: int
     seed: int  # the run seed: the data order depends on it
+    # run_setup() of the config that saved it; None in manifests written before it was recorded
+    setup: dict | None = None
 
     def to_json(self) -> str:
         return json.dumps({"format": FORMAT, "version": VERSION, **self.__dict__}, indent=1)
@@ -61,7 +65,8 @@ class Manifest:
                                   f"({MANIFEST}: {err})") from None
         if values.get("format") != FORMAT or values.get("version") != VERSION:
             raise CheckpointError(f"{folder}: {MANIFEST} is not a {FORMAT} v{VERSION} manifest")
-        return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__})
+        counts = {k: int(values[k]) for k in cls.__dataclass_fields__ if k != "setup"}
+        return cls(**counts, setup=values.get("setup"))
 
 
 def checkpoint_root(output_dir: str | os.PathLike) -> Path:
@@ -95,6 +100,9 @@ def resolve_resume(spec: str, output_dir: str | os.PathLike) -> Path | None:
         found = complete_checkpoints(checkpoint_root(output_dir))
         return found[-1] if found else None
     folder = Path(spec)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint.resume={spec!r}: no such folder (pass a "
+                              f"checkpoints/step_N folder of an earlier run, or 'auto')")
     if not (folder / MANIFEST).is_file():
         raise CheckpointError(f"checkpoint.resume={spec!r}: no {MANIFEST} there (not a complete "
                               f"training checkpoint; use a step_N folder, or 'auto')")
@@ -110,6 +118,48 @@ def check_compatible(manifest: Manifest, folder: Path, world_size: int,
     if manifest.global_batch_size != global_batch_size:
         raise CheckpointError(f"{folder}: saved with run.global_batch_size="
                               f"{manifest.global_batch_size}, this run has {global_batch_size}")
+
+
+# What a resumed run must share with the checkpoint: the tensors' shapes, the optimizer state's
+# kind and layout (the sharded optimizer saves no per-parameter 'master' copy), the precision
+# (fp16 keeps a loss scale, and a mixed-precision run is a different result).
+SETUP_KEYS = {
+    "model": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size", "max_position_embeddings", "type_vocab_size"),
+    "optim": ("name", "sharded"),
+    "run": ("precision",),
+}
+
+
+def run_setup(config: dict) -> dict[str, Any]:
+    """{"model.hidden_size": 1024, ..., "run.precision": "fp16"} of a Config.to_dict();
+    keys an older config lacks are left out."""
+    return {f"{section}.{key}": config[section][key] for section, keys in SETUP_KEYS.items()
+            for key in keys if key in config.get(section, {})}
+
+
+def saved_setup(manifest: Manifest, folder: Path) -> dict[str, Any]:
+    """The setup the checkpoint was saved with: from the manifest, or for older manifests
+    from the config inside trainer.pt (memory-mapped: the tensors are not read)."""
+    if manifest.setup is not None:
+        return manifest.setup
+    return run_setup(_load(folder / TRAINER_FILE, mmap=True).get("config", {}))
+
+
+def check_setup(saved: dict[str, Any], current: dict[str, Any], folder: Path) -> None:
+    """CheckpointError naming the first setting that differs (and how many others do)."""
+    changed = [key for key in current if key in saved and saved[key] != current[key]]
+    if not changed:
+        return
+    key, more = changed[0], len(changed) - 1
+    others = f" (and {more} more: {', '.join(changed[1:])})" if more else ""
+    # another optimizer or precision can still start from the weights; another shape cannot
+    weights = ("" if any(k.startswith("model.") for k in changed) else
+               f", or start a new run from its weights (run.init_checkpoint="
+               f"{folder / TRAINER_FILE})")
+    raise CheckpointError(f"{folder}: saved with {key}={saved[key]!r}, this run has "
+                          f"{key}={current[key]!r}{others}; resume with the checkpoint's "
+                          f"settings{weights}")
 
 
 # -- RNG ----------------------------------------------------------------------------------------
@@ -176,9 +226,9 @@ def _prune(root: Path, keep: int) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
-def _load(path: Path) -> dict:
+def _load(path: Path, mmap: bool = False) -> dict:
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except (OSError, RuntimeError, EOFError) as err:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
 

@@ -32,14 +32,15 @@ import torch
 
 from bert.config import BatchGeometry, Config
 from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
-from bert.model.weights import load_checkpoint_file
+from bert.model.weights import load_into_model, read_checkpoint_file
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.launch_env import launch_layout
 from bert.train.mlperf import MLPerfLogger
 from bert.train.progress import Progress
-from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
-                               load_trainer_state, resolve_resume, rng_state, save_checkpoint,
-                               set_rng_state)
+from bert.train.resume import (Manifest, check_compatible, check_setup, checkpoint_root,
+                               load_rank_state, load_trainer_state, resolve_resume, rng_state,
+                               run_setup, save_checkpoint, saved_setup, set_rng_state)
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
@@ -75,6 +76,8 @@ def preflight_data(cfg: Config) -> list[Path]:
     eval_file = cfg.data.eval_file
     if not eval_file:
         raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
+    if os.path.isdir(eval_file):
+        raise DataError(f"{eval_file}: data.eval_file is a folder; it must be the HDF5 eval file")
     if not os.path.isfile(eval_file):
         raise DataError(f"{eval_file}: data.eval_file does not exist")
     return files
@@ -86,13 +89,21 @@ class Trainer:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
+        # Every check of the inputs comes before the first file is written (the output folder,
+        # the MLPerf log): a bad input changes nothing of an earlier run in the same folder.
+        # The batch split needs only the launcher's world size: checked before the rendezvous.
+        self.geometry = BatchGeometry.build(cfg.run, launch_layout().world_size)
         self.ctx: DistContext = init_distributed(cfg.run.device)
         self.out_dir = Path(cfg.run.output_dir)
-        if self.ctx.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.progress = Progress(enabled=self.ctx.is_main and not cfg.log.quiet,
                                  interval_s=cfg.log.interval_s)
         self.resume_from, self.resume_manifest = self._find_resume_point()
+        # read (not yet loaded into the model, which init builds): a file that is no checkpoint
+        # fails here; not needed when resuming, whose state replaces it
+        self._init_state = (read_checkpoint_file(cfg.run.init_checkpoint)
+                            if cfg.run.init_checkpoint and not self.resume_from else None)
+        if self.ctx.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = mlperf_log or str(self.out_dir / self._log_name())
         self.mllog = MLPerfLogger(self.log_path, self.ctx.rank)
         self._init_phase()
@@ -108,7 +119,6 @@ class Trainer:
         self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
                             seed=self.seed)
-        self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(self.seed)
@@ -146,6 +156,7 @@ class Trainer:
             return None, None
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        check_setup(saved_setup(manifest, folder), run_setup(self.cfg.to_dict()), folder)
         return folder, manifest
 
     def _log_name(self) -> str:
@@ -179,7 +190,8 @@ class Trainer:
                                           "accuracy": accuracy},
                              "config": cfg.to_dict()}
         rank_state = {"rng": rng_state(ctx.device), "pipeline": self.pipeline.state_dict()}
-        manifest = Manifest(step, samples, ctx.world_size, cfg.run.global_batch_size, self.seed)
+        manifest = Manifest(step, samples, ctx.world_size, cfg.run.global_batch_size, self.seed,
+                            setup=run_setup(cfg.to_dict()))
         folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
                                  trainer_state, rank_state, cfg.checkpoint.keep)
         self._last_checkpoint_step = step
@@ -192,8 +204,9 @@ class Trainer:
     def _build_model(self) -> torch.nn.Module:
         # on CUDA a fused kernel the config asks for must be built: fail here, not at step 1
         model = BertForPretraining(self.cfg.model, device=self.ctx.device)
-        if self.cfg.run.init_checkpoint:
-            load_checkpoint_file(model, self.cfg.run.init_checkpoint)
+        if self._init_state is not None:
+            load_into_model(model, self._init_state, source=self.cfg.run.init_checkpoint)
+            self._init_state = None  # a BERT-Large copy on the host is not kept for the run
         return model.to(self.ctx.device)
 
     # -- run phase ---------------------------------------------------------------------------
@@ -268,7 +281,8 @@ class Trainer:
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=ctx.local_world_size, pack=self.pack)
+            ranks_per_node=ctx.local_world_size, pack=self.pack,
+            vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
             self.pipeline.load_state_dict(self._resume_data)
         return self.pipeline, self._read_eval_set()
@@ -277,7 +291,8 @@ class Trainer:
         """This rank's share of the eval set."""
         d, ctx = self.cfg.data, self.ctx
         return read_eval_samples(d.eval_file, ctx.rank, ctx.world_size, self.cfg.eval.samples,
-                                 d.max_seq_length, d.max_predictions_per_seq)
+                                 d.max_seq_length, d.max_predictions_per_seq,
+                                 vocab_size=self.cfg.model.vocab_size)
 
     def _evaluate_only(self) -> TrainResult:
         """One eval of the initial weights (no training data is opened)."""
