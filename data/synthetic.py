@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -264,8 +265,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """Exit status 0, or 2 with one `error:` line for bad arguments or an unusable folder."""
     args = _parse_args(argv)
+    try:
+        _generate_and_report(args)
+    except (DataError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _generate_and_report(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     written = generate(args.out, args.num_shards, args.samples_per_shard, args.eval_samples,
                        args.max_seq_length, args.max_predictions, args.vocab_size, args.seed)
@@ -279,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
 
 
 # --------------------------------------------------------------------------------------------

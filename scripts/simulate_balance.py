@@ -8,6 +8,8 @@ trials; the spread (max - min) is what the slowest rank makes every other rank w
     python scripts/simulate_balance.py                       # 8 GPUs, one node
     python scripts/simulate_balance.py --ranks 1024          # seed 001's cluster: Table 5
     python scripts/simulate_balance.py --json out.json --plot out.png
+
+Exit status: 0 done, 2 bad arguments or shards (one `error:` line).
 """
 from __future__ import annotations
 
@@ -63,6 +65,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def argument_error(args) -> str | None:
+    """Why the numbers describe no cluster, or None (checked before any work)."""
+    for name in ("ranks", "local_batch", "ranks_per_node", "trials"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1"
+    if args.ranks % min(args.ranks_per_node, args.ranks):
+        return (f"--ranks={args.ranks} is not a whole number of --ranks-per-node="
+                f"{args.ranks_per_node} nodes")
+    if args.max_len < 8:  # the length strata need a few lengths each
+        return f"--max-len={args.max_len} must be >= 8"
+    return None
+
+
 def length_distribution(args) -> tuple[np.ndarray, str]:
     """The pmf (max_len+1,) to draw from, and a line saying where it came from."""
     if not args.shards:
@@ -110,11 +125,19 @@ def write_plot(result: dict, path: str, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     args = parse_args(argv)
+    problem = argument_error(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.plot:
         import_pyplot()  # fail before the simulation, not after it
-    pmf, source = length_distribution(args)
+    try:
+        pmf, source = length_distribution(args)
+    except (OSError, KeyError, ValueError) as err:  # h5py: missing or non-HDF5 shards
+        print(f"error: --shards {args.shards}: {err}", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     result = simulate_token_range(args.ranks, args.local_batch, args.ranks_per_node,
@@ -128,7 +151,8 @@ def main(argv=None) -> None:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if args.plot:
         write_plot(result, args.plot, title)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
