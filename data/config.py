@@ -31,10 +31,10 @@ class SyntheticConfig:
     """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
 
     enabled: bool = False  # generate train/eval data under data.train_dir if it is missing
-    num_shards: int = 4
-    samples_per_shard: int = 4096
-    eval_samples: int = 2000
-    seed: int = 12345
+    num_shards: int = 4  # training shards generated
+    samples_per_shard: int = 4096  # samples in each generated shard
+    eval_samples: int = 2000  # samples in the generated eval.hdf5
+    seed: int = 12345  # seed of the generated data (not of the run)
 
     def __post_init__(self) -> None:
         for name in ("num_shards", "samples_per_shard", "eval_samples"):
@@ -111,8 +111,8 @@ class DataConfig:
 
     train_dir: str = ""  # folder of part_*.hdf5 training shards
     eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: train_dir's
-    max_seq_length: int = 512
-    max_predictions_per_seq: int = 76
+    max_seq_length: int = 512  # longest sample, in tokens; longer ones are a data error
+    max_predictions_per_seq: int = 76  # most masked positions per sample
     # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
     # serpentine | stratified | stratified_local_presort | stratified_local_snake
     balance: str = "none"
