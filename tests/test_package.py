@@ -158,7 +158,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         "run.submission_division": "closed"}
 
     def run(out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
-        args = [sys.executable, str(ROOT / "run_pretraining.py"), "--quiet", *extra]
+        # faults to inject (env) need tests/faults.py, which runs run_pretraining.main with them
+        program = ROOT / "tests" / "faults.py" if env else ROOT / "run_pretraining.py"
+        args = [sys.executable, str(program), "--quiet", *extra]
         for key, value in {**settings, "run.output_dir": out}.items():
             args += ["--set", f"{key}={value}"]
         return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -602,6 +604,15 @@ def test_plot_renders(tmp_path):
     log = retime(write_log(tmp_path / "r.txt", 1, True, blocks=3), 5.0)
     assert plot.main([str(log), "--out", str(tmp_path / "run.png")]) == 0
     assert (tmp_path / "run.png").stat().st_size > 0
+
+
+def test_plot_labels_curves_by_run_folder(tmp_path):
+    plot = load_script("plot_run")
+    logs = [tmp_path / "a" / "run_0" / "mlperf.log", tmp_path / "a" / "run_1" / "mlperf.log",
+            tmp_path / "a" / "run_1" / "mlperf_resumed_step_8.log"]
+    assert plot.curve_labels(logs) == ["run_0", "run_1", "run_1/mlperf_resumed_step_8.log"]
+    same_name = [tmp_path / "x" / "run" / "mlperf.log", tmp_path / "y" / "run" / "mlperf.log"]
+    assert plot.curve_labels(same_name) == ["x/run", "y/run"]
 
 
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):

@@ -64,7 +64,8 @@ def open_pipeline(cfg, rank: int, world: int, seed: int, comm: HostComm | None =
 class _Slots:
     def __init__(self, size: int):
         self.values = [None] * size
-        self.barrier = threading.Barrier(size, timeout=20)
+        # bounded only to fail instead of hanging; a loaded machine stalls threads for seconds
+        self.barrier = threading.Barrier(size, timeout=120)
 
 
 class ThreadComm(HostComm):
@@ -179,7 +180,7 @@ def test_prefetch_runs_at_most_depth_steps_ahead(data_dir):
     with open_pipeline(cfg, 0, 1, SEED) as pipeline:
         pipeline.next_step()
         # 1 consumed + 2 queued + 1 prepared and waiting for room, and no more
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # a hang detector, not a speed limit
         while pipeline._next_to_prepare < 4:
             assert time.monotonic() < deadline
             time.sleep(0.01)
