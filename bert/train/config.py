@@ -22,9 +22,9 @@ class RunConfig:
     seed: int = -1  # -1: drawn from os.urandom and logged
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16 and fp16 under autocast
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when PyTorch sees a GPU
-    threads: int = 0  # torch intra-op threads on CPU; 0: leave PyTorch's default
+    threads: int = 0  # torch intra-op threads on CPU; 0: PyTorch's (one per core); README
     cache_cleared: bool = False  # the launcher flushed the page cache before this run (logged)
-    init_checkpoint: str = ""  # phase-1 checkpoint (.pt, project or NVIDIA naming)
+    init_checkpoint: str = ""  # weights to start from: .pt (ours, NVIDIA), HF .bin/.safetensors
     output_dir: str = "results/run"  # the MLPerf log, checkpoints
     # evaluate the initial model (init_checkpoint) once and stop: the starting accuracy
     # (about 0.34085 for the MLPerf phase-1 checkpoint, REFERENCE 2); no training data is read
