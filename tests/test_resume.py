@@ -136,6 +136,15 @@ def test_resume_errors(data_dir, tmp_path):
     (folder / MANIFEST).write_text(json.dumps({**manifest, "global_batch_size": 16}))
     with pytest.raises(CheckpointError, match="run.global_batch_size=16"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
+    # a manifest written before the setup was recorded: the config in trainer.pt is read
+    old = {k: v for k, v in manifest.items() if k != "setup"}
+    (folder / MANIFEST).write_text(json.dumps(old))
+    with pytest.raises(CheckpointError, match="saved with optim.sharded=False"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto", "optim.sharded": True})
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="saved with model.hidden_size=32, this run has "
+                                              "model.hidden_size=64"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto", "model.hidden_size": 64})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
