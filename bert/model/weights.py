@@ -188,7 +188,8 @@ def _read_torch(path: Path):
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - the unpickler's and zip reader's errors share no base
-        raise CheckpointError(f"{path}: cannot read as a PyTorch checkpoint ({_first_line(err)})") from None
+        raise CheckpointError(f"{path}: cannot read as a PyTorch checkpoint "
+                              f"({_first_line(err)})") from None
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:

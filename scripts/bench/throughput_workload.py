@@ -152,7 +152,8 @@ FLOP_FORMULA = (
     "+ 12*L*h*sum(l_i^2)  (attention scores and context, fwd+bwd) "
     "+ 6*M*(h^2 + h*V)  (MLM transform and decoder on the M masked tokens) "
     "+ 6*B*(h^2 + 2*h)  (pooler and NSP); T = real tokens, l_i = sequence lengths, "
-    "V = the model's vocabulary (30522; 1024 for tiny); biases, norms, embeddings and the optimizer are not counted. The same useful "
+    "V = the model's vocabulary (30522; 1024 for tiny); "
+    "biases, norms, embeddings and the optimizer are not counted. The same useful "
     "count is used for every variant (padded ones do more work, which is not credited).")
 
 
