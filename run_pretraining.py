@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     args = build_parser().parse_args(argv)
     from bert.config import ConfigError, describe_fields, load_config
     from bert.model.weights import CheckpointError
-    from bert.train.launch_env import abort_mpi_job
+    from bert.train.launch_env import abort_mpi_job, report_error
     from bert.train.mlperf import MLPerfLogError
     from data.sources.shards import DataError
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         trainer = Trainer(cfg, callbacks=callbacks)
         result = trainer.train()
     except (ConfigError, DataError, CheckpointError, MLPerfLogError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        report_error(str(err), 2)  # once per job, not once per rank
         abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
         return 2
     except BaseException as err:

@@ -29,13 +29,15 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
+from bert.model.attention import BACKENDS
 from bert.model.config import ModelConfig
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
                                SubmissionConfig, mlperf_eval_interval)
 from data.config import BatchGeometry, ConfigError, DataConfig, check
-from data.order.curricula import division_error
+from data.order.curricula import CURRICULA, division_error
+from data.order.strategies import STRATEGIES
 
 __all__ = ["BatchGeometry", "Config", "ConfigError", "MOVED_KEYS", "describe_fields",
            "load_config", "mlperf_eval_interval", "parse_override"]
@@ -80,6 +82,17 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# String keys checked against a registry (not a Literal, so that a new entry needs no edit here):
+# --help-config lists the names each accepts, read from the registry itself.
+STRING_CHOICES = {
+    "model.attention": lambda: tuple(BACKENDS),
+    "data.balance": lambda: tuple(STRATEGIES),
+    "data.curriculum.name": lambda: ("none", *CURRICULA),
+    "data.curriculum.reward": lambda: ("visit_gain",),  # the one the trainer supports
+    "optim.name": lambda: tuple(OPTIMIZERS),
+}
 
 
 # Keys that moved to the section of their concern: old -> new. Still read (with a warning).
@@ -256,8 +269,11 @@ def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r}: {err.strerror}") from None
     try:
         tree = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r}: invalid YAML ({err})") from None
+    except yaml.YAMLError as err:  # its message spans lines: the problem and where, on one
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config file {str(path)!r}: invalid YAML ({problem}{where})") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"config file {str(path)!r}: top level must be a mapping")
     return tree
@@ -312,6 +328,8 @@ def describe_fields(cls: type = Config, prefix: str = "") -> list[str]:
         if dataclasses.is_dataclass(typ):
             lines += describe_fields(typ, f"{prefix}{f.name}.")
             continue
-        line = f"{prefix}{f.name} ({_type_name(typ)}) = {getattr(defaults, f.name)!r}"
+        key = f"{prefix}{f.name}"
+        kind = "|".join(STRING_CHOICES[key]()) if key in STRING_CHOICES else _type_name(typ)
+        line = f"{key} ({kind}) = {getattr(defaults, f.name)!r}"
         lines.append(f"{line}  # {comments[f.name]}" if comments.get(f.name) else line)
     return lines

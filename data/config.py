@@ -33,10 +33,10 @@ class SyntheticConfig:
     # train on synthetic data: with data.train_dir empty, made on first use in cache_dir; a
     # data.train_dir that is set must already hold it (python -m data.synthetic --out DIR)
     enabled: bool = False
-    num_shards: int = 4
-    samples_per_shard: int = 4096
-    eval_samples: int = 2000
-    seed: int = 12345
+    num_shards: int = 4  # training shards generated
+    samples_per_shard: int = 4096  # samples in each generated shard
+    eval_samples: int = 2000  # samples in the generated eval.hdf5
+    seed: int = 12345  # seed of the generated data (not of the run)
     # one subfolder per settings (never regenerated in place); a folder holding files this
     # program did not write is refused
     cache_dir: str = "~/.cache/open-bert/synthetic"
@@ -117,8 +117,8 @@ class DataConfig:
 
     train_dir: str = ""  # folder of part_*.hdf5 training shards
     eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: the data's own
-    max_seq_length: int = 512
-    max_predictions_per_seq: int = 76
+    max_seq_length: int = 512  # longest sample, in tokens; longer ones are a data error
+    max_predictions_per_seq: int = 76  # most masked positions per sample
     # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
     # serpentine | stratified | stratified_local_presort | stratified_local_snake | node_swap |
     # stratified_node_swap (docs/balance_at_scale.md)

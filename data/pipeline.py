@@ -78,10 +78,14 @@ class TrainPipeline:
                  comm: HostComm, record_dir: str | os.PathLike | None = None,
                  ranks_per_node: int = 0,
                  pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
-                 prepare_hooks: Sequence[Callable[[int], None]] = ()):
+                 prepare_hooks: Sequence[Callable[[int], None]] = (),
+                 vocab_size: int | None = None):
         """ranks_per_node: the node size (data.ranks_per_node wins; 0 for both: the world);
         pack: packs one micro-batch (the trainer's asks for the length groups of grouped
-        attention when the model's backend reads them, data/packing.py)."""
+        attention when the model's backend reads them, data/packing.py); vocab_size: the
+        model's, which every token id and label of a shard must be below (checked as it is
+        read)."""
+        self.vocab_size = vocab_size
         self.rank, self.world_size = rank, geometry.world_size
         self.geometry = geometry
         self.strategy = strategies.get(data.balance)
@@ -96,7 +100,7 @@ class TrainPipeline:
         else:
             self.source = SOURCES[self.strategy.source](
                 files, rank, self.world_size, seed, data.max_seq_length,
-                data.max_predictions_per_seq)
+                data.max_predictions_per_seq, vocab_size=vocab_size)
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
         self.ranks_per_node = data.ranks_per_node or ranks_per_node or self.world_size
         self.group = self._exchange_group(comm)
@@ -112,7 +116,7 @@ class TrainPipeline:
         # the division rule was checked with the config (Config.__post_init__)
         self.source = BucketStream(files, self.rank, self.world_size, seed, data.max_seq_length,
                                    data.max_predictions_per_seq,
-                                   data.curriculum.bucket_boundaries)
+                                   data.curriculum.bucket_boundaries, vocab_size=self.vocab_size)
         self.curriculum = curriculum_from_config(data.curriculum, self.source.shares, seed)
         if self.curriculum.uses_losses:
             self.feedback = LossFeedback(device, lag=self.depth + 1)

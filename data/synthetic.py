@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         wrote = write_marked_folder(out, params, what="--out=")
-    except (DataError, ValueError) as err:
+    except (DataError, ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not wrote:

@@ -42,6 +42,11 @@ else
     "$LAUNCH_DIR/drop_caches.sh"
 fi
 trainer_cmd "$@"
+# One `error:` line for the job, not one per rank: the ranks of this node agree through a fresh
+# folder (bert/train/launch_env.py: report_error); ranks on other nodes report for themselves.
+export OPEN_BERT_EXIT_DIR="$(mktemp -d "${TMPDIR:-/tmp}/open-bert-exit.XXXXXX")"
+trap 'rm -rf "$OPEN_BERT_EXIT_DIR"' EXIT
 run_cmd "${MPIRUN_CMD[@]}" "${HOSTS[@]}" -np "$NP" --map-by "ppr:$NPROC_PER_NODE:node" \
-  --bind-to none -x MASTER_ADDR -x MASTER_PORT -x PATH -x PYTHONPATH "${EXTRA[@]}" \
+  --bind-to none -x MASTER_ADDR -x MASTER_PORT -x PATH -x PYTHONPATH -x OPEN_BERT_EXIT_DIR \
+  "${EXTRA[@]}" \
   "$LAUNCH_DIR/rank_env.sh" "${TRAINER[@]}"

@@ -6,9 +6,10 @@
 #   NNODES=2 NODE_RANK=1 MASTER_ADDR=node0 launch/torchrun.sh CONFIG    # on node1
 #
 # Environment: NPROC_PER_NODE (default: GPUs seen by nvidia-smi, else 1), NNODES (1),
-# NODE_RANK (0), MASTER_ADDR (127.0.0.1), MASTER_PORT (29500), TORCHRUN (torchrun),
-# and those of launch/common.sh (DRY_RUN, CLEAR_CACHE, PYTHON, ...). Each node flushes its own
-# page cache first; the trainer logs rank 0's result.
+# NODE_RANK (0), MASTER_ADDR (127.0.0.1), MASTER_PORT (29500), TORCHRUN (default: torchrun
+# through launch/torchrun.py, which exits with the workers' own status: 2 for bad input, where
+# torchrun alone says 1), and those of launch/common.sh (DRY_RUN, CLEAR_CACHE, PYTHON, ...).
+# Each node flushes its own page cache first; the trainer logs rank 0's result.
 
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -19,7 +20,7 @@ NODE_RANK="${NODE_RANK:-0}"
 NPROC_PER_NODE="${NPROC_PER_NODE:-$(gpus_on_this_node)}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
-read -r -a TORCHRUN_CMD <<< "${TORCHRUN:-torchrun}"
+read -r -a TORCHRUN_CMD <<< "${TORCHRUN:-$PYTHON $LAUNCH_DIR/torchrun.py}"
 
 if [[ "$NNODES" == 1 ]]; then
   # --standalone: a local rendezvous on a free port, no master address needed.

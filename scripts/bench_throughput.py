@@ -4,6 +4,11 @@
     python scripts/bench_throughput.py --device cpu --model tiny --profile
     python scripts/bench_throughput.py --hf-compile --include-unvalidated   # on a GPU
 
+`--model tiny` is the default run's model (configs/tiny_cpu.yaml: hidden 128, 2 layers, its
+vocabulary and 128 positions); the others are BERT shapes with MLPerf's vocabulary
+(scripts/bench/throughput_workload.py: MODEL_SIZES). The JSON goes to results/bench/ (git
+ignores it) unless --json names a file; recorded results go to benchmarks/results/ that way.
+
 Every variant runs full training steps (forward, backward, LAMB) on the same synthetic batches
 (REFERENCE 2 length mix, 15% masked up to 76, max length 512), built on the device before any
 timing, in the same precision and from the same initial weights:
@@ -58,9 +63,11 @@ VALIDATED = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa",)}
 UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen", "grouped_flash")}
 # Per device: local batch by model size, timed steps per round, warmup steps, rounds.
 DEFAULTS = {
-    "cpu": {"batch": {"mini": 16, "tiny": 16, "base": 16, "large": 16}, "steps": 3, "warmup": 1,
+    "cpu": {"batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
+            "steps": 3, "warmup": 1,
             "repeats": 5, "precision": "fp32"},
-    "cuda": {"batch": {"mini": 128, "tiny": 128, "base": 96, "large": 56}, "steps": 20,
+    "cuda": {"batch": {"mini": 128, "tiny": 128, "l4_h256": 128, "base": 96, "large": 56},
+             "steps": 20,
              "warmup": 5,
              "repeats": 3, "precision": "bf16"},
 }
@@ -93,13 +100,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep model.last_layer_subset out of --fastest auto's candidates")
     p.add_argument("--hf-padding", choices=("batch_max", "max_length"), default="batch_max",
                    help="pad HF batches to the batch's longest sequence or to --max-length")
-    p.add_argument("--max-length", type=int, default=512,
-                   help="longest sequence; the length mix scales with it (512 = MLPerf)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="longest sequence; the length mix scales with it (default: the "
+                        "model's positions, 512 = MLPerf; 128 for tiny)")
     p.add_argument("--threads", type=int, help="CPU intra-op threads (default: torch's)")
     p.add_argument("--profile", action="store_true",
                    help="record a per-op profile of one step of the fastest variant")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--json", type=Path, help="output file (default: benchmarks/results/...)")
+    p.add_argument("--json", type=Path, help="output file (default: results/bench/..., "
+                   "which git ignores; name benchmarks/results/... to record a result)")
     return p.parse_args(argv)
 
 
@@ -123,9 +132,11 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     unknown = set(names) - set(VARIANTS)
     if unknown or not names:
         sys.exit(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
-    if not 20 <= args.max_length <= 512:
-        sys.exit(f"--max-length {args.max_length}: expected 20..512 (the model has 512 "
-                 "positions; the synthetic length mix needs 20)")
+    positions = model_config(args.model).max_position_embeddings
+    args.max_length = args.max_length or positions
+    if not 20 <= args.max_length <= positions:
+        sys.exit(f"--max-length {args.max_length}: expected 20..{positions} (the model has "
+                 f"{positions} positions; the synthetic length mix needs 20)")
     if args.warmup < 1:
         sys.exit("--warmup must be >= 1 (the first step allocates the optimizer state)")
     args.variant_names = names
@@ -168,7 +179,8 @@ class Bench:
         self.device = torch.device(args.device)
         self.meter = MemoryMeter(self.device)
         self.workload = build_workload(args.num_batches, args.batch, args.seed, self.device,
-                                       args.hf_padding, args.max_length)
+                                       args.hf_padding, args.max_length,
+                                       model_config(args.model).vocab_size)
         self.state = init_state(args.model, args.seed)
         self.variants: dict[str, object] = {}
         self.resident: dict[str, int] = {}
@@ -314,7 +326,8 @@ def ratios(variants: dict, timings: dict) -> dict:
 
 def default_path(device: str, model: str, date: dt.datetime) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
-    return ROOT / "benchmarks" / "results" / f"{slug}_{model}_{date:%Y%m%d-%H%M%S}.json"
+    # results/ is git-ignored: a run records nothing in the repository unless --json asks
+    return ROOT / "results" / "bench" / f"{slug}_{model}_{date:%Y%m%d-%H%M%S}.json"
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -347,7 +360,9 @@ def main(argv: list[str] | None = None) -> dict:
         else shlex.join(["bench_throughput.py", *argv]),
         "date": date.isoformat(timespec="seconds"),
         "model": args.model,
-        "model_shape": dict(zip(("hidden", "layers", "heads", "ffn"), MODEL_SIZES[args.model])),
+        "model_shape": {**dict(zip(("hidden", "layers", "heads", "ffn"),
+                                   MODEL_SIZES[args.model])),
+                        "vocab": model_config(args.model).vocab_size},
         "precision": args.precision,
         "batch": args.batch,
         "max_length": args.max_length,

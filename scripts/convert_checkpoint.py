@@ -32,10 +32,10 @@ if str(ROOT) not in sys.path:
 
 from bert.config import ConfigError, load_config  # noqa: E402
 from bert.model import BertForPretraining, ModelConfig  # noqa: E402
-from bert.model.weights import (CheckpointError, load_checkpoint_file,  # noqa: E402
-                                load_into_model, tf_to_hf_name, tf_to_hf_state_dict,
+from bert.model.weights import (CheckpointError, load_into_model,  # noqa: E402
+                                read_checkpoint_file, tf_to_hf_name, tf_to_hf_state_dict,
                                 to_hf_state_dict)
-from data.files import atomic_path  # noqa: E402
+from data.files import atomic_path, write_text_atomic  # noqa: E402
 
 # HF config.json activation names -> ours
 HF_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -86,16 +86,15 @@ def read_tf_checkpoint(prefix: str) -> dict:
 
 
 def read_torch_state(path: Path, unsafe: bool = False) -> dict:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: file does not exist")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-        return load_file(str(path))
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=not unsafe)
-    except Exception as err:  # the unpickler's errors have no common base
-        raise CheckpointError(f"{path}: cannot load with weights_only=True ({err}); if you "
-                              f"trust the file, pass --unsafe-load") from None
+    if not unsafe:
+        try:
+            return read_checkpoint_file(path)
+        except CheckpointError as err:
+            if "Weights only load failed" not in str(err):
+                raise
+            raise CheckpointError(f"{err}; if you trust the file and it holds more than "
+                                  f"tensors, pass --unsafe-load") from None
+    blob = torch.load(path, map_location="cpu", weights_only=False)
     state = blob.get("model", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a state dict or a dict with a 'model' key")
@@ -123,15 +122,24 @@ def save_ours(state: dict, cfg: ModelConfig, out: Path, source: str) -> None:
           f"--set run.init_checkpoint={out}")
 
 
-def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool) -> None:
-    model = BertForPretraining(cfg)
-    load_checkpoint_file(model, str(src))
+def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
+              shape_given: bool = True) -> None:
+    model, state = BertForPretraining(cfg), read_checkpoint_file(src)
+    try:
+        load_into_model(model, state, source=str(src))
+    except CheckpointError as err:
+        if shape_given:
+            raise
+        # without a shape argument the model is BERT-Large, which a smaller checkpoint misses
+        raise CheckpointError(f"{src}: does not fit BERT-Large, the shape hf-export assumes "
+                              f"unless told: pass --config (the run's YAML) or --bert-config "
+                              f"({err})") from None
     state = to_hf_state_dict(model.state_dict(), cfg.vocab_size)
     out.mkdir(parents=True, exist_ok=True)
     if state_dict_only:
         with atomic_path(out / "pytorch_model.bin") as tmp:
             torch.save(state, tmp)
-        (out / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=1))
+        write_text_atomic(out / "config.json", json.dumps(hf_config_dict(cfg), indent=1))
     else:
         import transformers
         hf = transformers.BertForPreTraining(transformers.BertConfig(**hf_config_dict(cfg)))
@@ -154,7 +162,8 @@ def run(args: argparse.Namespace) -> None:
         save_ours(read_hf_source(src), model_config(args, src if src.is_dir() else None), out,
                   str(src))
     else:
-        export_hf(src, model_config(args), out, args.state_dict_only)
+        export_hf(src, model_config(args), out, args.state_dict_only,
+                  shape_given=bool(args.config or args.bert_config))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -4,6 +4,9 @@ time (samples/s of each block between evals, so eval time is excluded).
 
     python scripts/plot_run.py results/run/mlperf.log [MORE_LOGS...] --out run.png
 
+Each curve is labelled by its run folder (results/run_3/mlperf.log: run_3), with as many parent
+folders as it takes to tell the runs apart, and the log's file name when it is not mlperf.log.
+
 Reading the logs needs only mlperf-logging; drawing needs matplotlib (pip install matplotlib).
 Exit status: 0 written, 2 bad input or matplotlib missing.
 """
@@ -53,6 +56,23 @@ def block_throughput(lines: list) -> tuple[list[float], list[float]]:
     return minutes, rates
 
 
+def curve_labels(logs: list[Path]) -> list[str]:
+    """One label per log naming its run folder; the shallowest that tells them apart."""
+    resolved = [path.resolve() for path in logs]
+    for depth in range(1, max(len(path.parts) for path in resolved)):
+        labels = [_folder_label(path, depth) for path in resolved]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(path) for path in logs]  # the same log given twice
+
+
+def _folder_label(path: Path, depth: int) -> str:
+    folder = "/".join(path.parent.parts[-depth:])
+    # every run writes mlperf.log, so the folder is the name; a resumed log or a collected
+    # result_N.txt keeps its own name
+    return folder if path.name == "mlperf.log" else f"{folder}/{path.name}"
+
+
 def draw(logs: list[Path], out: Path) -> None:
     import matplotlib
 
@@ -60,10 +80,10 @@ def draw(logs: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for path in logs:
+    for path, label in zip(logs, curve_labels(logs)):
         lines = read_lines(path)
-        acc_ax.plot(*eval_curve(lines), marker="o", label=path.name)
-        rate_ax.plot(*block_throughput(lines), marker=".", label=path.name)
+        acc_ax.plot(*eval_curve(lines), marker="o", label=label)
+        rate_ax.plot(*block_throughput(lines), marker=".", label=label)
     acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
     acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
     rate_ax.set(xlabel="minutes since run_start", ylabel="samples/s",

@@ -19,6 +19,8 @@ data/comm/sparse.py for node_swap). The table shows the averages over trials; th
 others in one step (mean over trials); host_bytes_mean_rank the mean over ranks;
 assign_ms_per_step the CPU time one rank spends per step computing the part of the assignment
 it needs (every rank does that every step, in its prefetch thread).
+
+Exit status: 0 done, 2 bad arguments or shards (one `error:` line).
 """
 from __future__ import annotations
 
@@ -85,6 +87,34 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "--ranks-sweep the spread and host bytes against the world size")
     p.add_argument("--json", default=None, help="write the results (see the docstring)")
     return p.parse_args(argv)
+
+
+def argument_error(args) -> str | None:
+    """Why the numbers describe no cluster, or None (checked before any work)."""
+    for name in ("ranks", "local_batch", "ranks_per_node", "trials"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1"
+    if args.ranks % min(args.ranks_per_node, args.ranks):
+        return (f"--ranks={args.ranks} is not a whole number of --ranks-per-node="
+                f"{args.ranks_per_node} nodes")
+    if args.max_len < 8:  # the length strata need a few lengths each
+        return f"--max-len={args.max_len} must be >= 8"
+    return sweep_error(args) if args.ranks_sweep else None
+
+
+def sweep_error(args) -> str | None:
+    """Why --ranks-sweep names no list of whole-node world sizes, or None."""
+    if args.sweep_trials < 1:
+        return f"--sweep-trials={args.sweep_trials} must be >= 1"
+    try:
+        sizes = [int(w) for w in args.ranks_sweep.split(",")]
+    except ValueError:
+        return f"--ranks-sweep={args.ranks_sweep!r}: expected comma-separated integers"
+    for size in sizes:
+        if size < 1 or size % min(args.ranks_per_node, size):
+            return (f"--ranks-sweep: {size} is not a whole number of --ranks-per-node="
+                    f"{args.ranks_per_node} nodes")
+    return None
 
 
 def length_distribution(args) -> tuple[np.ndarray, str]:
@@ -300,11 +330,19 @@ def write_sweep_plot(sweep: dict, path: str, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     args = parse_args(argv)
+    problem = argument_error(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.plot:
         import_pyplot()  # fail before the simulation, not after it
-    pmf, source = length_distribution(args)
+    try:
+        pmf, source = length_distribution(args)
+    except (OSError, KeyError, ValueError) as err:  # h5py: missing or non-HDF5 shards
+        print(f"error: --shards {args.shards}: {err}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     result = simulate(args.ranks, args, args.trials, pmf)
     elapsed = time.perf_counter() - start
@@ -334,7 +372,8 @@ def main(argv=None) -> None:
                          f"{args.local_batch} samples, max len {args.max_len}")
     elif args.plot:
         write_plot(result, args.plot, title)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -51,3 +51,27 @@ def test_bad_variant_is_refused(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "nope" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_tiny_is_the_default_runs_model():
+    """`--model tiny` benchmarks configs/tiny_cpu.yaml's model: its layers, vocabulary and
+    positions."""
+    from bert.config import load_config
+    from scripts.bench.throughput_workload import model_config
+
+    want = load_config(ROOT / "configs" / "tiny_cpu.yaml").model
+    got = model_config("tiny")
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "vocab_size", "max_position_embeddings")
+    assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
+
+
+def test_results_go_to_the_ignored_folder_unless_asked():
+    import datetime as dt
+
+    sys.path.insert(0, str(ROOT))
+    from scripts.bench_throughput import default_path
+
+    path = default_path("AMD EPYC", "tiny", dt.datetime(2026, 1, 2, 3, 4, 5))
+    assert path.parent == ROOT / "results" / "bench"  # .gitignore: /results/
+    assert subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT).returncode in (0, 128)

@@ -89,3 +89,12 @@ def test_help_lists_every_key():
     lines = describe_fields()
     assert any(line.startswith("optim.lr (float)") for line in lines)
     assert any(line.startswith("data.synthetic.num_shards (int)") for line in lines)
+
+
+def test_help_config_describes_every_key_and_lists_string_choices():
+    lines = describe_fields()
+    undescribed = [line for line in lines if "  # " not in line]
+    assert not undescribed
+    attention = next(line for line in lines if line.startswith("model.attention "))
+    assert attention.startswith("model.attention (padded_sdpa|per_sequence|")
+    assert any(line.startswith("optim.name (lamb|") for line in lines)

@@ -194,3 +194,39 @@ def test_shape_mismatch_is_one_clear_error(script, tmp_path, capsys):
     assert script.main(["hf-export", str(tmp_path / "ours.pt"), "--out", str(tmp_path / "hf"),
                         "--bert-config", str(other)]) == 2
     assert "ffn.intermediate.weight" in capsys.readouterr().err
+
+
+# -- run.init_checkpoint: HF .safetensors and .bin files ----------------------------------------
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".bin"])
+def test_hf_weight_files_load_as_init_checkpoint(tmp_path, suffix):
+    """What HF save_pretrained writes (model.safetensors, or pytorch_model.bin) is read by
+    load_checkpoint_file, the reader of run.init_checkpoint."""
+    hf = hf_model(seed=4)
+    path = tmp_path / f"model{suffix}"
+    if suffix == ".safetensors":
+        pytest.importorskip("safetensors")
+        hf.save_pretrained(tmp_path)  # model.safetensors, tied tensors stored once
+    else:
+        torch.save(hf.state_dict(), path)
+    model = ours(seed=9)
+    load_checkpoint_file(model, str(path))
+    assert_same_outputs(model, hf)
+
+
+def test_safetensors_without_the_package_says_how_to_install(tmp_path, monkeypatch):
+    import builtins
+
+    from bert.model.weights import CheckpointError
+
+    real_import = builtins.__import__
+
+    def no_safetensors(name, *args, **kwargs):
+        if name.startswith("safetensors"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    monkeypatch.setattr(builtins, "__import__", no_safetensors)
+    with pytest.raises(CheckpointError, match="pip install safetensors"):
+        load_checkpoint_file(ours(), str(tmp_path / "model.safetensors"))

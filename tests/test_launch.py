@@ -86,7 +86,8 @@ def test_torchrun_single_node_dry_run():
     cmds = commands(bash("launch/torchrun.sh", "configs/x.yaml", "--set", "run.seed=3",
                          DRY_RUN="1"))
     assert cmds[0].endswith("launch/drop_caches.sh")
-    assert cmds[1].startswith("torchrun --standalone --nnodes=1 --nproc_per_node=8 ")
+    assert cmds[1].startswith("python ")  # torchrun through launch/torchrun.py: exit statuses
+    assert "/launch/torchrun.py --standalone --nnodes=1 --nproc_per_node=8 " in cmds[1]
     assert cmds[1].endswith("run_pretraining.py --config configs/x.yaml --set run.seed=3 "
                             "--set run.cache_cleared=false")  # a dry run flushes nothing
 
@@ -130,7 +131,7 @@ def test_slurm_batch_dry_run(tmp_path):
 def test_run_and_time_dry_run_uses_distinct_seeds(tmp_path):
     cmds = commands(bash("launch/run_and_time.sh", "c.yaml", "--set", "x.y=1", DRY_RUN="1",
                          NUM_RUNS="3", RESULTS_DIR=str(tmp_path)))
-    runs = [c for c in cmds if c.startswith("torchrun")]
+    runs = [c for c in cmds if "launch/torchrun.py" in c]
     seeds = [re.search(r"run\.seed=(\d+)", c).group(1) for c in runs]
     assert len(runs) == 3 and len(set(seeds)) == 3
     for i, c in enumerate(runs):

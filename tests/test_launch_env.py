@@ -63,3 +63,28 @@ def test_rendezvous_keeps_given_address(clean_env):
 
 def test_abort_is_a_no_op_without_mpi():
     abort_mpi_job(1, RuntimeError("not under mpirun"))  # returns: nothing to abort
+
+
+def test_error_is_printed_once_per_shared_folder(tmp_path, monkeypatch, capsys):
+    """Every rank meets the same bad input; the first to create the status file prints and
+    leaves the status for the launcher (launch/torchrun.py), the others stay quiet."""
+    from bert.train.launch_env import EXIT_DIR_VAR, STATUS_FILE, report_error
+
+    monkeypatch.setenv(EXIT_DIR_VAR, str(tmp_path))
+    report_error("bad input", 2)
+    report_error("bad input", 2)  # a second rank
+    assert capsys.readouterr().err == "error: bad input\n"
+    assert (tmp_path / STATUS_FILE).read_text() == "2\n"
+    monkeypatch.setenv(EXIT_DIR_VAR, str(tmp_path / "on_another_node"))
+    report_error("bad input", 2)  # no shared folder here: this rank reports for itself
+    assert capsys.readouterr().err == "error: bad input\n"
+
+
+def test_torchrun_attempt_folder_is_shared_without_the_launcher(monkeypatch):
+    from bert.train.launch_env import EXIT_DIR_VAR, error_dir
+
+    monkeypatch.delenv(EXIT_DIR_VAR, raising=False)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", "/tmp/te_x/none_y/attempt_0/1/error.json")
+    assert str(error_dir()) == "/tmp/te_x/none_y/attempt_0"
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE")
+    assert error_dir() is None

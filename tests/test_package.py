@@ -614,6 +614,15 @@ def test_plot_renders(tmp_path):
     assert (tmp_path / "run.png").stat().st_size > 0
 
 
+def test_plot_labels_curves_by_run_folder(tmp_path):
+    plot = load_script("plot_run")
+    logs = [tmp_path / "a" / "run_0" / "mlperf.log", tmp_path / "a" / "run_1" / "mlperf.log",
+            tmp_path / "a" / "run_1" / "mlperf_resumed_step_8.log"]
+    assert plot.curve_labels(logs) == ["run_0", "run_1", "run_1/mlperf_resumed_step_8.log"]
+    same_name = [tmp_path / "x" / "run" / "mlperf.log", tmp_path / "y" / "run" / "mlperf.log"]
+    assert plot.curve_labels(same_name) == ["x/run", "y/run"]
+
+
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
     if importlib.util.find_spec("matplotlib") is not None:
         pytest.skip("matplotlib is installed")

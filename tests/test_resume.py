@@ -17,6 +17,7 @@ from bert.config import load_config
 from bert.model.weights import CheckpointError
 from bert.train.resume import (MANIFEST, Manifest, complete_checkpoints, load_trainer_state,
                                resolve_resume, step_dir)
+from bert.train.resume_settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
 from data.synthetic import generate
@@ -137,6 +138,15 @@ def test_resume_errors(data_dir, tmp_path):
     (folder / MANIFEST).write_text(json.dumps({**manifest, "global_batch_size": 16}))
     with pytest.raises(CheckpointError, match="run.global_batch_size=16"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="optim.sharded=True given, the checkpoint was "
+                                              "trained with optim.sharded=False"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto", "optim.sharded": True})
+    # a checkpoint written before config.json: the config inside trainer.pt is read
+    (folder / CONFIG_FILE).unlink()
+    with pytest.raises(CheckpointError, match="model.hidden_size=64 given, the checkpoint was "
+                                              "trained with model.hidden_size=32"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto", "model.hidden_size": 64})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):

@@ -75,7 +75,8 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    """tiny_cpu's synthetic data, made before the jobs (the ranks then only read it)."""
+    """tiny_cpu's synthetic data in a cache of the test's own, made before the jobs (the ranks
+    then find it there and only read it)."""
     folder = tmp_path_factory.mktemp("slurm_data")
     cfg = load_config(ROOT / CONFIG, overrides(folder))
     ensure_synthetic_data(cfg.data, cfg.model.vocab_size)
@@ -83,7 +84,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def overrides(data: Path) -> list[str]:
-    return [f"data.train_dir={data}", *(f"{k}={v}" for k, v in SETTINGS.items())]
+    return [f"data.synthetic.cache_dir={data}", *(f"{k}={v}" for k, v in SETTINGS.items())]
 
 
 def set_args(data: Path) -> list[str]:
@@ -133,6 +134,7 @@ def check_compliance(*paths: Path) -> None:
 def check_finished_run(log: Path, records: Path, data: Path) -> int:
     """A run that used its whole budget: closed log, audit trail as assigned. Its seed."""
     cfg = load_config(ROOT / CONFIG, overrides(data))
+    ensure_synthetic_data(cfg.data, cfg.model.vocab_size)  # made already: finds its folder
     d, gbs = cfg.data, cfg.run.global_batch_size
     events = mllog(log)
     assert events[-1]["key"] == "run_stop", events[-1]
@@ -142,7 +144,7 @@ def check_finished_run(log: Path, records: Path, data: Path) -> int:
     (seed,) = values(events, "seed")
     recorded = read_rank_files(records, TASKS)
     assert all(rank for rank in recorded), f"{records}: a rank recorded nothing"
-    expected = expected_assignment(data, d.balance, TASKS, gbs, seed, d.max_seq_length,
+    expected = expected_assignment(Path(d.train_dir), d.balance, TASKS, gbs, seed, d.max_seq_length,
                                    d.max_predictions_per_seq, TASKS, STEPS)
     check_trail(recorded, expected, STEPS)
     counts = Counter(trained(recorded))

@@ -12,7 +12,8 @@ import numpy as np
 
 from data.comm.host import HostComm, displacements
 
-BARRIER_TIMEOUT_S = 20
+# bounded only to fail instead of hanging; a loaded machine stalls threads for seconds
+BARRIER_TIMEOUT_S = 120
 
 
 class _Slots:
@@ -82,7 +83,7 @@ def run_thread_ranks(world: int, rank_main) -> list:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(3 * BARRIER_TIMEOUT_S)  # a hang detector, not a speed limit
     assert not any(t.is_alive() for t in threads), "a thread-rank hung"
     if errors:
         raise errors[0]

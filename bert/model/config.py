@@ -25,18 +25,18 @@ class ModelConfig:
     """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
 
     vocab_size: int = 30522  # real vocabulary; the embedding is padded to a multiple of 8
-    hidden_size: int = 1024
-    num_hidden_layers: int = 24
-    num_attention_heads: int = 16
-    intermediate_size: int = 4096
+    hidden_size: int = 1024  # width of every layer (BERT-Large: 1024)
+    num_hidden_layers: int = 24  # encoder layers
+    num_attention_heads: int = 16  # attention heads per layer; must divide hidden_size
+    intermediate_size: int = 4096  # inner width of each feed-forward block
     hidden_act: Literal["gelu", "gelu_tanh"] = "gelu"  # gelu (erf) or gelu_tanh
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_vocab_to_multiple_of: int = 8
+    hidden_dropout_prob: float = 0.1  # dropout after the embeddings and every sublayer
+    attention_probs_dropout_prob: float = 0.1  # dropout on the attention probabilities
+    max_position_embeddings: int = 512  # learned positions; at least data.max_seq_length
+    type_vocab_size: int = 2  # segment embeddings (sentence A and B)
+    initializer_range: float = 0.02  # std of the truncated-normal weight init
+    layer_norm_eps: float = 1e-12  # LayerNorm epsilon
+    pad_vocab_to_multiple_of: int = 8  # embedding rows rounded up (GEMM-friendly)
     # attention backend (bert/model/attention.py), resolved when the model is built:
     # "padded_sdpa" (reference: pads inside attention only, exact, CPU and GPU), "per_sequence"
     # (CPU: one sequence at a time, no work on padding; reads the lengths on the host, so not

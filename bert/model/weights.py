@@ -1,6 +1,7 @@
 """Weight import and export of BertForPretraining: the one place that knows the name tables.
 
-Import (`load_checkpoint_file`, `load_into_model`); accepted sources, all as PyTorch state dicts:
+Import (`load_checkpoint_file`, `load_into_model`); accepted sources, as PyTorch `.pt`/`.bin`
+files or HF `.safetensors` files (read with the safetensors package when it is installed):
 - this project's own `model.state_dict()`;
 - HuggingFace `BertForPreTraining` (`bert.encoder.layer.N.attention.self.query.weight`, ...);
 - NVIDIA's MLPerf phase-1 `.pt` (HF names with `dense_act` for activation-fused linears, an
@@ -137,14 +138,70 @@ def load_into_model(model: "BertForPretraining", state: dict[str, torch.Tensor],
 
 
 def load_checkpoint_file(model: "BertForPretraining", path: str) -> None:
-    """Load a `.pt` file: a bare state dict, or one under a `model` key (NVIDIA, ours)."""
-    if not Path(path).is_file():
-        raise CheckpointError(f"checkpoint {path!r} does not exist")
-    blob = torch.load(path, map_location="cpu", weights_only=True)
+    """Load a checkpoint file (`read_checkpoint_file`) into `model`."""
+    load_into_model(model, read_checkpoint_file(path), source=path)
+
+
+def read_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict of a `.pt`/`.bin` file (a bare state dict, or one under a `model` key:
+    NVIDIA, ours, a training checkpoint's trainer.pt) or of a `.safetensors` file (HF).
+    Anything else is a CheckpointError that says what the path is."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(_folder_hint(path))
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint file does not exist")
+    blob = _read_safetensors(path) if path.suffix == ".safetensors" else _read_torch(path)
     state = blob.get("model", blob) if isinstance(blob, dict) else None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: expected a state dict or a dict with a 'model' key")
-    load_into_model(model, dict(state), source=path)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
+                                              for v in state.values()):
+        raise CheckpointError(f"{path}: expected a state dict of tensors, or a dict with one "
+                              f"under a 'model' key")
+    return dict(state)
+
+
+def _folder_hint(path: Path) -> str:
+    """What a folder given as a checkpoint file is, and which file to pass instead."""
+    if (path / "manifest.json").is_file() and (path / "trainer.pt").is_file():
+        return (f"{path}: is a training checkpoint folder (for --resume {path}); to start a new "
+                f"run from its weights pass run.init_checkpoint={path / 'trainer.pt'}")
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (path / name).is_file():
+            return f"{path}: is a HF model folder; pass run.init_checkpoint={path / name}"
+    return f"{path}: is a folder, not a checkpoint file (.pt, .bin or .safetensors)"
+
+
+def _first_line(err: Exception) -> str:
+    """An error's first sentence (torch.load's messages run for paragraphs)."""
+    text = str(err).strip()
+    return re.split(r"(?<=\.)\s", text.splitlines()[0])[0] if text else type(err).__name__
+
+
+def _read_torch(path: Path):
+    with open(path, "rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (or, before 1.6, a pickle): anything else (a text file,
+    # say) gets no unpickler error about a byte it tripped on
+    if head[:2] != b"PK" and head[:1] != b"\x80":
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a "
+                              f"pickle; starts with {head!r})")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - the unpickler's and zip reader's errors share no base
+        raise CheckpointError(f"{path}: cannot read as a PyTorch checkpoint "
+                              f"({_first_line(err)})") from None
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise CheckpointError(f"{path}: reading .safetensors needs the safetensors package "
+                              f"(pip install safetensors)") from None
+    try:
+        return load_file(str(path))
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{path}: cannot read as safetensors ({_first_line(err)})") from None
 
 
 # ---- TF1 -> HF, and ours -> HF (export) ---------------------------------------------------

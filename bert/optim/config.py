@@ -60,8 +60,8 @@ class ScheduleConfig:
 
     total_steps: int = 6700  # opt_learning_rate_training_steps
     warmup_steps: int = 0  # opt_learning_rate_warmup_steps / num_warmup_steps
-    start_warmup_step: int = 0
-    power: float = 1.0
+    start_warmup_step: int = 0  # step at which the warmup starts (start_warmup_step)
+    power: float = 1.0  # exponent of the decay (opt_lamb_learning_rate_decay_poly_power)
 
     def __post_init__(self) -> None:
         check(self.total_steps > 0, f"schedule.total_steps={self.total_steps} must be > 0")

@@ -15,16 +15,16 @@ from data.config import check
 class RunConfig:
     """Batching, step budget, device, precision and seed of one run."""
 
-    global_batch_size: int = 448
-    gradient_accumulation_steps: int = 1
+    global_batch_size: int = 448  # samples per optimizer step over all ranks
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step on each rank
     max_steps: int = 0  # 0: schedule.total_steps
     max_samples: int = 0  # 0: no limit beyond max_steps
     seed: int = -1  # -1: drawn from os.urandom and logged
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # bf16 and fp16 under autocast
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int = 0  # torch intra-op threads on CPU; 0: leave PyTorch's default
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when PyTorch sees a GPU
+    threads: int = 0  # torch intra-op threads on CPU; 0: PyTorch's (one per core); README
     cache_cleared: bool = False  # the launcher flushed the page cache before this run (logged)
-    init_checkpoint: str = ""  # phase-1 checkpoint (.pt, project or NVIDIA naming)
+    init_checkpoint: str = ""  # weights to start from: .pt (ours, NVIDIA), HF .bin/.safetensors
     output_dir: str = "results/run"  # the MLPerf log, checkpoints
     # evaluate the initial model (init_checkpoint) once and stop: the starting accuracy
     # (about 0.34085 for the MLPerf phase-1 checkpoint, REFERENCE 2); no training data is read
@@ -45,7 +45,7 @@ class RunConfig:
 class EvalConfig:
     """When and on what the MLM accuracy is measured, and the target that ends the run."""
 
-    target_mlm_accuracy: float = 0.720
+    target_mlm_accuracy: float = 0.720  # masked-LM accuracy that ends the run (success)
     interval_samples: int = 0  # 0: the MLPerf formula (150,000 for GBS <= 2048)
     samples: int = 10000  # 0: the whole eval file
     batch_size: int = 128  # per rank
@@ -82,7 +82,7 @@ class LogConfig:
     """Human progress lines and the audit trail (MLPerf lines: bert/train/mlperf.py)."""
 
     interval_s: float = 10.0  # seconds between progress lines
-    quiet: bool = False  # no progress lines; the run_stop line is still printed
+    quiet: bool = False  # no progress lines (--quiet); the run_stop line is still printed
     record_samples_dir: str = ""  # audit trail: DIR/rank<R>.txt, `step shard index` per sample
 
     def __post_init__(self) -> None:
@@ -93,10 +93,10 @@ class LogConfig:
 class SubmissionConfig:
     """What the MLPerf log says about the submission (the checker's submission_* keys)."""
 
-    org: str = "open-bert"
-    platform: str = "cpu"
-    division: Literal["closed", "open"] = "closed"
-    status: str = "onprem"
+    org: str = "open-bert"  # submission_org
+    platform: str = "cpu"  # submission_platform: the system's name
+    division: Literal["closed", "open"] = "closed"  # submission_division
+    status: str = "onprem"  # submission_status (e.g. onprem, cloud, research)
 
 
 def mlperf_eval_interval(global_batch_size: int) -> int:

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from bert.train.launch_env import export_rendezvous, launch_layout
+from data.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,9 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     if requested == "cpu":
         return torch.device("cpu")
     if requested == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("run.device=cuda but PyTorch sees no CUDA device")
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        raise ConfigError(f"run.device=cuda: PyTorch ({torch.__version__}, {build}) sees no "
+                          f"CUDA device; use run.device=cpu or auto")
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)

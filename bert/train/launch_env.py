@@ -13,6 +13,11 @@ reads whichever set is present, in this order (the first match wins):
 (srun sets SLURM_STEP_NUM_TASKS, a batch script alone does not: a `python` run inside an
 allocation stays a single process.) `export_rendezvous` then fills in the torch variables;
 under MPI, rank 0 picks a free port and broadcasts it, so MASTER_ADDR/MASTER_PORT are optional.
+
+Errors (`report_error`): a bad input usually fails every rank alike, so each rank would print
+the same `error:` line; the ranks of a node agree on one printer through a status file in a
+folder new to the launch ($OPEN_BERT_EXIT_DIR from launch/torchrun.py, else torchrun's own
+attempt folder). The status in it is the one the launcher reports (torchrun alone says 1).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import signal
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import NamedTuple
 
 # (rank, world size, local rank, local world size) variables of each launcher, in priority order
@@ -33,6 +39,10 @@ LAUNCHER_VARS = (
     ("srun", ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
               "SLURM_STEP_TASKS_PER_NODE")),
 )
+
+
+EXIT_DIR_VAR = "OPEN_BERT_EXIT_DIR"  # set by launch/torchrun.py, read back after the job
+STATUS_FILE = "status"  # in that folder: the exit status of the rank that reported an error
 
 
 class LaunchLayout(NamedTuple):
@@ -99,6 +109,34 @@ def _rank0_address(layout: LaunchLayout) -> tuple[str, int]:
         return host, probe.getsockname()[1]
 
 
+def error_dir() -> Path | None:
+    """A folder that every rank on this node sees and that is new to this launch, or None."""
+    if os.environ.get(EXIT_DIR_VAR):
+        return Path(os.environ[EXIT_DIR_VAR])
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:  # torchrun's <log dir>/<run id>/attempt_<n>/<local rank>/error.json
+        return Path(error_file).parent.parent
+    return None
+
+
+def report_error(message: str, status: int) -> None:
+    """Print `error: message` once per job (per node across nodes) and leave `status` for
+    the launcher. The first rank to create the status file prints; the others stay quiet, as
+    the same bad input fails them alike, or their peer's failure ends them."""
+    folder = error_dir()
+    if folder is not None:
+        try:
+            fd = os.open(folder / STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return
+        except OSError:
+            pass  # the folder is on another node (or gone): this rank reports for itself
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{status}\n")
+    print(f"error: {message}", file=sys.stderr, flush=True)
+
+
 def abort_mpi_job(code: int, err: BaseException | None = None) -> None:
     """End every rank of an MPI job now (after printing `err`'s traceback); no-op unless MPI
     is running with several ranks.
@@ -110,10 +148,10 @@ def abort_mpi_job(code: int, err: BaseException | None = None) -> None:
     if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
         return
     if MPI.COMM_WORLD.Get_size() > 1:
-        if err is not None:
+        if err is not None:  # a bad input (err None) has had its one `error:` line already
             traceback.print_exception(err)
-        print(f"error: rank {MPI.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
-              file=sys.stderr)
+            print(f"error: rank {MPI.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
+                  file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(code)

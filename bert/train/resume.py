@@ -17,7 +17,9 @@ previous complete checkpoint intact, plus at most a `*.partial` folder that load
 the next save removes. Rank 0 keeps the newest `checkpoint.keep` complete checkpoints.
 
 Resuming needs the same world size and global batch (the data position is per rank); the
-optimizer's own state_dict could move to another world size, the data stream cannot.
+optimizer's own state_dict could move to another world size, the data stream cannot. It also
+needs the same training settings (model shapes, optimizer, precision, schedule, seed, data
+order), which `bert/train/resume_settings.py` compares with config.json before any state is read.
 """
 from __future__ import annotations
 
@@ -98,6 +100,9 @@ def resolve_resume(spec: str, output_dir: str | os.PathLike) -> Path | None:
         found = complete_checkpoints(checkpoint_root(output_dir))
         return found[-1] if found else None
     folder = Path(spec)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint.resume={spec!r}: no such folder (pass a "
+                              f"checkpoints/step_N folder of an earlier run, or 'auto')")
     if not (folder / MANIFEST).is_file():
         raise CheckpointError(f"checkpoint.resume={spec!r}: no {MANIFEST} there (not a complete "
                               f"training checkpoint; use a step_N folder, or 'auto')")
@@ -180,16 +185,17 @@ def _prune(root: Path, keep: int) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
-def _load(path: Path) -> dict:
+def _load(path: Path, mmap: bool = False) -> dict:
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except (OSError, RuntimeError, EOFError) as err:
         raise CheckpointError(f"{path}: cannot read ({err})") from None
 
 
-def load_trainer_state(folder: Path) -> dict:
-    """The rank-0 file (model, optimizer, schedule, progress); every rank reads it."""
-    return _load(folder / TRAINER_FILE)
+def load_trainer_state(folder: Path, mmap: bool = False) -> dict:
+    """The rank-0 file (model, optimizer, schedule, progress); every rank reads it. `mmap`:
+    tensors are mapped, not read (for a look at the config alone)."""
+    return _load(folder / TRAINER_FILE, mmap=mmap)
 
 
 def load_rank_state(folder: Path, rank: int) -> dict:

@@ -50,12 +50,12 @@ def write_config(folder: Path, config: dict) -> None:
 
 def saved_config(folder: Path) -> dict:
     """The config a checkpoint was trained with. Checkpoints written before config.json kept it
-    only inside trainer.pt, which is then read for it."""
+    only inside trainer.pt, which is then memory-mapped for it (its tensors are not read)."""
     try:
         return json.loads((folder / CONFIG_FILE).read_text())
     except FileNotFoundError:
         from bert.train.resume import load_trainer_state  # the costly way, old checkpoints only
-        return load_trainer_state(folder).get("config") or {}
+        return load_trainer_state(folder, mmap=True).get("config") or {}
     except (OSError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{folder / CONFIG_FILE}: cannot read ({err})") from None
 
@@ -86,4 +86,5 @@ def check_resume_settings(folder: Path, saved_seed: int, config: dict) -> None:
     raise CheckpointError(
         f"resume from {folder}: {key}={given!r} given, the checkpoint was trained with "
         f"{key}={saved!r}{more}; a resumed run continues with the saved settings (schedule, "
-        f"optimizer state, seed, data order): drop the change, or start a fresh run")
+        f"optimizer state, seed, data order): drop the change, or start a new run "
+        f"from its weights (run.init_checkpoint={folder / 'trainer.pt'})")

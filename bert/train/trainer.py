@@ -16,7 +16,8 @@ run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a time
 Each log is written under a partial name and takes its final name only at run_stop
 (bert/train/logfile.py): a run that fails earlier never replaces an earlier run's log.
 
-The batch geometry (global, local, micro batch, accumulation) is built once, at init, and
+The batch geometry (global, local, micro batch, accumulation) is built once, before the
+rendezvous (it needs only the launcher's world size), and
 passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
 every optimizer step; nothing else can reach into the loop (tests inject faults that way).
 """
@@ -34,9 +35,10 @@ import torch
 
 from bert.config import BatchGeometry, Config
 from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
-from bert.model.weights import load_checkpoint_file
+from bert.model.weights import load_into_model, read_checkpoint_file
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.launch_env import launch_layout
 from bert.train.logfile import LogFile
 from bert.train.mlperf import MLPerfLogger
 from bert.train.progress import Progress
@@ -79,6 +81,8 @@ def preflight_data(cfg: Config) -> list[Path]:
     eval_file = cfg.data.eval_file
     if not eval_file:
         raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
+    if os.path.isdir(eval_file):
+        raise DataError(f"{eval_file}: data.eval_file is a folder; it must be the HDF5 eval file")
     if not os.path.isfile(eval_file):
         raise DataError(f"{eval_file}: data.eval_file does not exist")
     return files
@@ -90,13 +94,21 @@ class Trainer:
         self.cfg = cfg
         self.callbacks = list(callbacks)
         self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
+        # Every check of the inputs comes before the first file is written (the output folder,
+        # the MLPerf log): a bad input changes nothing of an earlier run in the same folder.
+        # The batch split needs only the launcher's world size: checked before the rendezvous.
+        self.geometry = BatchGeometry.build(cfg.run, launch_layout().world_size)
         self.ctx: DistContext = init_distributed(cfg.run.device)
         self.out_dir = Path(cfg.run.output_dir)
-        if self.ctx.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.progress = Progress(enabled=self.ctx.is_main, interval_s=cfg.log.interval_s,
                                  quiet=cfg.log.quiet)
         self.resume_from, self.resume_manifest = self._find_resume_point()
+        # read (not yet loaded into the model, which init builds): a file that is no checkpoint
+        # fails here; not needed when resuming, whose state replaces it
+        self._init_state = (read_checkpoint_file(cfg.run.init_checkpoint)
+                            if cfg.run.init_checkpoint and not self.resume_from else None)
+        if self.ctx.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log_file = LogFile(mlperf_log or self.out_dir / self._log_name())
         self.log_path = str(self.log_file.final)
         # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
@@ -115,7 +127,6 @@ class Trainer:
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
                             seed=self.seed)
         self._log_run_facts()
-        self.geometry = BatchGeometry.build(cfg.run, self.ctx.world_size)
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
         torch.manual_seed(self.seed)
@@ -212,8 +223,9 @@ class Trainer:
     def _build_model(self) -> torch.nn.Module:
         # on CUDA a fused kernel the config asks for must be built: fail here, not at step 1
         model = BertForPretraining(self.cfg.model, device=self.ctx.device)
-        if self.cfg.run.init_checkpoint:
-            load_checkpoint_file(model, self.cfg.run.init_checkpoint)
+        if self._init_state is not None:
+            load_into_model(model, self._init_state, source=self.cfg.run.init_checkpoint)
+            self._init_state = None  # a BERT-Large copy on the host is not kept for the run
         return model.to(self.ctx.device)
 
     # -- run phase ---------------------------------------------------------------------------
@@ -300,7 +312,8 @@ class Trainer:
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=ctx.local_world_size, pack=self.pack)
+            ranks_per_node=ctx.local_world_size, pack=self.pack,
+            vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
             self.pipeline.load_state_dict(self._resume_data)
         return self.pipeline, self._read_eval_set()
@@ -309,7 +322,8 @@ class Trainer:
         """This rank's share of the eval set."""
         d, ctx = self.cfg.data, self.ctx
         return read_eval_samples(d.eval_file, ctx.rank, ctx.world_size, self.cfg.eval.samples,
-                                 d.max_seq_length, d.max_predictions_per_seq)
+                                 d.max_seq_length, d.max_predictions_per_seq,
+                                 vocab_size=self.cfg.model.vocab_size)
 
     def _evaluate_only(self) -> TrainResult:
         """One eval of the initial weights (no training data is opened)."""

@@ -49,6 +49,7 @@ def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                     vocab_file: str | os.PathLike, params: ExampleParams = ExampleParams(),
                     workers: int = 1, log=print) -> list[Path]:
     """All shards into `out_dir`; returns every output path (made now or earlier)."""
+    load_tokenizer(vocab_file)  # a bad vocabulary fails here once, before any folder is made
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params)

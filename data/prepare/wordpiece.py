@@ -40,7 +40,11 @@ def load_tokenizer(vocab_file: str | os.PathLike,
     path = Path(vocab_file)
     if not path.is_file():
         raise DataError(f"{path}: vocabulary file does not exist")
-    tokenizer = BertWordPieceTokenizer(str(path), lowercase=lowercase)
+    _check_text(path)
+    try:
+        tokenizer = BertWordPieceTokenizer(str(path), lowercase=lowercase)
+    except Exception as err:  # noqa: BLE001 - the Rust library raises plain Exception
+        raise DataError(f"{path}: not a WordPiece vocabulary ({err})") from None
     ids = {}
     for token in ("[CLS]", "[SEP]", "[MASK]"):
         ids[token] = tokenizer.token_to_id(token)
@@ -50,6 +54,18 @@ def load_tokenizer(vocab_file: str | os.PathLike,
     if size > MAX_VOCAB:
         raise DataError(f"{path}: vocabulary size {size} exceeds {MAX_VOCAB} (ids are int16)")
     return tokenizer, Vocab(size, ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])
+
+
+def _check_text(path: Path) -> None:
+    """A vocabulary is UTF-8 text, one token per line; name the line where it is not."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"{path}: vocabulary is not UTF-8 text (byte {err.start}, line {line}: "
+                        f"{data[err.start:err.start + 4]!r}); expected vocab.txt, one token per "
+                        f"line") from None
 
 
 def read_documents(path: str | os.PathLike, tokenizer: BertWordPieceTokenizer) -> list[Document]:

@@ -102,14 +102,15 @@ class BucketStream:
     """
 
     def __init__(self, files: Sequence[str | Path], rank: int, world_size: int, seed: int,
-                 max_seq_length: int, max_predictions: int, boundaries: Sequence[int]):
+                 max_seq_length: int, max_predictions: int, boundaries: Sequence[int],
+                 vocab_size: int | None = None):
         self.edges = check_boundaries(boundaries)
         if self.edges[-1] != max_seq_length:
             raise ValueError(f"bucket boundaries {self.edges.tolist()} must end at "
                              f"max_seq_length={max_seq_length}")
         files = [Path(p) for p in files]
         read = partial(read_samples, max_seq_length=max_seq_length,
-                       max_predictions=max_predictions)
+                       max_predictions=max_predictions, vocab_size=vocab_size)
         self.loader = ShardLoader(files, seed, read, capacity=2 * self.edges.size)
         lows = [0, *self.edges[:-1].tolist()]
         self.queues = [

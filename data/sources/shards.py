@@ -51,6 +51,9 @@ class DataError(ValueError):
 def list_shards(train_dir: str | os.PathLike) -> list[Path]:
     """Sorted `part_*.hdf5` files of `train_dir`; DataError if the folder is missing or empty."""
     folder = Path(train_dir)
+    if folder.is_file():
+        raise DataError(f"{folder}: data.train_dir is a file; it must be the folder that holds "
+                        f"the {SHARD_GLOB} training shards")
     if not folder.is_dir():
         raise DataError(f"{folder}: training data folder (data.train_dir) does not exist")
     shards = sorted(p for p in folder.glob(SHARD_GLOB) if p.is_file())
@@ -64,8 +67,10 @@ def list_shards(train_dir: str | os.PathLike) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 
 def read_samples(path: str | os.PathLike, max_seq_length: int, max_predictions: int,
-                 limit: int | None = None) -> list[Sample]:
-    """All samples of one file (or its first `limit`), validated.
+                 limit: int | None = None, vocab_size: int | None = None) -> list[Sample]:
+    """All samples of one file (or its first `limit`), validated; with `vocab_size` (the
+    model's), token ids and labels must lie below it (the embedding lookup would fail deep in
+    the model otherwise, or read another row of a padded vocabulary silently).
 
     Returns Samples holding the arrays as stored: input_ids (l,) int16, segment_ids (l,) int8,
     masked_positions (m,) int16, masked_ids (m,) int16, nsp_label int. A `limit` larger than the
@@ -75,7 +80,7 @@ def read_samples(path: str | os.PathLike, max_seq_length: int, max_predictions: 
     if limit is not None and limit < 1:
         raise ValueError(f"read_samples: limit={limit} must be >= 1 or None")
     columns = _read_columns(path, limit)
-    _validate_columns(path, columns, max_seq_length, max_predictions)
+    _validate_columns(path, columns, max_seq_length, max_predictions, vocab_size)
     return [
         Sample(ids, seg, pos, mids, int(label))
         for ids, seg, pos, mids, label in zip(
@@ -158,13 +163,13 @@ def _first_bad(bad: np.ndarray) -> int | None:
 
 
 def _validate_columns(path: Path, columns: dict[str, np.ndarray], max_seq_length: int,
-                      max_predictions: int) -> None:
+                      max_predictions: int, vocab_size: int | None = None) -> None:
     """Shape and value checks, vectorized over per-sample lengths and flattened values."""
     seq_lens = _lengths(columns["input_ids"])
     _check_seq_lengths(path, seq_lens, _lengths(columns["segment_ids"]), max_seq_length)
     mask_counts = _check_mask_counts(path, columns, max_predictions)
     _check_masked_positions(path, columns["masked_lm_positions"], seq_lens, mask_counts)
-    _check_values(path, columns, seq_lens, mask_counts)
+    _check_values(path, columns, seq_lens, mask_counts, vocab_size)
 
 
 def _check_seq_lengths(path: Path, seq_lens: np.ndarray, seg_lens: np.ndarray,
@@ -207,14 +212,21 @@ def _check_masked_positions(path: Path, positions: np.ndarray, seq_lens: np.ndar
 
 
 def _check_values(path: Path, columns: dict[str, np.ndarray], seq_lens: np.ndarray,
-                  mask_counts: np.ndarray) -> None:
-    """Token ids non-negative (int16 wraps above 32767), segments and labels in {0, 1}."""
+                  mask_counts: np.ndarray, vocab_size: int | None = None) -> None:
+    """Token ids in [0, vocab_size) (int16 wraps above 32767), segments and labels in
+    {0, 1}."""
     for name, counts in (("input_ids", seq_lens), ("masked_lm_ids", mask_counts)):
         flat = _flat(columns[name], VLEN_FIELDS[name])
         j = _first_bad(flat < 0)
         if j is not None:
             raise DataError(f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
                             f"{flat[j]} is negative (not a token id)")
+        # the max first: one pass over the ids, the search only for a file that fails
+        if vocab_size is not None and flat.size and flat.max() >= vocab_size:
+            j = _first_bad(flat >= vocab_size)
+            raise DataError(f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
+                            f"{flat[j]} is not below model.vocab_size={vocab_size} (data made "
+                            f"with another vocabulary?)")
     segments = _flat(columns["segment_ids"], np.int8)
     j = _first_bad((segments != 0) & (segments != 1))
     if j is not None:
@@ -312,7 +324,8 @@ class ShardStream:
 
     def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
                  seed: int, max_seq_length: int, max_predictions: int,
-                 length_range: tuple[int, int] | None = None, loader: ShardLoader | None = None):
+                 length_range: tuple[int, int] | None = None, loader: ShardLoader | None = None,
+                 vocab_size: int | None = None):
         self.files = [Path(p) for p in files]
         if not 0 <= rank < world_size:
             raise ValueError(f"ShardStream: rank {rank} is outside world_size {world_size}")
@@ -326,7 +339,7 @@ class ShardStream:
         self.length_range = length_range
         self.loader = loader or ShardLoader(
             self.files, seed, partial(read_samples, max_seq_length=max_seq_length,
-                                      max_predictions=max_predictions))
+                                      max_predictions=max_predictions, vocab_size=vocab_size))
         self.epoch = 0
         self.shard_pos = 0
         self.offset = 0
@@ -431,7 +444,8 @@ class ShardStream:
 # --------------------------------------------------------------------------------------------
 
 def read_eval_samples(path: str | os.PathLike, rank: int, world_size: int, limit: int,
-                      max_seq_length: int, max_predictions: int) -> list[Sample]:
+                      max_seq_length: int, max_predictions: int,
+                      vocab_size: int | None = None) -> list[Sample]:
     """This rank's share (samples r::world_size) of the first `limit` eval samples (0 = all).
 
     A file with fewer than `limit` samples is an error: an eval on a silently smaller set would
@@ -441,7 +455,8 @@ def read_eval_samples(path: str | os.PathLike, rank: int, world_size: int, limit
         raise ValueError(f"read_eval_samples: rank {rank} is outside world_size {world_size}")
     if limit < 0:
         raise ValueError(f"read_eval_samples: limit={limit} must be >= 0 (0 = all)")
-    samples = read_samples(path, max_seq_length, max_predictions, limit=limit or None)
+    samples = read_samples(path, max_seq_length, max_predictions, limit=limit or None,
+                           vocab_size=vocab_size)
     if limit and len(samples) < limit:
         raise DataError(f"{path}: eval file holds {len(samples)} samples, fewer than the "
                         f"{limit} asked for")

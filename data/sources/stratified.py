@@ -39,14 +39,14 @@ class StratifiedStream:
 
     def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
                  seed: int, max_seq_length: int, max_predictions: int,
-                 fracs: Sequence[float] | None = None):
+                 fracs: Sequence[float] | None = None, vocab_size: int | None = None):
         files = [Path(p) for p in files]
         self.edges = strata_edges(max_seq_length)
         if fracs is None:
             fracs = strata_fractions(length_pmf(max_seq_length), self.edges)
         self.fracs = np.asarray(fracs, dtype=np.float64)
         read = partial(read_samples, max_seq_length=max_seq_length,
-                       max_predictions=max_predictions)
+                       max_predictions=max_predictions, vocab_size=vocab_size)
         num_strata = len(self.edges) - 1
         self.loader = ShardLoader(files, seed, read, capacity=2 * num_strata)
         self.streams = [

@@ -8,33 +8,45 @@ pipeline is not part of what is measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from bert.config import load_config
 from bert.model import ModelConfig
 from data.packing import PackedBatch, Sample, pack_samples
 from data.synthetic import generate_samples, successor_table
 
 VOCAB_SIZE = 30522
 MAX_LENGTH = 512
+TINY_CPU_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_cpu.yaml"
 MAX_PREDICTIONS = 76  # REFERENCE 2: masked_lm_prob 0.15, at most 76 per sequence
 
-# hidden, layers, heads, FFN ("mini" only keeps the script's own test fast)
+# hidden, layers, heads, FFN. "tiny" is the default run's model (configs/tiny_cpu.yaml, with its
+# vocabulary and positions: model_config); "mini" only keeps the script's own test fast;
+# "l4_h256" is what "tiny" meant before it was named for the default run (the records
+# benchmarks/results/amd-epyc_tiny_20261122-*.json were measured at that size).
 MODEL_SIZES = {
     "mini": (64, 2, 2, 128),
-    "tiny": (256, 4, 4, 1024),
+    "tiny": (128, 2, 2, 512),
+    "l4_h256": (256, 4, 4, 1024),
     "base": (768, 12, 12, 3072),
     "large": (1024, 24, 16, 4096),
 }
 
 
 def model_config(size: str, attention: str = "padded_sdpa") -> ModelConfig:
-    """BERT of `size` with MLPerf's vocabulary, 512 positions and dropout (0.1, training)."""
+    """BERT of `size` with dropout (0.1, training): "tiny" is configs/tiny_cpu.yaml's model,
+    the others have MLPerf's vocabulary and 512 positions."""
     hidden, layers, heads, ffn = MODEL_SIZES[size]
-    cfg = ModelConfig(vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
+    vocab, positions = VOCAB_SIZE, MAX_LENGTH
+    if size == "tiny":
+        tiny = load_config(TINY_CPU_CONFIG).model
+        vocab, positions = tiny.vocab_size, tiny.max_position_embeddings
+    cfg = ModelConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, intermediate_size=ffn,
-                      max_position_embeddings=MAX_LENGTH)
+                      max_position_embeddings=positions)
     cfg.attention = attention  # resolved (and checked) when the model is built
     return cfg
 
@@ -53,15 +65,15 @@ def hf_config(cfg: ModelConfig):
         layer_norm_eps=cfg.layer_norm_eps, attn_implementation="sdpa")
 
 
-def make_samples(num_batches: int, batch: int, seed: int,
-                 max_length: int = MAX_LENGTH) -> list[list[Sample]]:
+def make_samples(num_batches: int, batch: int, seed: int, max_length: int = MAX_LENGTH,
+                 vocab_size: int = VOCAB_SIZE) -> list[list[Sample]]:
     """num_batches local batches of synthetic samples with REFERENCE 2's length mix.
 
     data.synthetic draws the lengths from the real training set's histogram and masks 15% of
     the word tokens (at most 76), like the MLPerf data.
     """
     rng = np.random.default_rng(seed)
-    samples = generate_samples(rng, successor_table(seed, VOCAB_SIZE), num_batches * batch,
+    samples = generate_samples(rng, successor_table(seed, vocab_size), num_batches * batch,
                                max_length, MAX_PREDICTIONS)
     return [samples[i * batch:(i + 1) * batch] for i in range(num_batches)]
 
@@ -113,11 +125,12 @@ class Workload:
 
 
 def build_workload(num_batches: int, batch: int, seed: int, device: torch.device,
-                   padding: str = "batch_max", max_length: int = MAX_LENGTH) -> Workload:
+                   padding: str = "batch_max", max_length: int = MAX_LENGTH,
+                   vocab_size: int = VOCAB_SIZE) -> Workload:
     """Batches for every variant. padding: pad HF inputs to each batch's max or to max_length.
 
     max_length below 512 scales the length histogram down (only for quick tests)."""
-    groups = make_samples(num_batches, batch, seed, max_length)
+    groups = make_samples(num_batches, batch, seed, max_length, vocab_size)
     packed, padded, lengths, masked = [], [], [], []
     for samples in groups:
         lens = np.array([s.input_ids.shape[0] for s in samples], dtype=np.int64)
@@ -139,7 +152,8 @@ FLOP_FORMULA = (
     "+ 12*L*h*sum(l_i^2)  (attention scores and context, fwd+bwd) "
     "+ 6*M*(h^2 + h*V)  (MLM transform and decoder on the M masked tokens) "
     "+ 6*B*(h^2 + 2*h)  (pooler and NSP); T = real tokens, l_i = sequence lengths, "
-    "V = 30522; biases, norms, embeddings and the optimizer are not counted. The same useful "
+    "V = the model's vocabulary (30522; 1024 for tiny); "
+    "biases, norms, embeddings and the optimizer are not counted. The same useful "
     "count is used for every variant (padded ones do more work, which is not credited).")
 
 
