@@ -89,8 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
     p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused]"
-                   "[+subset], e.g. per_sequence or flash_varlen+compile+fused+subset "
-                   "(subset: model.last_layer_subset)")
+                   "[+subset][+sublayers], e.g. per_sequence or flash_varlen+compile+fused+subset"
+                   " (subset: model.last_layer_subset; sublayers: model.compile_sublayers, "
+                   "not with fused)")
     p.add_argument("--include-unvalidated", action="store_true",
                    help="let --fastest auto also try backends and fused kernels not yet "
                         "validated on this device")
@@ -144,19 +145,24 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def fastest_candidates(args: argparse.Namespace,
-                       kind: str) -> list[tuple[str, bool, bool, bool]]:
-    """(attention, compile, fused, subset) options that compete for the `fastest` variant."""
+                       kind: str) -> list[tuple[str, bool, bool, bool, bool]]:
+    """(attention, compile, fused, subset, sublayers) options that compete for the `fastest`
+    variant. `sublayers` (model.compile_sublayers) only when --fastest names it."""
     # The fused kernels are built for hidden size 1024 only.
     fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
     if args.fastest != "auto":
         attention, *flags = args.fastest.split("+")
-        if not set(flags) <= {"compile", "fused", "subset"}:
+        if not set(flags) <= {"compile", "fused", "subset", "sublayers"}:
             sys.exit(f"--fastest {args.fastest!r}: expected "
-                     "ATTENTION[+compile][+fused][+subset]")
+                     "ATTENTION[+compile][+fused][+subset][+sublayers]")
+        if {"fused", "sublayers"} <= set(flags):
+            sys.exit(f"--fastest {args.fastest!r}: +sublayers compiles what +fused replaces; "
+                     "name one of them")
         if "fused" in flags and not fusable:
             sys.exit(f"--fastest {args.fastest!r}: the fused kernels need hidden size "
                      f"{FUSED_HIDDEN_SIZE} (--model large)")
-        return [(attention, "compile" in flags, "fused" in flags, "subset" in flags)]
+        return [(attention, "compile" in flags, "fused" in flags, "subset" in flags,
+                 "sublayers" in flags)]
     backends = list(VALIDATED[kind])
     if args.include_unvalidated:
         backends += UNVALIDATED[kind]
@@ -168,7 +174,8 @@ def fastest_candidates(args: argparse.Namespace,
     # model.last_layer_subset is exact (tests/test_last_layer_subset.py): a candidate unless
     # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
     subsets = (False,) if args.no_subset else (False, True)
-    return [(b, c, f, s) for b in backends for c in compiles for f in fuses for s in subsets]
+    return [(b, c, f, s, False) for b in backends for c in compiles for f in fuses
+            for s in subsets]
 
 
 class Bench:
@@ -189,7 +196,7 @@ class Bench:
     # -- building ------------------------------------------------------------------------------
 
     def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False,
-              fused: bool = False, subset: bool = False):
+              fused: bool = False, subset: bool = False, sublayers: bool = False):
         """Build a variant, warm it up, and record the memory it keeps between steps."""
         a, before = self.args, self._settled_memory()
         if name.startswith("hf"):
@@ -197,10 +204,10 @@ class Bench:
                                a.precision, name)
         else:
             variant = build_ours(a.model, attention, compiled, self.state, self.workload,
-                                 self.device, a.precision, name, fused, subset)
+                                 self.device, a.precision, name, fused, subset, sublayers)
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
-        warmup = max(a.warmup, a.num_batches) if compiled else a.warmup
+        warmup = max(a.warmup, a.num_batches) if compiled or sublayers else a.warmup
         for i in range(warmup):
             variant.step(i)
         variant.options["warmup_steps"] = warmup
@@ -218,11 +225,11 @@ class Bench:
         if len(candidates) == 1:
             return self.build("fastest", *candidates[0])
         best, best_time, best_resident = None, float("inf"), 0
-        for attention, compiled, fused, subset in candidates:
+        for attention, compiled, fused, subset, sublayers in candidates:
             choice = {"attention": attention, "compile": compiled, "fused": fused,
-                      "last_layer_subset": subset}
+                      "last_layer_subset": subset, "compile_sublayers": sublayers}
             try:
-                variant = self.build("fastest", attention, compiled, fused, subset)
+                variant = self.build("fastest", attention, compiled, fused, subset, sublayers)
             except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
                 self.selection.append({**choice, "error": str(err).splitlines()[0]})
                 self._collect()

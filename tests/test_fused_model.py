@@ -409,20 +409,26 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     def candidates(kind, *argv):
         return bench.fastest_candidates(bench.parse_args(list(argv)), kind)
 
-    assert not any(fused for _, _, fused, _ in candidates("cuda", "--model", "large"))
-    assert not any(fused for _, _, fused, _ in candidates("cpu", "--include-unvalidated"))
-    assert not any(fused for _, _, fused, _ in candidates("cuda", "--include-unvalidated",
+    assert not any(fused for _, _, fused, _, _ in candidates("cuda", "--model", "large"))
+    assert not any(fused for _, _, fused, _, _ in candidates("cpu", "--include-unvalidated"))
+    assert not any(fused for _, _, fused, _, _ in candidates("cuda", "--include-unvalidated",
                                                           "--model", "base"))
     unvalidated = candidates("cuda", "--include-unvalidated", "--model", "large")
-    assert ("grouped_flash", False, True, False) in unvalidated
-    assert ("padded_sdpa", True, True, True) in unvalidated
+    assert ("grouped_flash", False, True, False, False) in unvalidated
+    assert ("padded_sdpa", True, True, True, False) in unvalidated
     assert "grouped_flash" not in {a for a, *_ in candidates("cuda", "--model", "large")}
     assert candidates("cuda", "--fastest", "grouped_flash+fused") == [
-        ("grouped_flash", False, True, False)]
+        ("grouped_flash", False, True, False, False)]
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
-        ("per_sequence", False, False, True)]
+        ("per_sequence", False, False, True, False)]
     # The last-layer subset is exact, so it always competes, with and without.
-    assert {s for *_, s in candidates("cpu")} == {False, True}
+    assert {s for *_, s, _ in candidates("cpu")} == {False, True}
+    # Compiled sublayers (model.compile_sublayers) compete only when named, never with +fused.
+    assert not any(c for *_, c in candidates("cuda", "--include-unvalidated", "--model", "large"))
+    assert candidates("cuda", "--fastest", "flash_varlen+sublayers") == [
+        ("flash_varlen", False, False, False, True)]
+    with pytest.raises(SystemExit, match="sublayers compiles what"):
+        candidates("cuda", "--fastest", "flash_varlen+fused+sublayers")
 
 
 def test_bench_fused_variant_turns_on_only_valid_flags():

@@ -19,6 +19,9 @@ from bert.model.fused import FUSED_OPS
 from data.config import ConfigError, check
 from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
 
+# the fusions of the sublayers model.compile_sublayers puts under torch.compile instead
+SUBLAYER_FUSIONS = ("fused_bias_dropout_residual_layernorm", "fused_dense", "fused_dense_gelu")
+
 
 @dataclass
 class ModelConfig:
@@ -67,6 +70,11 @@ class ModelConfig:
     # data-gradient GEMM: FFN and MLM transform. cuBLASLt's GeLU is the tanh approximation, so it
     # needs hidden_act=gelu_tanh: open division / experimental (MLPerf's BERT uses erf gelu).
     fused_dense_gelu: bool = False
+    # torch.compile (dynamic shapes) of the attention-output and FFN sublayers, the compiler's
+    # answer to the fused kernels above, with which it does not combine (each is measured
+    # against the other). Attention itself stays eager: its backends read per-batch lengths.
+    # Not yet measured on a GPU, so off by default.
+    compile_sublayers: bool = False
     bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
 
     def __post_init__(self) -> None:
@@ -90,6 +98,11 @@ class ModelConfig:
         for flag, op in FUSED_OPS.items():
             problem = op.check(self) if getattr(self, flag) else None
             check(problem is None, f"model.{flag}=true needs {problem}")
+        if self.compile_sublayers:
+            fused = [f"model.{flag}" for flag in SUBLAYER_FUSIONS if getattr(self, flag)]
+            check(not fused, f"model.compile_sublayers=true compiles the sublayers that "
+                             f"{', '.join(fused)} replace{'s' if len(fused) == 1 else ''}: "
+                             f"switch one or the other off")
 
     def _load_json(self, path: str) -> None:
         try:

@@ -277,6 +277,15 @@ def fused_backward_word_embedding(input_ids: torch.Tensor, table: nn.Embedding) 
     return embedding_with_fused_backward(input_ids, table.weight)
 
 
+def compiled_impl(fn: Callable[..., torch.Tensor], compile_sublayers: bool
+                  ) -> Callable[..., torch.Tensor]:
+    """model.compile_sublayers: `fn` under torch.compile, the competitor to the hand-written
+    fusions. dynamic=True keeps the token count symbolic, so one graph serves every batch; the
+    modules are arguments, not constants, so one graph also serves every layer (measured on
+    CPU: 1 graph for 12 layers x 3 token counts; tests/test_compile_sublayers.py)."""
+    return torch.compile(fn, dynamic=True) if compile_sublayers else fn
+
+
 def word_embedding_impl(fused: bool) -> Callable[[torch.Tensor, nn.Embedding], torch.Tensor]:
     return fused_backward_word_embedding if fused else word_embedding
 

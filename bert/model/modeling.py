@@ -13,6 +13,9 @@ functions from bert/model/fused.py once, at build, and its attention backend fro
 bert/model/attention.py. The embeddings' LayerNorm is not fused: their
 dropout comes after the LayerNorm, not before the residual add the kernel fuses. The NSP layer
 stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLASLt needs.
+`model.compile_sublayers` puts the same two sublayer functions (attention output and FFN, each
+ending in dropout + residual + LayerNorm) under torch.compile instead: the compiler's fusion,
+measured against the hand-written one (scripts/bench_throughput.py `+sublayers`).
 """
 from __future__ import annotations
 
@@ -61,8 +64,9 @@ class SelfAttention(nn.Module):
         self.attend, self.attend_subset = backend.attend, backend.attend_subset
         self.linear_with_residual = ops.linear_with_residual_impl(cfg.fused_dense)
         self.linear = ops.linear_impl(cfg.fused_dense)
-        self.sublayer_output = ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm,
-                                                        cfg.fused_dense)
+        self.sublayer_output = ops.compiled_impl(
+            ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense),
+            cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)"""
@@ -99,8 +103,10 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        self.sublayer = ops.feed_forward_impl(cfg.fused_bias_dropout_residual_layernorm,
-                                              cfg.fused_dense, cfg.fused_dense_gelu)
+        self.sublayer = ops.compiled_impl(
+            ops.feed_forward_impl(cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense,
+                                  cfg.fused_dense_gelu),
+            cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (T, hidden) -> LayerNorm(x + dropout(output(gelu(intermediate(x))))), (T, hidden)"""

@@ -27,7 +27,8 @@ RESUME_FREE_KEYS = frozenset({
     "run.output_dir", "run.device", "run.threads", "run.cache_cleared", "run.init_checkpoint",
     "run.eval_only", "run.max_steps", "run.max_samples",
     "data.train_dir", "data.eval_file", "data.prefetch_depth", "data.synthetic.cache_dir",
-    "model.attention", "model.bert_config_file", "optim.fused_kernel", "optim.bucket_cap_mb",
+    "model.attention", "model.compile_sublayers", "model.bert_config_file",
+    "optim.fused_kernel", "optim.bucket_cap_mb",
 })
 SEED_KEY = "run.seed"  # -1 (the default) on resume: the checkpoint's seed
 

@@ -82,12 +82,14 @@ def training_step(model: torch.nn.Module,
 
 def build_ours(size: str, attention: str, compiled: bool, state: dict, workload: Workload,
                device: torch.device, precision: str, name: str, fused: bool = False,
-               subset: bool = False) -> Variant:
+               subset: bool = False, sublayers: bool = False) -> Variant:
     """The unpadded model with the given attention backend, optionally with every fused kernel
-    valid for it, the last layer on [CLS] and masked tokens only (model.last_layer_subset) and
-    torch.compile'd. A fused kernel that cannot be loaded raises here (RuntimeError)."""
+    valid for it, the last layer on [CLS] and masked tokens only (model.last_layer_subset), its
+    sublayers torch.compile'd (model.compile_sublayers) and the whole model torch.compile'd.
+    A fused kernel that cannot be loaded raises here (RuntimeError)."""
     cfg = model_config(size, attention)
     cfg.last_layer_subset = subset
+    cfg.compile_sublayers = sublayers
     flags = fused_flags(cfg) if fused else []
     if flags:  # replace() validates again: some kernels need hidden size 1024
         cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})
@@ -109,7 +111,8 @@ def build_ours(size: str, attention: str, compiled: bool, state: dict, workload:
     step = training_step(model, loss_of)
     options = {"model": "unpadded BertForPretraining", "attention": attention,
                "compile": compiled, "fused": fused, "fused_flags": flags,
-               "last_layer_subset": subset, "precision": precision}
+               "last_layer_subset": subset, "compile_sublayers": sublayers,
+               "precision": precision}
     return Variant(name, options, step)
 
 

@@ -67,6 +67,10 @@ THROUGHPUT = {
         ("throughput_backend_choice", ["--fastest", "auto", "--include-unvalidated",
                                        "--no-fused", "--no-subset", "--variants", "fastest"],
          170),
+        # torch.compile's fusion of the sublayers, the competitor to the fused kernels; last,
+        # so the budget cuts it first
+        ("throughput_compiled_sublayers", ["--fastest", "flash_varlen+sublayers", "--variants",
+                                           "fastest"], 120),
     ],
     "fused": [
         ("throughput_fused_flash_varlen", ["--fastest", "flash_varlen+fused", "--variants",
