@@ -225,14 +225,15 @@ def _build(cls: type, values: Any, prefix: str) -> Any:
     return cls(**kwargs)
 
 
-def _flatten(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    """(dotted key, value) of every leaf of a YAML tree; a mapping is a section, not a leaf."""
-    leaves = []
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: value} of every leaf of a config tree (a YAML file, Config.to_dict()); a
+    mapping is a section, not a leaf: {"optim": {"lr": 0.01}} -> {"optim.lr": 0.01}."""
+    leaves: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            leaves += _flatten(value, f"{prefix}{key}.")
+            leaves.update(flatten(value, f"{prefix}{key}."))
         else:
-            leaves.append((f"{prefix}{key}", value))
+            leaves[f"{prefix}{key}"] = value
     return leaves
 
 
@@ -283,7 +284,7 @@ def load_config(path: str | os.PathLike | None = None,
                 overrides: typing.Sequence[str] = ()) -> Config:
     """Read a YAML config (or the defaults when `path` is None) and apply `key=value` overrides."""
     tree: dict[str, Any] = {}
-    for key, value in _flatten(_read_yaml(path) if path is not None else {}):
+    for key, value in flatten(_read_yaml(path) if path is not None else {}).items():
         _set_dotted(tree, _new_key(key), value)
     for item in overrides:
         key, value = parse_override(item)

@@ -193,10 +193,10 @@ class BertForPretraining(nn.Module):
         subset = self.config.last_layer_subset
         for layer in self.layers[:-1] if subset else self.layers:
             x = layer(x, batch)
-        if subset and batch.query_subset is None:
-            raise ValueError("model.last_layer_subset needs PackedBatch.query_subset: pack the "
-                             "batch with pack_samples(..., **model.pack_options())")
         if subset:  # rows: per sequence its [CLS], then its masked tokens
+            if batch.query_subset is None:
+                raise ValueError("model.last_layer_subset needs PackedBatch.query_subset: pack "
+                                 "the batch with pack_samples(..., **model.pack_options())")
             x = self.layers[-1].forward_subset(x, batch)
             masked_hidden = x.index_select(0, batch.query_subset.masked_rows)
             cls_hidden = x.index_select(0, batch.query_subset.cu_seqlens[:-1])

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bert.config import flatten
 from bert.model.weights import CheckpointError
 from data.files import write_text_atomic
 
@@ -31,17 +32,6 @@ RESUME_FREE_KEYS = frozenset({
     "optim.fused_kernel", "optim.bucket_cap_mb",
 })
 SEED_KEY = "run.seed"  # -1 (the default) on resume: the checkpoint's seed
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-    """{"optim": {"lr": 0.01}} -> {"optim.lr": 0.01}."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def write_config(folder: Path, config: dict) -> None:

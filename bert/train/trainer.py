@@ -300,7 +300,7 @@ class Trainer:
         if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
         self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
-                           f"{samples} samples ({step} steps) in {seconds:.1f} s")
+                             f"{samples} samples ({step} steps) in {seconds:.1f} s")
         return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
 
     def _open_data(self):
@@ -336,7 +336,7 @@ class Trainer:
         log.run_stop(status)
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
         self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
-                           f"{self.cfg.eval.samples or 'all'} eval samples")
+                             f"{self.cfg.eval.samples or 'all'} eval samples")
         return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
 
     def _close_data(self, finish: bool = True) -> None:
