@@ -31,6 +31,7 @@ import yaml
 
 from bert.model.attention import BACKENDS
 from bert.model.config import ModelConfig
+from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
@@ -65,6 +66,8 @@ class Config:
         check(self.data.max_seq_length <= self.model.max_position_embeddings,
               f"data.max_seq_length={self.data.max_seq_length} exceeds "
               f"model.max_position_embeddings={self.model.max_position_embeddings}")
+        problem = device_combination_error(self.model, self.run)
+        check(problem is None, problem or "")
 
     @property
     def max_steps(self) -> int:
@@ -82,6 +85,36 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def run_device_type(requested: str) -> str:
+    """"cpu" or "cuda": what run.device resolves to on this machine ("auto": cuda when PyTorch
+    sees a GPU). run.device=cuda without one is refused later, when the device is picked."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:
+    """Attention backend, fused kernels, device and precision that cannot run together: found
+    here, before anything is written, rather than at the first step (a log already open)."""
+    device, precision = run_device_type(run.device), run.precision
+    where = f"run.device={run.device}" + (f" (resolves to {device})" if run.device == "auto"
+                                          else "")
+    if model.attention == "per_sequence" and device == "cuda":
+        return (f"model.attention=per_sequence is the CPU path (it reads sequence lengths on "
+                f"the host) and {where}: use flash_varlen or padded_sdpa on CUDA")
+    if model.attention == "flash_varlen" and (device != "cuda" or precision == "fp32"):
+        return (f"model.attention=flash_varlen needs CUDA and run.precision=bf16 or fp16, got "
+                f"{where} and run.precision={precision}: use padded_sdpa (or per_sequence "
+                f"on CPU)")
+    fused = [flag for flag in FUSED_OPS if getattr(model, flag)]
+    if fused and device == "cuda" and precision == "fp32":
+        return (f"model.{fused[0]}=true needs run.precision=bf16 or fp16 on CUDA (its kernel "
+                f"takes 16-bit activations), got run.precision=fp32 with {where}")
+    return None
 
 
 # String keys checked against a registry (not a Literal, so that a new entry needs no edit here):

@@ -39,6 +39,7 @@ import re
 import shlex
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,9 +209,13 @@ class Bench:
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
         warmup = max(a.warmup, a.num_batches) if compiled or sublayers else a.warmup
+        started = time.perf_counter()
         for i in range(warmup):
             variant.step(i)
+        synchronize(self.device)
         variant.options["warmup_steps"] = warmup
+        # compilation happens here, so compile time is recorded apart from the timed steps
+        variant.options["warmup_seconds"] = round(time.perf_counter() - started, 2)
         self.resident[name] = self._settled_memory() - before
         return variant
 
@@ -260,8 +265,9 @@ class Bench:
 
     # -- measuring -----------------------------------------------------------------------------
 
-    def run_rounds(self) -> tuple[dict, list[dict]]:
-        """Per variant: wall and CPU seconds per round, and the peak memory over rounds."""
+    def run_rounds(self, after_round=None) -> tuple[dict, list[dict]]:
+        """Per variant: wall and CPU seconds per round, and the peak memory over rounds.
+        after_round(timings, peaks): called after each round (the partial JSON)."""
         names = list(self.variants)
         timings = {n: {"wall": [], "cpu": [], "peak": 0} for n in names}
         peaks = []
@@ -269,6 +275,8 @@ class Bench:
             peaks.append(matmul_peak_tflops(self.device, self.args.precision))
             for name in names[r % len(names):] + names[:r % len(names)]:
                 self._time_variant(name, timings[name])
+            if after_round is not None:
+                after_round(timings, peaks)
         return timings, peaks
 
     def _time_variant(self, name: str, record: dict) -> None:
@@ -354,18 +362,41 @@ def main(argv: list[str] | None = None) -> dict:
     load_before = os.getloadavg()[0]  # context for CPU runs on shared machines
     bench = Bench(args)
     bench.build_all()
-    timings, peaks = bench.run_rounds()
+    name = device_name(bench.device)
+    path = args.json or default_path(name, args.model, date)
+    context = {"argv": argv, "date": date, "load_before": load_before, "device": name}
+
+    def write_partial(timings: dict, peaks: list[dict]) -> None:
+        # Each round's figures are on disk at once: a killed run still leaves what it measured.
+        write_json(path, build_payload(bench, timings, peaks, context, partial=True))
+
+    timings, peaks = bench.run_rounds(write_partial)
+    payload = build_payload(bench, timings, peaks, context, partial=False)
+    write_json(path, payload)
+    if args.profile and "fastest" in bench.variants:
+        # After the figures are written: a profiler failure cannot lose them.
+        payload["profile"] = profile_step(bench.variants["fastest"].step, 0, bench.device)
+        write_json(path, payload)
+    print_summary(payload, path)
+    return payload
+
+
+def build_payload(bench: Bench, timings: dict, peaks: list[dict], context: dict,
+                  partial: bool) -> dict:
+    """The JSON record from the rounds measured so far (`partial`: not all of them yet)."""
+    args, argv = bench.args, context["argv"]
     peak = max(p["tflops"] for p in peaks)
     variants = {n: bench.variant_record(n, timings[n], peak) for n in bench.variants}
-    name = device_name(bench.device)
-    payload = {
-        "device": name,
+    return {
+        "device": context["device"],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "commit": git_commit(),
         "command": shlex.join([sys.executable, *sys.argv]) if argv is None
         else shlex.join(["bench_throughput.py", *argv]),
-        "date": date.isoformat(timespec="seconds"),
+        "date": context["date"].isoformat(timespec="seconds"),
+        "partial": partial,
+        "rounds_done": len(peaks),
         "model": args.model,
         "model_shape": {**dict(zip(("hidden", "layers", "heads", "ffn"),
                                    MODEL_SIZES[args.model])),
@@ -377,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict:
         "warmup": args.warmup,
         "repeats": args.repeats,
         "threads": torch.get_num_threads() if bench.device.type == "cpu" else None,
-        "load_average_1min": [load_before, os.getloadavg()[0]],  # at start and end
+        "load_average_1min": [context["load_before"], os.getloadavg()[0]],  # at start and end
         "cpu_count": os.cpu_count(),
         "matmul_peak_tflops": peak,
         "matmul_peak": peaks,
@@ -392,14 +423,9 @@ def main(argv: list[str] | None = None) -> dict:
                          "timed steps minus what the other variants keep resident",
         "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "
                   "rotated each round, medians over rounds; batches prebuilt on the device, "
-                  "data pipeline not timed; samples_per_s counts real samples",
+                  "data pipeline not timed; samples_per_s counts real samples; warmup_seconds "
+                  "(compilation included) apart",
     }
-    if args.profile and "fastest" in bench.variants:
-        payload["profile"] = profile_step(bench.variants["fastest"].step, 0, bench.device)
-    path = args.json or default_path(name, args.model, date)
-    write_json(path, payload)
-    print_summary(payload, path)
-    return payload
 
 
 def print_summary(payload: dict, path: Path) -> None:

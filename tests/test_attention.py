@@ -267,3 +267,62 @@ def test_cuda_backend_on_gpu(backend, dtype):
     first = attention(backend, qkv16, batch, 0.1)
     second = attention(backend, qkv16, batch, 0.1)
     assert torch.isfinite(first).all() and not torch.equal(first, second)
+
+
+def test_padded_sdpa_pins_its_cuda_kernels(monkeypatch):
+    """On CUDA the yardstick runs only the SDPA kernels of PADDED_SDPA_CUDA_BACKENDS (never
+    cuDNN, whose masked backward is reported wrong: bert/model/attention.py); on the CPU it
+    leaves PyTorch's choice alone. The stub stands in for SDPA and records the switches."""
+    seen = []
+
+    def stub(q, k, v, attn_mask=None, dropout_p=0.0):
+        seen.append({"cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+                     "flash": torch.backends.cuda.flash_sdp_enabled(),
+                     "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+                     "math": torch.backends.cuda.math_sdp_enabled()})
+        return q
+
+    monkeypatch.setattr(backends.F, "scaled_dot_product_attention", stub)
+    fake_cuda = type("FakeCudaTensor", (), {"is_cuda": True})()
+    backends.masked_sdpa(fake_cuda, None, None, None, 0.0)
+    assert seen[-1] == {"cudnn": False, "flash": False, "efficient": True, "math": True}
+    assert backends.SDPBackend.CUDNN_ATTENTION not in backends.PADDED_SDPA_CUDA_BACKENDS
+    backends.masked_sdpa(torch.zeros(1), None, None, None, 0.0)
+    assert seen[-1]["cudnn"] == torch.backends.cuda.cudnn_sdp_enabled()  # CPU: untouched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("longest", [448, 512, 320])
+def test_padded_sdpa_yardstick_on_gpu(dtype, longest, monkeypatch):
+    """The yardstick itself on the device, at BERT-Large's head shape (16 x 64) and at lengths
+    64 mod 128 (448, 320: where cuDNN's masked backward is reported to return NaN): output and
+    q/k/v gradients finite and within 2x the math kernel's own low-precision error (plus one
+    rounding of the largest value) of an fp64 oracle (the math kernel on the CPU)."""
+    require_cuda()
+    lengths = (longest, 1, 130, longest - 63, 64, 200)
+    samples = [Sample(np.ones(n, np.int16), np.zeros(n, np.int8), np.zeros(1, np.int16),
+                      np.ones(1, np.int16), 0) for n in lengths]
+    host = pack_samples(samples).to("cpu")
+    gen = torch.Generator().manual_seed(0)
+    qkv64 = [torch.randn(host.num_tokens, 16, 64, generator=gen, dtype=torch.float64)
+             .requires_grad_() for _ in range(3)]
+    upstream = torch.randn(host.num_tokens, 16, 64, generator=gen, dtype=torch.float64)
+    oracle = attention("padded_sdpa", qkv64, host)
+    oracle_grads = torch.autograd.grad(oracle, qkv64, upstream)
+    batch = host.to("cuda")
+    qkv = [t.detach().cuda().to(dtype).requires_grad_() for t in qkv64]
+    out = attention("padded_sdpa", qkv, batch)
+    got_grads = torch.autograd.grad(out, qkv, upstream.cuda().to(dtype))
+    monkeypatch.setattr(backends, "PADDED_SDPA_CUDA_BACKENDS", (backends.SDPBackend.MATH,))
+    qkv_math = [t.detach().clone().requires_grad_() for t in qkv]
+    math_out = attention("padded_sdpa", qkv_math, batch)
+    math_grads = torch.autograd.grad(math_out, qkv_math, upstream.cuda().to(dtype))
+    pairs = [("out", out, math_out, oracle)] + [
+        (f"d{n}", g, m, o) for n, g, m, o in zip("qkv", got_grads, math_grads, oracle_grads)]
+    eps = torch.finfo(dtype).eps  # one rounding of the largest value (probe_sdpa.py's rule)
+    for name, got, math, ref in pairs:
+        ref = ref.cuda()
+        assert torch.isfinite(got).all(), name
+        bound = 2 * max_error(math, ref) + eps * max(1.0, ref.abs().max().item())
+        assert max_error(got, ref) <= bound, (name, max_error(got, ref), bound)

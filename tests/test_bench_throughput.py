@@ -43,6 +43,28 @@ def test_cpu_run_writes_schema(tmp_path):
     profile = record["profile"]
     assert profile["wall_ms"] > 0 and abs(sum(profile["share"].values()) - 1.0) < 0.01
     assert "gemm" in profile["share"] and profile["top_ops"]
+    assert record["partial"] is False and record["rounds_done"] == 2
+    assert all(v["options"]["warmup_seconds"] > 0 for v in record["variants"].values())
+
+
+def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
+    """A killed benchmark keeps what it measured: the JSON is on disk after every round."""
+    sys.path.insert(0, str(ROOT))
+    from scripts import bench_throughput
+
+    seen = []
+    real_write = bench_throughput.write_json
+
+    def spy(path, payload):
+        seen.append((payload["partial"], payload["rounds_done"]))
+        real_write(path, payload)
+
+    monkeypatch.setattr(bench_throughput, "write_json", spy)
+    bench_throughput.main(["--device", "cpu", "--model", "mini", "--batch", "2", "--steps", "1",
+                           "--warmup", "1", "--repeats", "2", "--max-length", "32",
+                           "--threads", "1", "--variants", "reference",
+                           "--json", str(tmp_path / "b.json")])
+    assert seen == [(True, 1), (True, 2), (False, 2)]
 
 
 def test_bad_variant_is_refused(tmp_path):

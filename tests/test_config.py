@@ -30,10 +30,10 @@ def test_defaults_are_bert_large_mlperf_a100():
 
 def test_overrides_are_typed():
     cfg = load_config(None, ["optim.lr=1e-3", "log.quiet=true", "run.global_batch_size=64",
-                             "data.synthetic.num_shards=2", "model.attention=flash_varlen"])
+                             "data.synthetic.num_shards=2", "model.attention=grouped_flash"])
     assert cfg.optim.lr == 1e-3 and isinstance(cfg.optim.lr, float)
     assert cfg.log.quiet is True and cfg.run.global_batch_size == 64
-    assert cfg.data.synthetic.num_shards == 2 and cfg.model.attention == "flash_varlen"
+    assert cfg.data.synthetic.num_shards == 2 and cfg.model.attention == "grouped_flash"
 
 
 @pytest.mark.parametrize("override, message", [

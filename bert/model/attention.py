@@ -22,10 +22,20 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from data.packing import PackedBatch, key_padding_mask, pad_tokens, unpad_tokens
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+# The SDPA kernels padded_sdpa may use on CUDA, in this priority order; it is the yardstick the
+# attention and fused-model tests and the throughput bench compare against, so it must be right
+# before it is fast. Left out: cuDNN attention, PyTorch's default on H100/H200 since 2.11, whose
+# backward with a boolean mask is reported to return NaN in grad_q at sequence lengths 64 mod 128
+# (pytorch/pytorch issue 196678); flash attention takes no mask. The GPU window's probe
+# (scripts/bench/probe_sdpa.py) checks every backend against an fp64 reference on the device and
+# records which of these it found correct (kernels/VALIDATION.md). CPU: PyTorch's own choice.
+PADDED_SDPA_CUDA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 
 # (q, k, v (T, heads, head_dim), batch, dropout_p) -> (T, heads, head_dim): bidirectional
 # self-attention within each packed sequence; tokens never attend across sequence boundaries.
@@ -53,8 +63,16 @@ def padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_
     qp = pad_tokens(q, q_index, batch, q_max).transpose(1, 2)
     kp, vp = (pad_tokens(t, token_index, batch, max_seqlen).transpose(1, 2) for t in (k, v))
     mask = key_padding_mask(cu_seqlens, max_seqlen)[:, None, None, :]
-    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, dropout_p=dropout_p)
+    out = masked_sdpa(qp, kp, vp, mask, dropout_p)
     return unpad_tokens(out.transpose(1, 2), q_index)
+
+
+def masked_sdpa(q, k, v, mask, dropout_p):
+    """SDPA with a boolean mask; on CUDA only the kernels of PADDED_SDPA_CUDA_BACKENDS."""
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    with sdpa_kernel(list(PADDED_SDPA_CUDA_BACKENDS), set_priority=True):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
 def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,

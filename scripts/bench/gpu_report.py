@@ -80,6 +80,7 @@ def throughput(payload: dict) -> dict:
                        "options": v.get("options")}
                 for name, v in payload.get("variants", {}).items()}
     return {"device": payload.get("device"), "variants": variants,
+            "partial": payload.get("partial", False), "rounds_done": payload.get("rounds_done"),
             "ratios": {k: round(v, 3) for k, v in payload.get("ratios", {}).items()
                        if not k.endswith("_paired_median")},
             "fastest_selection": payload.get("fastest_selection", [])}
@@ -99,3 +100,23 @@ def targets(results: dict) -> dict:
     return {key: {"target": goal, "measured": best[key],
                   "met": None if best[key] is None else best[key] >= goal}
             for key, goal in TARGETS.items()}
+
+
+def totals(per_file: dict) -> dict:
+    """Counts over every file of a per-file table (files without counts are listed apart)."""
+    counted = {name: c for name, c in per_file.items() if "passed" in c}
+    sums = {k: sum(c[k] for c in counted.values()) for k in OUTCOMES}
+    return {"collected": sum(sums.values()), **sums,
+            "files_without_counts": sorted(set(per_file) - set(counted))}
+
+
+def probe_verdicts(probe: dict) -> list[str]:
+    """probe_sdpa.py's cases in one line each: kernel -> ok / WRONG / refused."""
+    lines = []
+    for case in probe.get("cases", []):
+        kernels = ", ".join(
+            f"{name} {'refused' if not v['accepted'] else 'ok' if v['passed'] else 'WRONG'}"
+            for name, v in case["kernels"].items())
+        lines.append(f"S={case['longest']} {case['dtype']}: {kernels}; padded_sdpa "
+                     f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}")
+    return lines

@@ -1,10 +1,13 @@
 """The GPU harness: turns one short GPU window into validated kernels and measured throughput.
 
+    python scripts/bench/validate_gpu.py window [--continue SUMMARY] [--dry-run] [--out DIR]
     python scripts/bench/validate_gpu.py {kernels,throughput,fused} [--dry-run] [--out DIR]
 
 Run it through scripts/bench/validate_gpu.sh, which first installs the wheels carried in .whl/.
-Each stage is one device command, planned to end inside BUDGET_S seconds (default 540, under the
-device's 10-minute limit): every step gets its own timeout, cut to what is left of the budget,
+`window` is what to run first whenever a GPU is lent (scripts/bench/gpu_window.py: one command
+within 420 s, its steps ordered by what they reveal). The three stages below are for a longer
+lease. Each is one device command, planned to end inside BUDGET_S seconds (default 540, under
+the device's 10-minute limit): every step gets its own timeout, cut to what is left of the budget,
 and the summary is rewritten after every step, so a hang costs one step, not the window.
 
     kernels     build for this GPU's arch with all cores; every GPU test (a missing or failing
@@ -29,6 +32,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -38,10 +42,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/validate_gpu.py` from anywhere
-from scripts.bench import gpu_report  # noqa: E402 (needs the path above)
+from scripts.bench import gpu_report, gpu_window  # noqa: E402 (needs the path above)
 from scripts.script_utils import git_commit  # noqa: E402
 
-STAGES = ("kernels", "throughput", "fused")
+STAGES = ("window", "kernels", "throughput", "fused")
+BUDGETS_S = {"window": gpu_window.WINDOW_BUDGET_S, "kernels": 540, "throughput": 540,
+             "fused": 540}
 MAX_FILES = 8  # what the device tool brings back from $OUT
 RESERVE_S = 15  # kept back from the budget for the summary and the tarball
 TEST_TIMEOUT_S = 180  # per GPU test (pytest-timeout)
@@ -88,11 +94,15 @@ class Harness:
 
     def __init__(self, stage: str, out: Path, dry_run: bool, budget_s: float):
         self.stage, self.out, self.dry_run = stage, out, dry_run
+        self.budget_s, self.reserve_s = budget_s, RESERVE_S
+        self.root, self.py = ROOT, PY
+        self.done: set[str] = set()  # steps an earlier call finished (window --continue)
         self.deadline = time.monotonic() + budget_s
         commit = git_commit()
         if commit == "unknown":
-            raise HarnessError("no commit to record: set BERT_COMMIT or run "
-                               "scripts/bench/prepare_gpu_carry.sh before the window")
+            # A refusal here would cost a whole device command: record it and go on.
+            print("warning: validate_gpu: no commit to record (no .git, no BERT_COMMIT, no "
+                  ".whl/COMMIT): the records say 'unknown'", file=sys.stderr)
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", BERT_COMMIT=commit)
         self.work = Path(tempfile.mkdtemp(prefix=f"gpu-{stage}-"))
         self.summary = {
@@ -119,12 +129,7 @@ class Harness:
             return self._record(record, 124)
         start = time.monotonic()
         with open(self.work / f"{name}.log", "w") as log:
-            try:
-                code = subprocess.run(argv, cwd=ROOT, env={**self.env, **(env or {})},
-                                      stdout=log, stderr=subprocess.STDOUT,
-                                      timeout=timeout).returncode
-            except subprocess.TimeoutExpired:
-                code = 124
+            code = run_capped(argv, {**self.env, **(env or {})}, log, timeout)
         record.update(seconds=round(time.monotonic() - start, 1), returncode=code,
                       status="ok" if code == 0 else "timeout" if code == 124 else "failed")
         if code == 124:
@@ -139,13 +144,20 @@ class Harness:
 
     # -- stages --------------------------------------------------------------------------------
 
-    def device_info(self) -> None:
+    def device_info(self, cap_s: float = 120) -> None:
         code = ("import json, torch; c = torch.cuda.is_available(); p = c and "
-                "torch.cuda.get_device_properties(0); print(json.dumps({'device': p.name if c "
-                "else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, p.minor) if c else None,"
-                " 'sm_count': p.multi_processor_count if c else None, 'torch': torch.__version__,"
-                " 'cuda': torch.version.cuda, 'cpu_count': __import__('os').cpu_count()}))")
-        self.step("device", [PY, "-c", code], 120)
+                "torch.cuda.get_device_properties(0); b = torch.backends; print(json.dumps({"
+                "'device': p.name if c else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, "
+                "p.minor) if c else None, 'sm_count': p.multi_processor_count if c else None, "
+                "'torch': torch.__version__, 'cuda': torch.version.cuda, 'driver': "
+                "torch._C._cuda_getDriverVersion() if c else None, 'cudnn': "
+                "b.cudnn.version() if c else None, 'sdpa': {'flash': "
+                "b.cuda.is_flash_attention_available(), 'flash_enabled': "
+                "b.cuda.flash_sdp_enabled(), 'efficient_enabled': "
+                "b.cuda.mem_efficient_sdp_enabled(), 'cudnn_enabled': b.cuda.cudnn_sdp_enabled(),"
+                " 'math_enabled': b.cuda.math_sdp_enabled()}, 'cpu_count': "
+                "__import__('os').cpu_count()}))")
+        self.step("device", [PY, "-c", code], cap_s)
         log = (self.work / "device.log").read_text().strip().splitlines()
         try:
             self.summary.update(json.loads(log[-1]))
@@ -154,7 +166,7 @@ class Harness:
         if not self.dry_run and self.summary.get("capability") is None:
             raise HarnessError("no CUDA GPU visible to PyTorch (use --dry-run on a CPU machine)")
 
-    def build(self) -> bool:
+    def build(self, cap_s: float = 300) -> bool:
         """Build for this GPU's arch only, with every core; True when the build succeeded."""
         if self.dry_run:
             self._record({"name": "build", "status": "skipped", "reason": "dry run"}, 0)
@@ -162,7 +174,31 @@ class Harness:
         env = toolchain_env()
         argv = [PY, "-m", "kernels.build", "--build-dir", "build/kernels",
                 "--arch", self.summary["capability"], "--jobs", str(os.cpu_count() or 1)]
-        return self.step("build", argv, 300, env) == 0
+        return self.step("build", argv, cap_s, env) == 0
+
+    def collect_gpu_tests(self, files: list[str]) -> None:
+        """Dry run: collect every GPU test as the image would (without mlperf_logging), and
+        record any collected file the window's per-file list lacks."""
+        args = ["-m", "gpu", "tests", "-q", "--collect-only", "-p", "no:cacheprovider"]
+        self.step("gpu_tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging", *args],
+                  120)
+        self.summary["tests"] = gpu_report.collected(self.work / "gpu_tests.log")
+        missing = sorted(set(self.summary["tests"]["per_file"]) - set(files))
+        self.summary["test_files"] = files
+        if missing:
+            self.summary["steps"][-1].update(status="failed",
+                                             reason=f"GPU test files not in the window: {missing}")
+            self.write()
+
+    def run_gpu_test_file(self, name: str, path: str, junit: Path, cap_s: float,
+                          require_kernels: bool) -> int:
+        """One GPU test file in its own pytest process (a device fault ends only this file)."""
+        args = ["-m", "gpu", path, "-q", "-rfEs", "-p", "no:cacheprovider",
+                f"--junitxml={junit}"]
+        if pytest_timeout_available():
+            args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
+        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
+        return self.step(name, [PY, "-m", "pytest", *args], cap_s, env)
 
     def gpu_tests(self, require_kernels: bool) -> None:
         junit = self.work / "gpu-tests.xml"
@@ -247,6 +283,22 @@ class Harness:
         return 1 if failed else 0
 
 
+def run_capped(argv: list[str], env: dict, log, timeout: float) -> int:
+    """Run a command in its own process group; past `timeout` the whole group is killed (a
+    pytest's or a build's children too, so nothing outlives its step); 124 then."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return 124
+
+
 class HarnessError(Exception):
     """Bad setup: one `error:` line, exit status 2."""
 
@@ -269,7 +321,10 @@ def toolchain_env() -> dict:
     return {"CUDA_HOME": str(home), "PATH": f"{home / 'bin'}:{os.environ.get('PATH', '')}"}
 
 
-def run_stage(h: Harness) -> None:
+def run_stage(h: Harness, previous: dict | None = None) -> None:
+    if h.stage == "window":
+        gpu_window.run_window(h, previous)
+        return
     h.device_info()
     if h.stage == "kernels":
         built = h.build()
@@ -290,13 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("stage", choices=STAGES)
     p.add_argument("--dry-run", action="store_true", help="on a CPU: every step needing no GPU")
     p.add_argument("--out", type=Path, help="output folder (the OUT variable wins)")
+    p.add_argument("--continue", dest="previous", type=Path, metavar="SUMMARY",
+                   help="window: run only the steps this earlier summary.json did not finish")
     args = p.parse_args(argv)
+    if args.previous and args.stage != "window":
+        p.error("--continue is for the window stage")
     out = Path(os.environ.get("OUT") or args.out
                or ROOT / "results" / "gpu-validation" / args.stage).resolve()
-    budget = float(os.environ.get("BUDGET_S", "540"))
+    budget = float(os.environ.get("BUDGET_S", BUDGETS_S[args.stage]))
+    previous = gpu_window.load_previous(args.previous) if args.previous else None
     try:
         h = Harness(args.stage, out, args.dry_run, budget)
-        run_stage(h)
+        run_stage(h, previous)
     except HarnessError as err:
         print(f"error: validate_gpu: {err}", file=sys.stderr)
         return 2
