@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     args = build_parser().parse_args(argv)
     from bert.config import ConfigError, describe_fields, load_config
     from bert.model.weights import CheckpointError
+    from bert.plan.check import warn_at_start
     from bert.train.launch_env import abort_mpi_job, report_error
     from bert.train.mlperf import MLPerfLogError
     from data.sources.shards import DataError
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         overrides.append("run.eval_only=true")
     try:
         cfg = load_config(args.config, overrides)
+        warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
         # data preparation, outside the timed MLPerf region
         ensure_synthetic_data(cfg.data, cfg.model.vocab_size)

@@ -201,6 +201,18 @@ def rcp_note(runs: list[Run], division: str) -> str | None:
             f"the RCP checker compares it with an interpolation of its neighbours")
 
 
+def rcp_reference(runs: list[Run], division: str) -> str | None:
+    """Which RCP the runs' one global batch is checked against (closed division)."""
+    sizes = {run.global_batch_size for run in runs if run.global_batch_size}
+    if division != "closed" or len(sizes) != 1:
+        return None
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.append(root)  # the repository's bert package (bert/plan/check.py)
+    from bert.plan.check import package_reference
+    return package_reference(sizes.pop())
+
+
 # -- report -----------------------------------------------------------------------------------
 
 def report_runs(runs: list[Run], verdicts: list[check_compliance.Verdict] | None) -> list[str]:
@@ -252,6 +264,9 @@ def package(args: argparse.Namespace) -> int:
     note = rcp_note(runs, desc.get("division", ""))
     if note:
         print(f"rcp note: {note}")
+    reference = rcp_reference(runs, desc.get("division", ""))
+    if reference:
+        print(f"rcp reference: {reference}")
     if not checked:
         print("rcp checker, package checker: not run (--skip-checks)")
     elif closed:

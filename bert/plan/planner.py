@@ -1,0 +1,147 @@
+"""Candidates for a cluster: for each RCP global batch, the micro-batch that fits, the RCP
+hyperparameters, memory per GPU, step time and predicted time to train; fastest legal first."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bert.model.config import ModelConfig
+from bert.plan import flops, memory, rcp, timing
+from bert.plan.gpus import GPUKind
+from bert.train.config import mlperf_eval_interval
+
+GIB = memory.GIB
+
+
+class PlanError(ValueError):
+    """Input the planner cannot use (exit status 2); the message names it."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    gpus: int
+    gpus_per_node: int
+    kind: GPUKind
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise PlanError(f"--gpus {self.gpus}: need at least one GPU")
+        if self.gpus_per_node < 1 or self.gpus % self.gpus_per_node:
+            raise PlanError(f"--gpus-per-node {self.gpus_per_node}: must divide --gpus "
+                            f"{self.gpus}")
+
+    @property
+    def nodes(self) -> int:
+        return self.gpus // self.gpus_per_node
+
+    @property
+    def link_gbs(self) -> float:
+        """The slowest link of the gradient ring: NVLink in one node, else the network."""
+        return self.kind.nvlink_gbs if self.nodes == 1 else self.kind.network_gbs
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    precision: str = "bf16"
+    sharded: bool = False  # optim.sharded
+    efficiency: float | None = None  # None: implied by the published throughput
+    init_minutes: float = 3.0  # initialization (not scored), assumption
+    eval_batch: int = 128  # eval.batch_size
+    eval_samples: int = 10_000
+    max_micro_batch: int = 256
+
+
+@dataclass
+class Candidate:
+    global_batch_size: int
+    micro_batch: int | None  # None: nothing fits
+    accumulation: int | None
+    hyper: rcp.Plan
+    memory: memory.Memory | None
+    step: timing.StepTime | None = None
+    train: timing.TimeToTrain | None = None
+    train_low: timing.TimeToTrain | None = None
+    train_high: timing.TimeToTrain | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.micro_batch is not None
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.global_batch_size / self.step.step_s
+
+
+def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions) -> timing.Rates:
+    efficiency = assumptions.efficiency
+    if efficiency is None:
+        if not cluster.kind.published_samples_per_s:
+            raise PlanError(f"--gpu {cluster.kind.name}: no published throughput to derive an "
+                            f"efficiency from; give --efficiency (e.g. 0.3)")
+        efficiency = timing.implied_efficiency(
+            cluster.kind.published_samples_per_s,
+            flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops)
+    if not 0 < efficiency <= 1:
+        raise PlanError(f"--efficiency {efficiency}: must be in (0, 1]")
+    return timing.Rates(cluster.kind.bf16_tflops, efficiency, cluster.link_gbs)
+
+
+def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:
+    if target is not None:
+        if target < 1 or target % cluster.gpus:
+            raise PlanError(f"--batch {target}: not a multiple of the {cluster.gpus} GPUs, so no "
+                            f"micro-batch divides it evenly")
+        return [target]
+    return [r.global_batch_size for r in rcp.table() if r.global_batch_size % cluster.gpus == 0]
+
+
+def plan(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions,
+         target: int | None = None) -> tuple[list[Candidate], timing.Rates]:
+    """Every candidate, the fastest fitting legal one first (then the ones that do not fit)."""
+    rates = default_rates(cluster, cfg, assumptions)
+    found = []
+    for gbs in candidate_batches(cluster, target):
+        try:
+            hyper = rcp.plan_for(gbs)
+        except rcp.RCPError as err:
+            if target is not None:
+                raise PlanError(f"--batch {target}: {err}") from None
+            continue
+        found.append(_candidate(cluster, cfg, assumptions, rates, hyper))
+    if not found:
+        raise PlanError(f"--gpus {cluster.gpus}: no RCP global batch is a multiple of the GPU "
+                        f"count; give --batch")
+    found.sort(key=lambda c: (not c.fits, c.train.score_min if c.fits else 0.0))
+    return found, rates
+
+
+def _candidate(cluster: Cluster, cfg: ModelConfig, a: Assumptions, rates: timing.Rates,
+               hyper: rcp.Plan) -> Candidate:
+    local = hyper.global_batch_size // cluster.gpus
+    capacity = cluster.kind.memory_gib * GIB
+    micro, mem = None, None
+    for size in sorted((d for d in range(1, local + 1) if local % d == 0), reverse=True):
+        if size > a.max_micro_batch:
+            continue
+        mem = memory.estimate(cfg, a.precision, size, cluster.gpus, a.sharded, a.eval_batch)
+        if mem.total(worst=True) <= capacity:
+            micro = size
+            break
+    if micro is None:
+        return Candidate(hyper.global_batch_size, None, None, hyper, mem,
+                         notes=["does not fit even one sequence per micro-batch"])
+    accumulation = local // micro
+    per_sample = flops.training_flops(cfg, flops.LengthMix.mlperf())
+    params = memory.parameter_count(cfg)
+    step = timing.step_time(local, accumulation, per_sample, params, cluster.gpus, a.sharded,
+                            rates)
+    throughput = hyper.global_batch_size / step.step_s
+    interval = mlperf_eval_interval(hyper.global_batch_size)
+
+    def train(samples: float) -> timing.TimeToTrain:
+        return timing.time_to_train(samples, throughput, interval, a.eval_samples,
+                                    cluster.gpus, per_sample / 3, rates)
+
+    return Candidate(hyper.global_batch_size, micro, accumulation, hyper, mem, step,
+                     train(hyper.samples_mean), train(hyper.samples_low),
+                     train(hyper.samples_high))
