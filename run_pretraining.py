@@ -45,12 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, callbacks=()) -> int:
     """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
     args = build_parser().parse_args(argv)
-    from bert.config import ConfigError, describe_fields, load_config
-    from bert.model.weights import CheckpointError
+    from bert.config import describe_fields, load_config
+    from bert.core.errors import BadInputError
     from bert.plan.check import warn_at_start
     from bert.train.launch_env import abort_mpi_job, report_error
     from bert.train.mlperf import MLPerfLogError
-    from data.sources.shards import DataError
 
     if args.help_config:
         print("\n".join(describe_fields()))
@@ -71,7 +70,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         from bert.train.trainer import Trainer
         trainer = Trainer(cfg, callbacks=callbacks)
         result = trainer.train()
-    except (ConfigError, DataError, CheckpointError, MLPerfLogError) as err:
+    except (BadInputError, MLPerfLogError) as err:
         report_error(str(err), 2)  # once per job, not once per rank
         abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
         return 2

@@ -36,7 +36,8 @@ from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
                                SubmissionConfig, mlperf_eval_interval)
-from data.config import BatchGeometry, ConfigError, DataConfig, check
+from bert.core.errors import ConfigError, check
+from data.config import BatchGeometry, DataConfig
 from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
 

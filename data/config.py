@@ -12,18 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bert.core.errors import ConfigError, check  # noqa: F401 - ConfigError: re-exported
 from data.order.curricula import CURRICULA
 from data.order.lengths import strata_edges
 from data.order.strategies import STRATEGIES
-
-
-class ConfigError(ValueError):
-    """A configuration key or value that cannot be used; the message names it."""
-
-
-def check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """The project's shape, checked: imports run one way and files stay a readable size.
 
-Arrows point from user to used: run_pretraining.py -> bert/ -> data/, kernels/. `data/` and
-`kernels/` import nothing of `bert/`, and `kernels/` nothing of `data/`, lazily or not (imports
-inside functions, under TYPE_CHECKING and `importlib.import_module("...")` count too).
+Arrows point from user to used: run_pretraining.py -> bert/ -> data/, kernels/ -> bert/core/.
+`data/` and `kernels/` import nothing of `bert/` but its bottom layer `bert.core` (the bad-input
+errors, atomic writes), `kernels/` nothing of `data/`, and `bert.core` nothing of the project,
+lazily or not (imports inside functions, under TYPE_CHECKING and
+`importlib.import_module("...")` count too). No two files import each other, directly or
+around a longer loop.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 500  # any .py file outside tests/
 MAX_ENTRY_LINES = 100  # run_pretraining.py: config -> Trainer -> train()
 # package -> the project packages it must not import
-FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"}}
+FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"}, "bert.core": {"bert", "data", "kernels"}}
+BOTTOM = "bert.core"  # the one part of bert/ that every package may import
 
 
 def source_files() -> list[Path]:
@@ -57,17 +61,105 @@ def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
 def violations(package: str, files: list[Path], root: Path = ROOT) -> list[str]:
     bad = []
     for path in files:
-        if path.relative_to(root).parts[0] != package:
+        if not module_name(path, root).startswith(package + "."):
             continue
         for module in sorted(imported_modules(path, root)):
-            if module.split(".")[0] in FORBIDDEN[package]:
+            below = module == BOTTOM or module.startswith(BOTTOM + ".")
+            if module.split(".")[0] in FORBIDDEN[package] and not (
+                    below and package != BOTTOM):
                 bad.append(f"{path.relative_to(root).as_posix()} imports {module}")
     return bad
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
+    """Loops in the file-level import graph of the project's modules (every import counts,
+    lazy ones too): each as the list of modules around it."""
+    modules = {module_name(p, root): p for p in files}
+    graph = {name: sorted({_owner(m, modules) for m in runtime_imports(path, root)} - {None,
+                                                                                      name})
+             for name, path in modules.items()}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def runtime_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """The modules `path` imports when it runs (lazy imports too; not the type-only ones under
+    `if TYPE_CHECKING:`); `from pkg import sub` names the submodule pkg.sub."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    package = module_name(path, root).rsplit(".", 1)[0] if path.name != "__init__.py" else \
+        module_name(path, root)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _owner(module: str, modules: dict) -> str | None:
+    """The project file an import names (`a.b.c` may be a name inside module `a.b`)."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in modules:
+            return ".".join(parts[:end])
+    return None
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_run_one_way(package):
     assert violations(package, source_files()) == []
+
+
+def test_no_import_cycles():
+    package_files = [p for p in source_files()
+                     if p.relative_to(ROOT).parts[0] in ("bert", "data", "kernels")]
+    assert import_cycles(package_files) == []
+
+
+def test_the_cycle_finder_finds_a_lazy_loop(tmp_path):
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "a.py").write_text("from bert import b\n")
+    (tmp_path / "bert" / "b.py").write_text("def f():\n    from bert.a import x\n")
+    files = sorted((tmp_path / "bert").glob("*.py"))
+    assert import_cycles(files, tmp_path) == [["bert.a", "bert.b", "bert.a"]]
+
+
+def test_the_bottom_layer_is_below_everything(tmp_path):
+    """data/ may import bert.core, bert.core may import nothing of the project."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "bert" / "core").mkdir(parents=True)
+    ok = tmp_path / "data" / "x.py"
+    ok.write_text("from bert.core.errors import DataError\nfrom bert.model import m\n")
+    core = tmp_path / "bert" / "core" / "y.py"
+    core.write_text("import data.packing\n")
+    assert violations("data", [ok], tmp_path) == ["data/x.py imports bert.model"]
+    assert violations("bert.core", [core], tmp_path) == ["bert/core/y.py imports data.packing"]
 
 
 def test_the_checker_sees_lazy_relative_and_dynamic_imports(tmp_path):

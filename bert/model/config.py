@@ -16,7 +16,7 @@ from typing import Literal
 
 from bert.model.attention import BACKENDS
 from bert.model.fused import FUSED_OPS
-from data.config import ConfigError, check
+from bert.core.errors import ConfigError, check
 from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
 
 # the fusions of the sublayers model.compile_sublayers puts under torch.compile instead

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 import torch
 
+from bert.core.errors import CheckpointError  # noqa: F401 - re-exported (its users)
+
 if TYPE_CHECKING:  # the model imports nothing from here; only the annotations name it
     from bert.model.modeling import BertForPretraining
 
@@ -63,10 +65,6 @@ _GLOBAL_MAP = {
 _IGNORED = re.compile(r"(cls\.predictions\.decoder\.(weight|bias)|.*position_ids)$")
 _LAYER_KEY = re.compile(r"bert\.encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 _QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message names the file and the tensor."""
 
 
 def _normalize(name: str) -> str:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bert.optim.registry import OPTIMIZERS
-from data.config import check
+from bert.core.errors import check
 
 
 @dataclass

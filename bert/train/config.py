@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from data.config import check
+from bert.core.errors import check
 
 
 @dataclass

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from bert.train.launch_env import export_rendezvous, launch_layout
-from data.config import ConfigError
+from bert.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from bert.model.weights import CheckpointError
+from bert.core.errors import CheckpointError
+from bert.core.files import atomic_path, write_text_atomic
 from bert.train.resume_settings import write_config
-from data.files import atomic_path, write_text_atomic
 
 FORMAT = "open-bert-train-state"
 VERSION = 1

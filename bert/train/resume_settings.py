@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bert.config import flatten
-from bert.model.weights import CheckpointError
-from data.files import write_text_atomic
+from bert.core.errors import CheckpointError
+from bert.core.files import write_text_atomic
 
 CONFIG_FILE = "config.json"
 

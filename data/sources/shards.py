@@ -22,7 +22,8 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from data.files import temp_name
+from bert.core.errors import DataError  # noqa: F401 - re-exported for data/'s users
+from bert.core.files import temp_name
 from data.packing import Sample
 from data.sources.loader import ShardLoader
 
@@ -38,10 +39,6 @@ LABEL_DTYPE = np.dtype(np.int8)
 ALL_FIELDS = (*VLEN_FIELDS, LABEL_FIELD)
 
 SHARD_GLOB = "part_*.hdf5"
-
-
-class DataError(ValueError):
-    """Unusable training or eval data; the message names the file, the field and the value."""
 
 
 # --------------------------------------------------------------------------------------------

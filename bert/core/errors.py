@@ -1,0 +1,26 @@
+"""The bad-input error family: every class here means "the user gave something this program
+cannot use", which run_pretraining.py and the scripts turn into one `error:` line and exit
+status 2. Each message names the file, key or value at fault."""
+from __future__ import annotations
+
+
+class BadInputError(ValueError):
+    """Bad user input (config, data, checkpoint, log): one `error:` line, exit status 2."""
+
+
+class ConfigError(BadInputError):
+    """A configuration key or value that cannot be used; the message names it."""
+
+
+class DataError(BadInputError):
+    """A data file (shard, eval file, text, vocabulary) that cannot be read as promised."""
+
+
+class CheckpointError(BadInputError):
+    """A checkpoint (init weights, a training checkpoint to resume) that cannot be used."""
+
+
+def check(cond: bool, msg: str) -> None:
+    """ConfigError(msg) unless `cond`: a config section's validation step."""
+    if not cond:
+        raise ConfigError(msg)
