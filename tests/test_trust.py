@@ -252,9 +252,9 @@ def test_eta_is_to_max_steps_at_the_mean_rate(monkeypatch, capsys):
     progress = progress_module.Progress(enabled=True, interval_s=5)
     progress.start(total_samples=1000, start_samples=100, total_steps=100)
     clock[0] += 6.0  # 60 samples in 6 s
-    progress.step(16, 160, torch.tensor(2.0), 1e-3)
+    progress.step(16, 160, torch.tensor(2.0), lambda: 1e-3)
     clock[0] += 7.0  # then 140 samples in 7 s: 20/s now, 200/13 s on average
-    progress.step(30, 300, torch.tensor(2.0), 1e-3)
+    progress.step(30, 300, torch.tensor(2.0), lambda: 1e-3)
     first, second = capsys.readouterr().out.splitlines()
     assert "~0:01:24 to max_steps 100 (mean rate)" in first  # 840 samples at 10/s
     assert "20.0 samples/s" in second

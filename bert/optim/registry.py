@@ -15,9 +15,18 @@ Adding an optimizer is an entry here (and its torch.optim class, for the replica
   run as the fused kernels of kernels/lamb.py (not yet validated on a GPU).
 
 Both expose: `model` (what to call forward on), `no_sync()` (gradient accumulation),
-`backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float, for display),
-`state_dict()`/`load_state_dict()` (optimizer, schedule and loss scale, for --resume; call on
-every rank).
+`backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float: the lr of the
+next update, for display), `skipped_steps()` (fp16 overflows so far), `state_dict()`/
+`load_state_dict()` (optimizer, schedule and loss scale, for --resume; call on every rank).
+
+A step skipped for fp16 overflow is, for the optimizer, as if it never happened: no parameter
+or moment changes, and neither the lr schedule, nor the bias-correction step, nor the
+optimizer's step count advances; only the loss scale backs off and the skip is counted. So the
+next real update uses the lr and bias correction of the step number that was skipped. The
+trainer's step and sample counters still advance (the batch was consumed: MLPerf counts its
+samples). Both wrappers follow this rule (tests/test_fp16_skip.py forces an overflow in each).
+`lr()` of the sharded optimizer reads its device step count: a host sync, so the trainer calls
+it only when a progress line is due.
 """
 from __future__ import annotations
 
@@ -75,6 +84,14 @@ class Replicated:
         self.scheduler = PolyWarmupScheduler(self.optimizer, s.total_steps, s.warmup_steps,
                                              s.start_warmup_step, s.power)
         self.grad_scaler = torch.amp.GradScaler(ctx.device.type, enabled=fp16)
+        # GradScaler skips optimizer.step() on an overflow; a post-step hook, which runs only
+        # when the step ran, tells the two apart without reading anything more from the device.
+        self._updated = False
+        self.optimizer.register_step_post_hook(self._mark_updated)
+        self.skipped = 0  # host count: GradScaler already read the inf flag on the host
+
+    def _mark_updated(self, *_hook_args) -> None:
+        self._updated = True
 
     def no_sync(self):
         if isinstance(self.model, DistributedDataParallel):
@@ -85,22 +102,30 @@ class Replicated:
         self.grad_scaler.scale(loss).backward()
 
     def step(self) -> None:
+        self._updated = False
         self.grad_scaler.step(self.optimizer)  # fp16: reads the inf flag on the host
         self.grad_scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        if self._updated:
+            self.scheduler.step()  # a skipped step leaves the schedule where it was
+        else:
+            self.skipped += 1
 
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
+    def skipped_steps(self) -> int:
+        return self.skipped
+
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "grad_scaler": self.grad_scaler.state_dict()}
+                "grad_scaler": self.grad_scaler.state_dict(), "skipped_steps": self.skipped}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.grad_scaler.load_state_dict(state["grad_scaler"])
+        self.skipped = int(state["skipped_steps"])
 
 
 class Sharded:
@@ -118,7 +143,6 @@ class Sharded:
             trust_ratio=OPTIMIZERS[o.name].trust_ratio, loss_scaler=self.loss_scaler,
             lr_schedule=self._schedule, **shard_math(o.fused_kernel, ctx.device))
         self.base_lr = o.lr
-        self.steps_taken = 0  # host count, for display only (skipped fp16 steps included)
 
     def no_sync(self):
         return self.optimizer.no_sync()
@@ -129,21 +153,24 @@ class Sharded:
         loss.backward()
 
     def step(self) -> None:
-        self.optimizer.step()
+        self.optimizer.step()  # an overflow is masked on the device: step_count stays
         self.optimizer.zero_grad()
-        self.steps_taken += 1
 
     def lr(self) -> float:
-        return self._schedule(self.steps_taken, self.base_lr)
+        """Host sync (reads the device step count): call at log points only."""
+        return float(self._schedule(self.optimizer.step_count, self.base_lr))
+
+    def skipped_steps(self) -> int:
+        """Host sync: call at log points only."""
+        return int(self.optimizer.skipped_steps)
 
     def state_dict(self) -> dict:
         """Collective (the shards are gathered): call it on every rank."""
-        return {"optimizer": self.optimizer.state_dict(), "steps_taken": self.steps_taken}
+        return {"optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Also sets the model's parameters from the saved fp32 master weights."""
         self.optimizer.load_state_dict(state["optimizer"])
-        self.steps_taken = int(state["steps_taken"])
 
 
 def shard_math(fused: bool, device: torch.device) -> dict:

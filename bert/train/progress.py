@@ -5,12 +5,15 @@ left is to the step budget (max_steps) at the mean rate since the start, and say
 target accuracy usually ends the run sooner, and nothing predicts when.
 
 The step loss stays on the device; it is read only when a progress line is due (every
-`interval_s` seconds), which is the one host-device sync outside eval points.
+`interval_s` seconds), which is the one host-device sync outside eval points. So is the lr: the
+trainer passes the optimizer's `lr` function, called only for a line (the sharded optimizer's
+lr comes from its device step count).
 """
 from __future__ import annotations
 
 import sys
 import time
+from typing import Callable
 
 import torch
 
@@ -51,8 +54,12 @@ class Progress:
         self._t0 = self._last_time = time.time()
         self._start_samples = self._last_samples = start_samples
 
-    def step(self, step: int, samples: int, step_loss: torch.Tensor, lr: float) -> None:
-        """Record one optimizer step; print a line if one is due."""
+    def step(self, step: int, samples: int, step_loss: torch.Tensor,
+             lr: Callable[[], float]) -> None:
+        """Record one optimizer step; print a line if one is due.
+
+        lr: called only for a line; returns the lr of the next real update (fp16: a skipped
+        step leaves it where it was, bert/optim/registry.py)."""
         if not self.enabled or self.quiet:
             return
         self._loss_sum = step_loss if self._loss_sum is None else self._loss_sum + step_loss
@@ -62,7 +69,7 @@ class Progress:
             return
         loss = float(self._loss_sum) / self._loss_steps  # host read at log points only
         rate = (samples - self._last_samples) / (now - self._last_time)
-        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr:.3e} | "
+        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr():.3e} | "
                   f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
                   f"{self.eta(samples, now)}")
         self._last_time, self._last_samples = now, samples

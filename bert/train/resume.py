@@ -39,7 +39,9 @@ from bert.core.files import atomic_path, write_text_atomic
 from bert.train.resume_settings import write_config
 
 FORMAT = "open-bert-train-state"
-VERSION = 1
+# 2: the optimizer state follows the fp16 skip rule (bert/optim/registry.py): a v1 replicated
+# schedule counted skipped steps, and it had no skip count
+VERSION = 2
 MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.pt"
 PARTIAL_SUFFIX = ".partial"

@@ -277,11 +277,10 @@ class Trainer:
             block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
             log.block_start(samples, first_epoch_num=samples, epoch_count=block_steps * gbs)
             for block_step in range(1, block_steps + 1):
-                lr = self.optim.lr()
                 step_loss = self.train_step(pipeline)
-                step += 1
+                step += 1  # a skipped fp16 step counts too: its samples were consumed
                 samples += gbs
-                self.progress.step(step, samples, step_loss, lr)
+                self.progress.step(step, samples, step_loss, self.optim.lr)
                 if block_step < block_steps and self._checkpoint_due(step):
                     self._save_checkpoint(step, samples, accuracy)
                 for callback in self.callbacks:
