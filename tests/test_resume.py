@@ -142,11 +142,13 @@ def test_resume_errors(data_dir, tmp_path):
     with pytest.raises(CheckpointError, match="optim.sharded=True given, the checkpoint was "
                                               "trained with optim.sharded=False"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto", "optim.sharded": True})
-    # a checkpoint written before config.json: the config inside trainer.pt is read
-    (folder / CONFIG_FILE).unlink()
     with pytest.raises(CheckpointError, match="model.hidden_size=64 given, the checkpoint was "
                                               "trained with model.hidden_size=32"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto", "model.hidden_size": 64})
+    # without its config.json a checkpoint is not one of this version: refused, never guessed
+    (folder / CONFIG_FILE).unlink()
+    with pytest.raises(CheckpointError, match="no config.json"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):

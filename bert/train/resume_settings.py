@@ -40,13 +40,13 @@ def write_config(folder: Path, config: dict) -> None:
 
 
 def saved_config(folder: Path) -> dict:
-    """The config a checkpoint was trained with. Checkpoints written before config.json kept it
-    only inside trainer.pt, which is then memory-mapped for it (its tensors are not read)."""
+    """The config a checkpoint was trained with (every checkpoint of the current manifest
+    version has config.json; older ones are refused by their manifest)."""
     try:
         return json.loads((folder / CONFIG_FILE).read_text())
     except FileNotFoundError:
-        from bert.train.resume import load_trainer_state  # the costly way, old checkpoints only
-        return load_trainer_state(folder, mmap=True).get("config") or {}
+        raise CheckpointError(f"{folder}: no {CONFIG_FILE} (not a complete checkpoint of this "
+                              f"version)") from None
     except (OSError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{folder / CONFIG_FILE}: cannot read ({err})") from None
 
