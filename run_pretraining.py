@@ -12,6 +12,7 @@ Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
         # data preparation, outside the timed MLPerf region
-        ensure_synthetic_data(cfg.data, cfg.model.vocab_size)
+        cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data,
+                                                                  cfg.model.vocab_size))
         from bert.train.trainer import Trainer
         trainer = Trainer(cfg, callbacks=callbacks)
         result = trainer.train()

@@ -7,25 +7,25 @@
     run         bert/train/config.py    RunConfig
     eval, checkpoint, log, submission   bert/train/config.py
 
-A run's config is a YAML file with these sections plus `--set section.key=value` overrides. The
-loader coerces every value to its field's annotated type (bool, int, float, str, a `Literal`
-choice, `list[int]`/`list[float]` from a YAML list or "a,b,c", nested sections) and each
-section validates itself in `__post_init__`; cross-section rules are `Config.__post_init__`'s.
-Unknown keys and bad values raise `ConfigError` naming the key and value. Keys that moved
+A run's config is a YAML file with these sections plus `--set section.key=value` overrides. Each
+section is a frozen pydantic dataclass (bert/core/settings.py) that declares its fields' types,
+ranges and descriptions; the loader reads integers exactly and "a,b,c" lists from text, builds
+each section, and the section validates itself (declared constraints, then `__post_init__`'s
+rules across its fields); cross-section rules are `Config.__post_init__`'s. Unknown keys and bad
+values raise `ConfigError` naming the key and value, in one line. Keys that moved
 (`MOVED_KEYS`) are still read, with a warning naming the new key.
 `run_pretraining.py --help-config` lists every key with its type and default.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import decimal
 import os
 import types
 import typing
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 
@@ -37,6 +37,7 @@ from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
                                SubmissionConfig, mlperf_eval_interval)
 from bert.core.errors import ConfigError, check
+from bert.core.settings import F, expected, section, shown
 from data.config import BatchGeometry, DataConfig
 from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
@@ -45,17 +46,17 @@ __all__ = ["BatchGeometry", "Config", "ConfigError", "MOVED_KEYS", "describe_fie
            "load_config", "mlperf_eval_interval", "parse_override"]
 
 
-@dataclass
+@section("")
 class Config:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    run: RunConfig = field(default_factory=RunConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    submission: SubmissionConfig = field(default_factory=SubmissionConfig)
+    model: ModelConfig = F(factory=ModelConfig)
+    data: DataConfig = F(factory=DataConfig)
+    optim: OptimConfig = F(factory=OptimConfig)
+    schedule: ScheduleConfig = F(factory=ScheduleConfig)
+    run: RunConfig = F(factory=RunConfig)
+    eval: EvalConfig = F(factory=EvalConfig)
+    checkpoint: CheckpointConfig = F(factory=CheckpointConfig)
+    log: LogConfig = F(factory=LogConfig)
+    submission: SubmissionConfig = F(factory=SubmissionConfig)
 
     def __post_init__(self) -> None:
         division = self.submission.division
@@ -154,76 +155,30 @@ MOVED_KEYS = {
 
 
 # ---------------------------------------------------------------------------------------------
-# Coercion: a YAML or command-line value -> the annotated field type
+# Reading YAML and command-line values: numbers and lists as their fields declare them; then
+# each section (bert/core/settings.py) validates its types, ranges and rules
 
 
-def _expected(typ: Any) -> str:
-    """How an error names what a type accepts."""
-    if typ is bool:
-        return "true or false"
-    if typ is int:
-        return "an integer"
-    if typ is float:
-        return "a number"
-    if typ is str:
-        return "a string"
-    if get_origin(typ) is Literal:
-        return " or ".join(str(a) for a in get_args(typ))
-    if _is_union(typ):
-        return " or ".join(_expected(a) for a in get_args(typ))
-    return str(typ)
-
-
-def _is_union(typ: Any) -> bool:
-    return get_origin(typ) in (typing.Union, types.UnionType)
-
-
-def _coerce(value: Any, typ: Any, key: str) -> Any:
-    """`value` as `typ`, or ConfigError naming the key, the value and what it accepts."""
+def _number(value: Any, typ: type, key: str) -> Any:
+    """An int or float field's value from YAML or `--set` text: integers exactly (no detour
+    through a float that would round a large seed), never from a bool, a mapping or a list."""
+    if isinstance(value, bool) or isinstance(value, (dict, list)):
+        raise ConfigError(f"{key}={shown(value)}: expected {expected(typ)}")
+    if not isinstance(value, str):
+        return value
     try:
-        return _convert(value, typ, key)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}={value!r}: expected {_expected(typ)}") from None
-
-
-def _convert(value: Any, typ: Any, key: str) -> Any:
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ValueError
-    if isinstance(value, bool) or isinstance(value, (dict, list)) and get_origin(typ) is not list:
-        raise ValueError  # no silent bool -> number, no mapping or list where a scalar goes
-    if typ is int:
-        as_float = float(value)
-        if not as_float.is_integer():
+        if typ is float:
+            return float(value)
+        number = decimal.Decimal(value.strip())
+        if not number.is_finite() or number != number.to_integral_value():
             raise ValueError
-        return int(as_float)
-    if typ is float:
-        return float(value)
-    if typ is str:
-        return str(value)
-    if get_origin(typ) is Literal:
-        if str(value) not in get_args(typ):
-            raise ValueError
-        return str(value)
-    if _is_union(typ):
-        for option in get_args(typ):
-            try:
-                return _convert(value, option, key)
-            except (TypeError, ValueError):
-                continue
-        raise ValueError
-    if get_origin(typ) is list:
-        return _coerce_list(value, get_args(typ)[0], key)
-    raise ConfigError(f"{key}: unsupported field type {typ}")
+        return int(number)
+    except (ValueError, decimal.InvalidOperation):
+        raise ConfigError(f"{key}={shown(value)}: expected {expected(typ)}") from None
 
 
-def _coerce_list(value: Any, item: type, key: str) -> list:
-    """A YAML list, or "a,b,c" from the command line (empty string: an empty list)."""
+def _list(value: Any, item: type, key: str) -> list:
+    """A YAML list, or "a,b,c" from the command line (an empty string: an empty list)."""
     if isinstance(value, str):
         parts = [p.strip() for p in value.split(",")] if value.strip() else []
     elif isinstance(value, (list, tuple)):
@@ -231,31 +186,40 @@ def _coerce_list(value: Any, item: type, key: str) -> list:
     else:
         parts = [value]
     try:
-        return [_convert(p, item, key) for p in parts]
-    except (TypeError, ValueError):
+        return [_number(p, item, key) for p in parts]
+    except ConfigError:
         what = "integers such as 128,256,384,512" if item is int else "numbers"
-        raise ConfigError(f"{key}={value!r}: expected comma-separated {what}") from None
+        raise ConfigError(f"{key}={shown(value)}: expected comma-separated {what}") from None
 
 
-# ---------------------------------------------------------------------------------------------
-# Building a Config from YAML and overrides
+def _prepared(value: Any, typ: Any, key: str) -> Any:
+    if typ in (int, float):
+        return _number(value, typ, key)
+    if get_origin(typ) is list:
+        return _list(value, get_args(typ)[0], key)
+    if typ is bool and isinstance(value, str) and value.lower() in ("1", "0", "yes", "no"):
+        return value.lower() in ("1", "yes")
+    return value
 
 
 def _build(cls: type, values: Any, prefix: str) -> Any:
+    """The section `cls` from a mapping of its keys (nested sections built first)."""
+    if values is None:  # a section left empty in the YAML
+        values = {}
     if not isinstance(values, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {values!r}")
-    hints = get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of its keys, "
+                          f"got {shown(values)}")
+    fields = cls.__pydantic_fields__
     kwargs = {}
     for key, value in values.items():
         full = f"{prefix}{key}"
-        if key not in names:
-            raise ConfigError(f"unknown config key {full!r} (known: {', '.join(names)})")
-        typ = hints[key]
+        if key not in fields:
+            raise ConfigError(f"unknown config key {full!r} (known: {', '.join(fields)})")
+        typ = fields[key].annotation
         if dataclasses.is_dataclass(typ):
-            kwargs[key] = _build(typ, value or {}, f"{full}.")
+            kwargs[key] = _build(typ, value, f"{full}.")
         else:
-            kwargs[key] = _coerce(value, typ, full)
+            kwargs[key] = _prepared(value, typ, full)
     return cls(**kwargs)
 
 
@@ -329,42 +293,26 @@ def load_config(path: str | os.PathLike | None = None,
 def _type_name(typ: Any) -> str:
     if get_origin(typ) is Literal:
         return "|".join(str(a) for a in get_args(typ))
-    if _is_union(typ):
+    if get_origin(typ) is Annotated:
+        return _type_name(get_args(typ)[0])
+    if get_origin(typ) in (typing.Union, types.UnionType):
         return "|".join(_type_name(a) for a in get_args(typ))
     if get_origin(typ) is list:
         return f"list[{get_args(typ)[0].__name__}]"
     return typ.__name__
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """Each field's comment in the dataclass source: the one on its line, else the block
-    right above it. The comments are the keys' documentation (--help-config prints them)."""
-    comments, block = {}, []
-    for line in inspect.getsource(cls).splitlines():
-        code, _, comment = line.strip().partition("#")
-        if not code and comment:
-            block.append(comment.strip())
-            continue
-        name = code.split(":")[0].strip()
-        if name.isidentifier() and ":" in code:
-            comments[name] = comment.strip() if comment else " ".join(block)
-        block = []
-    return comments
-
-
 def describe_fields(cls: type = Config, prefix: str = "") -> list[str]:
-    """`section.key (type) = default  # comment` lines for --help-config."""
+    """`section.key (type) = default  # description` lines for --help-config."""
     lines = []
-    hints = get_type_hints(cls)
     defaults = cls()
-    comments = field_comments(cls)
-    for f in dataclasses.fields(cls):
-        typ = hints[f.name]
+    for name, info in cls.__pydantic_fields__.items():
+        typ = info.annotation
         if dataclasses.is_dataclass(typ):
-            lines += describe_fields(typ, f"{prefix}{f.name}.")
+            lines += describe_fields(typ, f"{prefix}{name}.")
             continue
-        key = f"{prefix}{f.name}"
+        key = f"{prefix}{name}"
         kind = "|".join(STRING_CHOICES[key]()) if key in STRING_CHOICES else _type_name(typ)
-        line = f"{key} ({kind}) = {getattr(defaults, f.name)!r}"
-        lines.append(f"{line}  # {comments[f.name]}" if comments.get(f.name) else line)
+        line = f"{key} ({kind}) = {getattr(defaults, name)!r}"
+        lines.append(f"{line}  # {info.description}" if info.description else line)
     return lines

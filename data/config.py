@@ -8,58 +8,53 @@ Every check raises `ConfigError` naming the key and the value.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from bert.core.errors import ConfigError, check  # noqa: F401 - ConfigError: re-exported
+from bert.core.settings import ExpandedPath, F, section
 from data.order.curricula import CURRICULA
 from data.order.lengths import strata_edges
 from data.order.strategies import STRATEGIES
 
 
-@dataclass
+@section("data.synthetic")
 class SyntheticConfig:
     """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
 
-    # train on synthetic data: with data.train_dir empty, made on first use in cache_dir; a
-    # data.train_dir that is set must already hold it (python -m data.synthetic --out DIR)
-    enabled: bool = False
-    num_shards: int = 4  # training shards generated
-    samples_per_shard: int = 4096  # samples in each generated shard
-    eval_samples: int = 2000  # samples in the generated eval.hdf5
-    seed: int = 12345  # seed of the generated data (not of the run)
-    # one subfolder per settings (never regenerated in place); a folder holding files this
-    # program did not write is refused
-    cache_dir: str = "~/.cache/open-bert/synthetic"
-
-    def __post_init__(self) -> None:
-        self.cache_dir = os.path.expanduser(self.cache_dir)
-        for name in ("num_shards", "samples_per_shard", "eval_samples"):
-            check(getattr(self, name) > 0,
-                  f"data.synthetic.{name}={getattr(self, name)} must be > 0")
+    enabled: bool = F(False, "train on synthetic data: with data.train_dir empty, made on first "
+                             "use in cache_dir; a data.train_dir that is set must already hold "
+                             "it (python -m data.synthetic --out DIR)")
+    num_shards: int = F(4, "training shards generated", gt=0)
+    samples_per_shard: int = F(4096, "samples in each generated shard", gt=0)
+    eval_samples: int = F(2000, "samples in the generated eval.hdf5", gt=0)
+    seed: int = F(12345, "seed of the generated data (not of the run)", ge=0, lt=2 ** 32)
+    cache_dir: ExpandedPath = F("~/.cache/open-bert/synthetic", "one subfolder per settings "
+                                "(never regenerated in place); a folder holding files this "
+                                "program did not write is refused", min_length=1)
 
 
-@dataclass
+@section("data.curriculum")
 class CurriculumConfig:
     """Length bucketing + a bucket-order curriculum (seed 002, docs/curriculum.md), open
     division only. On: every step's batch comes from one length bucket, the same on every rank."""
 
-    # none (off) | shuffled | random | increasing | decreasing | loss_controlled | exp3s
-    name: str = "none"
-    # bucket upper edges, increasing, the last one data.max_seq_length; empty: seed 001's four
-    # strata scaled to max_seq_length (128,256,384,512 at 512), filled in when the config loads
-    bucket_boundaries: list[int] = field(default_factory=list)
-    round_batches: int = 100  # fixed orders: steps per round, split by bucket share
-    loss_targets: list[float] = field(default_factory=lambda: [2.0])  # loss_controlled: 1 or M
-    loss_window: int = 10  # loss_controlled: steps averaged against the target
-    max_batches: int = 0  # loss_controlled: longest stay on one bucket; 0: no cap
-    eta: float = 0.1  # exp3s step size
-    gamma: float = 0.1  # exp3s exploration share
-    alpha: float | Literal["1/t"] = 0.01  # exp3s weight sharing: a number in [0, 1], or 1/t
-    # exp3s reward: visit_gain (loss drop since the bucket's last batch); prediction_gain
-    # needs a second forward per step, which the trainer does not run
-    reward: str = "visit_gain"
+    name: str = F("none", "none (off) | shuffled | random | increasing | decreasing | "
+                          "loss_controlled | exp3s")
+    bucket_boundaries: list[int] = F(factory=list, doc="bucket upper edges, increasing, the "
+                                     "last one data.max_seq_length; empty: seed 001's four "
+                                     "strata scaled to max_seq_length (128,256,384,512 at 512), "
+                                     "filled in when the config loads")
+    round_batches: int = F(100, "fixed orders: steps per round, split by bucket share", gt=0)
+    loss_targets: list[float] = F(factory=lambda: [2.0], doc="loss_controlled: 1 or M")
+    loss_window: int = F(10, "loss_controlled: steps averaged against the target", ge=1)
+    max_batches: int = F(0, "loss_controlled: longest stay on one bucket; 0: no cap", ge=0)
+    eta: float = F(0.1, "exp3s step size", gt=0)
+    gamma: float = F(0.1, "exp3s exploration share", gt=0, le=1)
+    alpha: float | Literal["1/t"] = F(0.01, "exp3s weight sharing: a number in [0, 1], or 1/t")
+    reward: str = F("visit_gain", "exp3s reward: visit_gain (loss drop since the bucket's last "
+                                  "batch); prediction_gain needs a second forward per step, "
+                                  "which the trainer does not run")
 
     @property
     def enabled(self) -> bool:
@@ -78,11 +73,6 @@ class CurriculumConfig:
               f"{k}.bucket_boundaries={edges}: edges must be positive and strictly increasing")
         check(self.loss_targets and min(self.loss_targets) > 0,
               f"{k}.loss_targets={self.loss_targets}: expected positive losses")
-        check(self.loss_window >= 1 and self.max_batches >= 0,
-              f"{k}.loss_window={self.loss_window} must be >= 1 and "
-              f"{k}.max_batches={self.max_batches} >= 0")
-        check(self.eta > 0 and 0 < self.gamma <= 1,
-              f"{k}.eta={self.eta} must be > 0 and {k}.gamma={self.gamma} in (0, 1]")
         check(self.alpha == "1/t" or 0 <= self.alpha <= 1,
               f"{k}.alpha={self.alpha!r}: expected a number in [0, 1] or 1/t")
         check(self.reward == "visit_gain", f"{k}.reward={self.reward!r}: only visit_gain is "
@@ -90,10 +80,12 @@ class CurriculumConfig:
               f"after the optimizer step, which the trainer does not run (docs/curriculum.md)")
 
     def resolve(self, max_seq_length: int) -> None:
-        """Fill in the default boundaries and check them and the targets against them."""
+        """Fill in the default boundaries (the one change a frozen section gets, while the
+        config is built) and check them and the targets against them."""
         k = "data.curriculum"
         if not self.bucket_boundaries:
-            self.bucket_boundaries = [int(e) for e in strata_edges(max_seq_length)[1:]]
+            edges = [int(e) for e in strata_edges(max_seq_length)[1:]]
+            object.__setattr__(self, "bucket_boundaries", edges)
         edges = self.bucket_boundaries
         check(edges[-1] == max_seq_length, f"{k}.bucket_boundaries={edges}: the last edge must "
               f"equal data.max_seq_length={max_seq_length}")
@@ -103,36 +95,29 @@ class CurriculumConfig:
               f"{self.loss_targets}: expected one positive loss or {len(edges)} (one per bucket)")
 
 
-@dataclass
+@section("data")
 class DataConfig:
     """Where the MLPerf variable-length HDF5 data lives and how it is drawn and dealt."""
 
-    train_dir: str = ""  # folder of part_*.hdf5 training shards
-    eval_file: str = ""  # HDF5 eval file (10,000 samples for MLPerf); synthetic: the data's own
-    max_seq_length: int = 512  # longest sample, in tokens; longer ones are a data error
-    max_predictions_per_seq: int = 76  # most masked positions per sample
-    # how samples are dealt to ranks (data/order/strategies.py): none | global_presort |
-    # serpentine | stratified | stratified_local_presort | stratified_local_snake | node_swap |
-    # stratified_node_swap (docs/balance_at_scale.md)
-    balance: str = "none"
-    # node size for the node-local strategies and node_swap's nodes; 0: LOCAL_WORLD_SIZE
-    ranks_per_node: int = 0
-    prefetch_depth: int = 2  # optimizer steps prepared ahead by the data thread
-    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
-    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    train_dir: ExpandedPath = F("", "folder of part_*.hdf5 training shards")
+    eval_file: ExpandedPath = F("", "HDF5 eval file (10,000 samples for MLPerf); synthetic: the "
+                                    "data's own")
+    max_seq_length: int = F(512, "longest sample, in tokens; longer ones are a data error",
+                            gt=1, le=32767)
+    max_predictions_per_seq: int = F(76, "most masked positions per sample", gt=0)
+    balance: str = F("none", "how samples are dealt to ranks (data/order/strategies.py): none | "
+                             "global_presort | serpentine | stratified | "
+                             "stratified_local_presort | stratified_local_snake | node_swap | "
+                             "stratified_node_swap (docs/balance_at_scale.md)")
+    ranks_per_node: int = F(0, "node size for the node-local strategies and node_swap's nodes; "
+                               "0: LOCAL_WORLD_SIZE", ge=0)
+    prefetch_depth: int = F(2, "optimizer steps prepared ahead by the data thread", ge=1)
+    synthetic: SyntheticConfig = F(factory=SyntheticConfig, doc="")
+    curriculum: CurriculumConfig = F(factory=CurriculumConfig, doc="")
 
     def __post_init__(self) -> None:
-        # paths expanded once, here; everything downstream reads them as given
-        self.train_dir = os.path.expanduser(self.train_dir)
-        self.eval_file = os.path.expanduser(self.eval_file)
-        check(self.max_seq_length > 1, f"data.max_seq_length={self.max_seq_length} must be > 1")
-        check(self.max_predictions_per_seq > 0,
-              f"data.max_predictions_per_seq={self.max_predictions_per_seq} must be > 0")
         check(self.balance in STRATEGIES, f"data.balance={self.balance!r}: expected one of "
               f"{', '.join(STRATEGIES)}")
-        check(self.ranks_per_node >= 0,
-              f"data.ranks_per_node={self.ranks_per_node} must be >= 0 (0: LOCAL_WORLD_SIZE)")
-        check(self.prefetch_depth >= 1, f"data.prefetch_depth={self.prefetch_depth} must be >= 1")
         if self.curriculum.enabled:
             self._check_curriculum_source()
             self.curriculum.resolve(self.max_seq_length)

@@ -33,6 +33,7 @@ What the data looks like and why:
 """
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import hashlib
 import json
@@ -415,9 +416,9 @@ def synthetic_params(data, vocab_size: int) -> dict:
                 seed=syn.seed)
 
 
-def ensure_synthetic_data(data, vocab_size: int) -> None:
-    """With `data.synthetic.enabled`, point data.train_dir (and an unset data.eval_file) at the
-    synthetic data of these settings, generating it on first use.
+def ensure_synthetic_data(data, vocab_size: int):
+    """With `data.synthetic.enabled`: `data` with data.train_dir (and an unset data.eval_file)
+    pointing at the synthetic data of these settings, generated on first use; else `data`.
 
     `data`: a DataConfig (data/config.py); vocab_size: the model's. With data.train_dir empty the
     data lives in the cache, one subfolder per settings, so one set never replaces another.
@@ -426,15 +427,15 @@ def ensure_synthetic_data(data, vocab_size: int) -> None:
     Runs before the MLPerf init phase: data preparation is not part of the timed run.
     """
     if not data.synthetic.enabled:
-        return
+        return data
     params = synthetic_params(data, vocab_size)
     if data.train_dir:
         folder = Path(data.train_dir)
         _check_named_folder(folder, params)
     else:
         folder = _cached_folder(Path(data.synthetic.cache_dir), params)
-    data.train_dir = str(folder)
-    data.eval_file = data.eval_file or str(folder / EVAL_NAME)
+    return dataclasses.replace(data, train_dir=str(folder),
+                               eval_file=data.eval_file or str(folder / EVAL_NAME))
 
 
 def _check_named_folder(folder: Path, params: dict) -> None:

@@ -19,8 +19,8 @@ HEADS, HEAD_DIM = 3, 8
 def tiny_config(attention: str = "padded_sdpa") -> ModelConfig:
     cfg = ModelConfig(vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=96, max_position_embeddings=48,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    cfg.attention = attention  # resolved when the model is built
+                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                      attention=attention)
     return cfg
 
 

@@ -5,6 +5,7 @@ including length 1 and the full length: MLM loss, NSP loss and every parameter g
 """
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 import torch
@@ -158,6 +159,6 @@ def test_nvidia_phase1_naming_loads(tmp_path):
 def test_shape_mismatch_names_tensor():
     hf_model, _, _ = build_pair()
     _, other_cfg = tiny_configs()
-    other_cfg.intermediate_size = 64
+    other_cfg = dataclasses.replace(other_cfg, intermediate_size=64)
     with pytest.raises(CheckpointError, match="ffn.intermediate.weight"):
         load_into_model(BertForPretraining(other_cfg), dict(hf_model.state_dict()))

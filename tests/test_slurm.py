@@ -79,7 +79,7 @@ def data_dir(tmp_path_factory) -> Path:
     then find it there and only read it)."""
     folder = tmp_path_factory.mktemp("slurm_data")
     cfg = load_config(ROOT / CONFIG, overrides(folder))
-    ensure_synthetic_data(cfg.data, cfg.model.vocab_size)
+    ensure_synthetic_data(cfg.data, cfg.model.vocab_size)  # made in the test's cache
     return folder
 
 
@@ -134,8 +134,8 @@ def check_compliance(*paths: Path) -> None:
 def check_finished_run(log: Path, records: Path, data: Path) -> int:
     """A run that used its whole budget: closed log, audit trail as assigned. Its seed."""
     cfg = load_config(ROOT / CONFIG, overrides(data))
-    ensure_synthetic_data(cfg.data, cfg.model.vocab_size)  # made already: finds its folder
-    d, gbs = cfg.data, cfg.run.global_batch_size
+    data = ensure_synthetic_data(cfg.data, cfg.model.vocab_size)  # made already: its folder
+    d, gbs = data, cfg.run.global_batch_size
     events = mllog(log)
     assert events[-1]["key"] == "run_stop", events[-1]
     assert events[-1]["metadata"]["status"] == "aborted"  # budget end, target not reached

@@ -26,8 +26,7 @@ HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__
 def model_config(attention: str, vocab: int, max_len: int) -> ModelConfig:
     cfg = ModelConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=128,
-                      max_position_embeddings=max_len)
-    cfg.attention = attention  # set after validation: bert/config.py lists fewer backends
+                      max_position_embeddings=max_len, attention=attention)
     return cfg
 
 

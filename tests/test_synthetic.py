@@ -1,6 +1,7 @@
 """data.synthetic: realistic length mix, BERT layout and masking, a learnable hidden language."""
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import subprocess
 import sys
@@ -277,24 +278,20 @@ def data_config(cache: Path, train_dir: str = "", **syn) -> DataConfig:
 
 def test_cache_keeps_one_folder_per_settings(tmp_path):
     cache = tmp_path / "cache"
-    first = data_config(cache)
-    ensure_synthetic_data(first, 300)
+    first = ensure_synthetic_data(data_config(cache), 300)
     folder = Path(first.train_dir)
     assert folder.parent == cache and first.eval_file == str(folder / "eval.hdf5")
     kept = snapshot(folder)
-    other = data_config(cache)
-    other.max_predictions_per_seq = 5  # another data setting: another folder
-    ensure_synthetic_data(other, 300)
+    other = dataclasses.replace(data_config(cache), max_predictions_per_seq=5)  # another folder
+    other = ensure_synthetic_data(other, 300)
     assert Path(other.train_dir) != folder and Path(other.train_dir).parent == cache
     assert snapshot(folder) == kept
-    again = data_config(cache)
-    ensure_synthetic_data(again, 300)  # the first settings again: reused as they are
+    again = ensure_synthetic_data(data_config(cache), 300)  # the first settings: reused as is
     assert again.train_dir == str(folder) and snapshot(folder) == kept
 
 
 def _ensure_in_child(cache: str, queue) -> None:
-    cfg = data_config(Path(cache))
-    ensure_synthetic_data(cfg, 300)
+    cfg = ensure_synthetic_data(data_config(Path(cache)), 300)
     queue.put(cfg.train_dir)
 
 
@@ -331,8 +328,7 @@ def test_named_train_dir_is_never_written(tmp_path):
     assert not (tmp_path / "typo").exists()
     made = tmp_path / "made"
     assert main(["--out", str(made), *TINY_PARAMS, "--seed", "12345"]) == 0
-    cfg = data_config(tmp_path / "cache", str(made))
-    ensure_synthetic_data(cfg, 300)  # a folder it wrote itself, same settings: used
+    cfg = ensure_synthetic_data(data_config(tmp_path / "cache", str(made)), 300)  # its own: used
     assert cfg.train_dir == str(made) and not (tmp_path / "cache").exists()
 
 

@@ -1,6 +1,7 @@
 """The Trainer in-process on tiny data: precisions, accumulation, quiet mode, eval counting."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -65,7 +66,8 @@ def test_evaluate_is_token_weighted(data_dir, tmp_path):
     _, eval_set = trainer._open_data()
     trainer._close_data()
     first = trainer.evaluate(eval_set)
-    trainer.cfg.eval.batch_size = 7
+    trainer.cfg = dataclasses.replace(trainer.cfg,
+                                      eval=dataclasses.replace(trainer.cfg.eval, batch_size=7))
     assert trainer.evaluate(eval_set) == pytest.approx(first)
 
 

@@ -10,89 +10,106 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from bert.core.errors import ConfigError, check
+from bert.core.settings import ExpandedPath, F, section
 from bert.model.attention import BACKENDS
 from bert.model.fused import FUSED_OPS
-from bert.core.errors import ConfigError, check
 from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
 
 # the fusions of the sublayers model.compile_sublayers puts under torch.compile instead
 SUBLAYER_FUSIONS = ("fused_bias_dropout_residual_layernorm", "fused_dense", "fused_dense_gelu")
 
 
-@dataclass
+@section("model")
 class ModelConfig:
     """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
 
-    vocab_size: int = 30522  # real vocabulary; the embedding is padded to a multiple of 8
-    hidden_size: int = 1024  # width of every layer (BERT-Large: 1024)
-    num_hidden_layers: int = 24  # encoder layers
-    num_attention_heads: int = 16  # attention heads per layer; must divide hidden_size
-    intermediate_size: int = 4096  # inner width of each feed-forward block
-    hidden_act: Literal["gelu", "gelu_tanh"] = "gelu"  # gelu (erf) or gelu_tanh
-    hidden_dropout_prob: float = 0.1  # dropout after the embeddings and every sublayer
-    attention_probs_dropout_prob: float = 0.1  # dropout on the attention probabilities
-    max_position_embeddings: int = 512  # learned positions; at least data.max_seq_length
-    type_vocab_size: int = 2  # segment embeddings (sentence A and B)
-    initializer_range: float = 0.02  # std of the truncated-normal weight init
-    layer_norm_eps: float = 1e-12  # LayerNorm epsilon
-    pad_vocab_to_multiple_of: int = 8  # embedding rows rounded up (GEMM-friendly)
-    # attention backend (bert/model/attention.py), resolved when the model is built:
-    # "padded_sdpa" (reference: pads inside attention only, exact, CPU and GPU), "per_sequence"
-    # (CPU: one sequence at a time, no work on padding; reads the lengths on the host, so not
-    # for CUDA), "flash_varlen" (CUDA fp16/bf16 flash kernel on packed tokens) or
-    # "grouped_flash" (seed 000: sequences grouped by length, one launch per group on its own
-    # CUDA stream; flash on CUDA fp16/bf16, padded SDPA per group elsewhere). flash_varlen and
-    # grouped_flash are not yet validated on a GPU, so off by default.
-    attention: str = "padded_sdpa"
-    # The last encoder layer computes queries, the attention output and the FFN only for the
-    # tokens the heads read ([CLS] and the masked tokens); keys and values still come from all
-    # tokens, so the heads' inputs are unchanged. About 3% fewer encoder FLOPs for BERT-Large on
-    # the MLPerf mix (HazyResearch's MLPerf BERT does this; NVIDIA's does not).
-    last_layer_subset: bool = False
+    vocab_size: int = F(30522, "real vocabulary; the embedding is padded to a multiple of 8",
+                        gt=0, le=32768)  # ids are int16 in the data (REFERENCE 2)
+    hidden_size: int = F(1024, "width of every layer (BERT-Large: 1024)", gt=0)
+    num_hidden_layers: int = F(24, "encoder layers", gt=0)
+    num_attention_heads: int = F(16, "attention heads per layer; must divide hidden_size", gt=0)
+    intermediate_size: int = F(4096, "inner width of each feed-forward block", gt=0)
+    hidden_act: Literal["gelu", "gelu_tanh"] = F("gelu", "gelu (erf) or gelu_tanh")
+    hidden_dropout_prob: float = F(0.1, "dropout after the embeddings and every sublayer",
+                                   ge=0, lt=1)
+    attention_probs_dropout_prob: float = F(0.1, "dropout on the attention probabilities",
+                                            ge=0, lt=1)
+    max_position_embeddings: int = F(512, "learned positions; at least data.max_seq_length",
+                                     gt=0)
+    type_vocab_size: int = F(2, "segment embeddings (sentence A and B)", gt=0)
+    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0)
+    layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0)
+    pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0)
+    attention: str = F("padded_sdpa", "attention backend (bert/model/attention.py), resolved "
+                       "when the model is built: \"padded_sdpa\" (reference: pads inside "
+                       "attention only, exact, CPU and GPU), \"per_sequence\" (CPU: one sequence "
+                       "at a time, no work on padding; reads the lengths on the host, so not "
+                       "for CUDA), \"flash_varlen\" (CUDA fp16/bf16 flash kernel on packed "
+                       "tokens) or \"grouped_flash\" (seed 000: sequences grouped by length, "
+                       "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
+                       "padded SDPA per group elsewhere). flash_varlen and grouped_flash are "
+                       "not yet validated on a GPU, so off by default.")
+    last_layer_subset: bool = F(False, "The last encoder layer computes queries, the attention "
+                                "output and the FFN only for the tokens the heads read ([CLS] "
+                                "and the masked tokens); keys and values still come from all "
+                                "tokens, so the heads' inputs are unchanged. About 3% fewer "
+                                "encoder FLOPs for BERT-Large on the MLPerf mix (HazyResearch's "
+                                "MLPerf BERT does this; NVIDIA's does not).")
     # Fused CUDA kernels (kernels/, one entry each in bert/model/fused.py), each replacing a
     # plain-PyTorch path. NOT yet validated on a GPU (kernels/VALIDATION.md), so off by default.
     # On CUDA they need the compiled extension (checked when the model is built) and fp16/bf16
     # activations (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
-    fused_bias_dropout_residual_layernorm: bool = False  # end of every attention/FFN sublayer
-    fused_embedding_backward: bool = False  # word-embedding gradient with packed atomics
-    fused_mlm_loss: bool = False  # MLM softmax cross-entropy, its gradient made in the forward
-    # cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and gradient reductions in the
-    # GEMMs' epilogues; every dense layer's in and out features must be multiples of 8.
-    # fused_dense: GEMM + bias as one GEMM (bias gradient inside the weight-gradient GEMM) for
-    # QKV, attention output, FFN (unless fused_dense_gelu), MLM transform, decoder and pooler;
-    # the residual's gradient is added inside the QKV/FFN data-gradient GEMM. Fits either GeLU.
-    fused_dense: bool = False
-    # fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and GeLU' + bias gradient inside the next
-    # data-gradient GEMM: FFN and MLM transform. cuBLASLt's GeLU is the tanh approximation, so it
-    # needs hidden_act=gelu_tanh: open division / experimental (MLPerf's BERT uses erf gelu).
-    fused_dense_gelu: bool = False
-    # torch.compile (dynamic shapes) of the attention-output and FFN sublayers, the compiler's
-    # answer to the fused kernels above, with which it does not combine (each is measured
-    # against the other). Attention itself stays eager: its backends read per-batch lengths.
-    # Not yet measured on a GPU, so off by default.
-    compile_sublayers: bool = False
-    bert_config_file: str = ""  # optional bert_config.json; its values replace the fields above
+    fused_bias_dropout_residual_layernorm: bool = F(False, "end of every attention/FFN "
+                                                           "sublayer")
+    fused_embedding_backward: bool = F(False, "word-embedding gradient with packed atomics")
+    fused_mlm_loss: bool = F(False, "MLM softmax cross-entropy, its gradient made in the "
+                                    "forward")
+    fused_dense: bool = F(False, "cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and "
+                          "gradient reductions in the GEMMs' epilogues; every dense layer's in "
+                          "and out features must be multiples of 8. fused_dense: GEMM + bias as "
+                          "one GEMM (bias gradient inside the weight-gradient GEMM) for QKV, "
+                          "attention output, FFN (unless fused_dense_gelu), MLM transform, "
+                          "decoder and pooler; the residual's gradient is added inside the "
+                          "QKV/FFN data-gradient GEMM. Fits either GeLU.")
+    fused_dense_gelu: bool = F(False, "fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and "
+                               "GeLU' + bias gradient inside the next data-gradient GEMM: FFN "
+                               "and MLM transform. cuBLASLt's GeLU is the tanh approximation, "
+                               "so it needs hidden_act=gelu_tanh: open division / experimental "
+                               "(MLPerf's BERT uses erf gelu).")
+    compile_sublayers: bool = F(False, "torch.compile (dynamic shapes) of the attention-output "
+                                "and FFN sublayers, the compiler's answer to the fused kernels "
+                                "above, with which it does not combine (each is measured "
+                                "against the other). Attention itself stays eager: its backends "
+                                "read per-batch lengths. Not yet measured on a GPU, so off by "
+                                "default.")
+    bert_config_file: ExpandedPath = F("", "optional bert_config.json; its values replace the "
+                                           "fields above")
+
+    @staticmethod
+    def prepare(values: dict) -> dict:
+        """A bert_config.json's values replace the given ones (before validation)."""
+        path = values.get("bert_config_file")
+        if not path:
+            return values
+        path = os.path.expanduser(str(path))
+        try:
+            loaded = json.loads(Path(path).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"model.bert_config_file={path!r}: expected a JSON object of "
+                              f"BERT config fields, got {type(loaded).__name__}")
+        known = {f.name for f in dataclasses.fields(ModelConfig)} - {"bert_config_file"}
+        return {**values, **{k: v for k, v in loaded.items() if k in known}}
 
     def __post_init__(self) -> None:
-        if self.bert_config_file:
-            self.bert_config_file = os.path.expanduser(self.bert_config_file)
-            self._load_json(self.bert_config_file)
         check(self.hidden_size % self.num_attention_heads == 0,
               f"model.hidden_size={self.hidden_size} is not divisible by "
               f"model.num_attention_heads={self.num_attention_heads}")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size",
-                     "pad_vocab_to_multiple_of"):
-            check(getattr(self, name) > 0, f"model.{name}={getattr(self, name)} must be > 0")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            check(0.0 <= getattr(self, name) < 1.0,
-                  f"model.{name}={getattr(self, name)} must be in [0, 1)")
-        check(self.hidden_act in ("gelu", "gelu_tanh"),
-              f"model.hidden_act={self.hidden_act!r}: expected 'gelu' or 'gelu_tanh'")
         check(self.attention in BACKENDS,
               f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}")
         for flag, op in FUSED_OPS.items():
@@ -103,16 +120,6 @@ class ModelConfig:
             check(not fused, f"model.compile_sublayers=true compiles the sublayers that "
                              f"{', '.join(fused)} replace{'s' if len(fused) == 1 else ''}: "
                              f"switch one or the other off")
-
-    def _load_json(self, path: str) -> None:
-        try:
-            values = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
-        known = {f.name for f in dataclasses.fields(self)}
-        for key, value in values.items():
-            if key in known and key != "bert_config_file":
-                setattr(self, key, value)
 
     @property
     def padded_vocab_size(self) -> int:

@@ -87,9 +87,8 @@ def build_ours(size: str, attention: str, compiled: bool, state: dict, workload:
     valid for it, the last layer on [CLS] and masked tokens only (model.last_layer_subset), its
     sublayers torch.compile'd (model.compile_sublayers) and the whole model torch.compile'd.
     A fused kernel that cannot be loaded raises here (RuntimeError)."""
-    cfg = model_config(size, attention)
-    cfg.last_layer_subset = subset
-    cfg.compile_sublayers = sublayers
+    cfg = dataclasses.replace(model_config(size, attention), last_layer_subset=subset,
+                              compile_sublayers=sublayers)
     flags = fused_flags(cfg) if fused else []
     if flags:  # replace() validates again: some kernels need hidden size 1024
         cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})

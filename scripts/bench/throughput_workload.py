@@ -46,8 +46,7 @@ def model_config(size: str, attention: str = "padded_sdpa") -> ModelConfig:
         vocab, positions = tiny.vocab_size, tiny.max_position_embeddings
     cfg = ModelConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                       num_attention_heads=heads, intermediate_size=ffn,
-                      max_position_embeddings=positions)
-    cfg.attention = attention  # resolved (and checked) when the model is built
+                      max_position_embeddings=positions, attention=attention)
     return cfg
 
 

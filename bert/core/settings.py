@@ -1,0 +1,139 @@
+"""Config sections as frozen pydantic dataclasses: declared types, constraints and descriptions.
+
+    @section("run")
+    class RunConfig:
+        global_batch_size: int = F(448, "samples per optimizer step over all ranks", gt=0)
+
+`F(default, doc, **constraints)` declares a field: its default (or `factory=`), the one-line
+description `--help-config` prints, and pydantic's constraints (gt, ge, lt, le). `section(name)`
+makes the class a frozen pydantic dataclass that forbids unknown fields and non-finite numbers,
+and turns every validation failure into a `ConfigError` whose message names `name.key`, the
+value and what is expected, in the wording the bad-input tests pin ("run.max_steps=-1 must be
+>= 0", "run.precision='fp8': expected fp32 or bf16 or fp16"). A section's `__post_init__` holds
+the rules that span fields; it runs after the declared checks, on a frozen object.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Annotated, Any, Callable, Literal, get_args, get_origin
+
+import annotated_types
+import pydantic
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+
+from bert.core.errors import ConfigError
+
+SECTION_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                            coerce_numbers_to_str=True, validate_default=False)
+MAX_SHOWN = 200  # characters of a value an error line shows (a YAML alias bomb stays short)
+
+# A path as given, with ~ expanded once, here: everything downstream reads it as it is.
+ExpandedPath = Annotated[str, BeforeValidator(
+    lambda v: os.path.expanduser(v) if isinstance(v, str) else v)]
+
+
+def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | None = None,
+      **constraints: Any) -> Any:
+    """A field: its default (or `factory`), its description and its constraints."""
+    if factory is not None:
+        return Field(default_factory=factory, description=doc, **constraints)
+    return Field(default, description=doc, **constraints)
+
+
+def section(name: str):
+    """Class decorator: a frozen, validated config section named `name` (e.g. "data.synthetic").
+    A class may define `prepare(kwargs) -> kwargs`, applied to the given values first."""
+    def wrap(cls: type) -> type:
+        dc = pydantic.dataclasses.dataclass(cls, config=SECTION_CONFIG)
+        validate = dc.__init__
+
+        @functools.wraps(validate)
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if hasattr(dc, "prepare"):
+                kwargs = dc.prepare(kwargs)
+            try:
+                validate(self, *args, **kwargs)
+            except ValidationError as err:
+                raise ConfigError(message(name, dc, err)) from None
+
+        dc.__init__ = __init__
+        dc.section_name = name
+        return dc
+    return wrap
+
+
+def shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + f"... ({len(text)} chars)"
+
+
+def message(prefix: str, cls: type, err: ValidationError) -> str:
+    """The first validation error as one line: `prefix.key=value` and what is wrong."""
+    error = err.errors(include_url=False)[0]
+    if error["type"] in ("value_error", "assertion_error"):  # a __post_init__ rule's own error
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            return str(cause)
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join([prefix, *loc]) if prefix else ".".join(loc)
+    owner, field_name = owning_class(cls, error["loc"])
+    value = error.get("input")
+    kind = error["type"]
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        known = ", ".join(f.name for f in dataclasses.fields(owner))
+        return f"unknown config key {key!r} (known: {known})"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"{key}={value} must be {bounds(owner, field_name)}"
+    if kind == "finite_number":
+        return f"{key}={value} must be a finite number"
+    if kind == "string_too_short":
+        return f"{key}={shown(value)} must not be empty"
+    annotation = owner.__pydantic_fields__[field_name].annotation if field_name else None
+    return f"{key}={shown(value)}: expected {expected(annotation)}"
+
+
+def owning_class(cls: type, loc: tuple) -> tuple[type, str | None]:
+    """The section class that declares the field at `loc`, and the field's name."""
+    for part in loc[:-1]:
+        nested = cls.__pydantic_fields__.get(str(part))
+        if nested is None or not dataclasses.is_dataclass(nested.annotation):
+            break
+        cls = nested.annotation
+    name = str(loc[-1]) if loc else None
+    return cls, name if name in getattr(cls, "__pydantic_fields__", {}) else None
+
+
+def bounds(cls: type, name: str) -> str:
+    """A field's declared range as text: "> 0", ">= 0", "in [0, 1)"."""
+    low = high = None
+    for item in cls.__pydantic_fields__[name].metadata:
+        if isinstance(item, (annotated_types.Gt, annotated_types.Ge)):
+            low = ("(", item.gt) if isinstance(item, annotated_types.Gt) else ("[", item.ge)
+        elif isinstance(item, (annotated_types.Lt, annotated_types.Le)):
+            high = (")", item.lt) if isinstance(item, annotated_types.Lt) else ("]", item.le)
+    if low and high:
+        return f"in {low[0]}{low[1]}, {high[1]}{high[0]}"
+    if low:
+        return f"{'>' if low[0] == '(' else '>='} {low[1]}"
+    return f"{'<' if high[0] == ')' else '<='} {high[1]}"
+
+
+def expected(typ: Any) -> str:
+    """How an error names what a type accepts."""
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if typ in names:
+        return names[typ]
+    if get_origin(typ) is Literal:
+        return " or ".join(str(a) for a in get_args(typ))
+    if get_origin(typ) is Annotated:
+        return expected(get_args(typ)[0])
+    args = get_args(typ)
+    if args and get_origin(typ) is not list:
+        return " or ".join(expected(a) for a in args)
+    if get_origin(typ) is list:
+        return "a list"
+    if dataclasses.is_dataclass(typ):
+        return "a mapping of its keys"
+    return str(typ)
