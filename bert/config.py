@@ -35,7 +35,7 @@ from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
-                               SubmissionConfig, mlperf_eval_interval)
+                               SubmissionConfig)
 from bert.core.errors import ConfigError, check
 from bert.core.settings import F, expected, section, shown
 from data.config import BatchGeometry, DataConfig
@@ -43,7 +43,7 @@ from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
 
 __all__ = ["BatchGeometry", "Config", "ConfigError", "MOVED_KEYS", "describe_fields",
-           "load_config", "mlperf_eval_interval", "parse_override"]
+           "load_config", "parse_override"]
 
 
 @section("")
@@ -70,20 +70,6 @@ class Config:
               f"model.max_position_embeddings={self.model.max_position_embeddings}")
         problem = device_combination_error(self.model, self.run)
         check(problem is None, problem or "")
-
-    @property
-    def max_steps(self) -> int:
-        """Optimizer steps of the run: run.max_steps (else the schedule's), capped by
-        run.max_samples."""
-        steps = self.run.max_steps or self.schedule.total_steps
-        if self.run.max_samples:
-            steps = min(steps, -(-self.run.max_samples // self.run.global_batch_size))
-        return steps
-
-    @property
-    def eval_interval_samples(self) -> int:
-        """MLPerf eval spacing (REFERENCE 1) unless the run overrides it."""
-        return self.eval.interval_samples or mlperf_eval_interval(self.run.global_batch_size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -268,7 +268,8 @@ class TrainPipeline:
     def _exchange(self, samples, origin):
         """This rank's share of the group's pooled batch under the strategy."""
         if self.strategy.transport == "sparse":
-            return sparse.exchange(self.group, samples, origin, self.ranks_per_node)
+            return sparse.exchange(self.group, samples, origin, self.ranks_per_node,
+                                   rows_for=self.strategy.rows)
         pooled = allgather_batch(self.group, samples, origin)
         size = self.group.size
         rows = self.strategy.deal(pooled.lengths, size, size)[self.group.rank]

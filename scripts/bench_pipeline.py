@@ -47,6 +47,7 @@ from data.comm import sparse  # noqa: E402
 from data.comm.host import HostComm, LocalComm, displacements  # noqa: E402
 from data.comm.wire import GlobalBatch, encode  # noqa: E402
 from data.config import BatchGeometry  # noqa: E402
+from data.order.node_balance import node_swap_rows  # noqa: E402
 from data.order.lengths import (length_pmf, sample_lengths,  # noqa: E402
                                 sample_stratified_lengths, strata_edges)
 from data.order.shape import node_size  # noqa: E402
@@ -143,7 +144,8 @@ def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, geometr
         samples = mine
     elif record.transport == "sparse":
         comm = ReplayComm(rank, len(raw), gathered.sizes, gathered.received(rank))
-        samples, _ = sparse.exchange(comm, mine, no_origin(mine), args.ranks_per_node)
+        samples, _ = sparse.exchange(comm, mine, no_origin(mine), args.ranks_per_node,
+                                     rows_for=node_swap_rows)
     else:
         encode(mine, no_origin(mine))  # its send buffer
         group = group_of(record, rank, args)

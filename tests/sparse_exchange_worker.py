@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 from data.comm import sparse as sx  # noqa: E402
 from data.comm.host import GlooComm, MPIComm  # noqa: E402
 from data.comm.mpi import mpi_launched  # noqa: E402
+from data.order.node_balance import node_swap_rows  # noqa: E402
 from data.packing import Sample  # noqa: E402
 
 LOCAL = 6  # samples per rank
@@ -92,7 +93,8 @@ def main(out_dir: str) -> None:
         samples, origin = make_batch(scenario, comm.rank)
         received[0] = 0
         got, got_origin = sx.exchange(comm, samples, origin,
-                                      ranks_per_node(scenario, comm.size))
+                                      ranks_per_node(scenario, comm.size),
+                                      rows_for=node_swap_rows)
         record.append({"samples": [tuple(np.array(x) for x in s[:4]) + (s.nsp_label,)
                                    for s in got],
                        "origin": got_origin, "received_bytes": received[0]})

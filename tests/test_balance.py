@@ -61,13 +61,23 @@ def test_batched_input_equals_one_batch_at_a_time(strategy):
 @pytest.mark.parametrize("strategy", [n for n, s in bal.STRATEGIES.items()
                                       if s.transport == "sparse"])
 def test_sparse_transport_computes_the_records_deal(strategy):
-    """The sparse transport computes node_swap's rows (node_swap_rows), not the record's deal:
-    they must be the same rows for every rank."""
+    """The sparse transport computes the record's `rows`, not its deal: they must be the same
+    rows for every rank."""
     lengths = np.random.default_rng(4).integers(1, 513, size=16 * 5)
     full = bal.balance(strategy, lengths, 16, 4)
     for rank in range(16):
-        ranks, rows = node_swap_rows(lengths, 16, 4, rank)
+        ranks, rows = bal.STRATEGIES[strategy].rows(lengths, 16, 4, rank)
         np.testing.assert_array_equal(rows, full[ranks])
+
+
+def test_a_sparse_strategy_must_name_its_rows():
+    """The transport runs the rows the record names: a sparse record without them (whose deal
+    the transport would silently ignore) cannot be built, nor rows without the sparse transport."""
+    with pytest.raises(ValueError, match="rows function"):
+        bal.Strategy(bal.assign_serpentine, source="shards", scope="world", transport="sparse")
+    with pytest.raises(ValueError, match="rows function"):
+        bal.Strategy(bal.assign_serpentine, source="shards", scope="world",
+                     rows=node_swap_rows)
     assert bal.STRATEGIES[strategy].scope == "world"  # the transport runs over the world
 
 

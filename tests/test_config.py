@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from bert.train.config import mlperf_eval_interval
 from bert.config import (BatchGeometry, Config, ConfigError, describe_fields, load_config,
-                         mlperf_eval_interval)
+                         )
 from bert.train.config import RunConfig
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))

@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from bert.config import load_config
+from bert.train.run_plan import RunPlan
 from data.synthetic import ensure_synthetic_data
 
 from data_audit import check_trail, expected_assignment, read_rank_files, trained
@@ -140,7 +141,8 @@ def check_finished_run(log: Path, records: Path, data: Path) -> int:
     assert events[-1]["key"] == "run_stop", events[-1]
     assert events[-1]["metadata"]["status"] == "aborted"  # budget end, target not reached
     assert values(events, "train_samples") == [STEPS * gbs]
-    assert len(values(events, "eval_accuracy")) == STEPS * gbs // cfg.eval_interval_samples
+    interval = RunPlan.build(cfg, 1).eval_interval_samples
+    assert len(values(events, "eval_accuracy")) == STEPS * gbs // interval
     (seed,) = values(events, "seed")
     recorded = read_rank_files(records, TASKS)
     assert all(rank for rank in recorded), f"{records}: a rank recorded nothing"

@@ -20,6 +20,7 @@ from data.comm import sparse as sx
 from data.comm.host import HostComm, LocalComm
 from data.comm.wire import encode
 from data.order import strategies as bal
+from data.order.node_balance import node_swap_rows
 
 import sparse_exchange_worker as worker
 from test_data_distributed import launch
@@ -35,7 +36,8 @@ from thread_comm import run_thread_ranks
 def run_threads(per_rank, origins, ranks_per_node):
     """The sparse exchange on every thread-rank: [(samples, origin, received bytes)]."""
     def rank_main(rank, comm):
-        got = sx.exchange(comm, per_rank[rank], origins[rank], ranks_per_node)
+        got = sx.exchange(comm, per_rank[rank], origins[rank], ranks_per_node,
+                          rows_for=node_swap_rows)
         return (*got, comm.received)
 
     return run_thread_ranks(len(per_rank), rank_main)
@@ -146,7 +148,7 @@ def test_only_moved_samples_travel():
 def test_world_of_one_keeps_its_batch():
     samples = random_samples(np.random.default_rng(2), 5)
     origin = np.array([[3, i] for i in range(5)])
-    got, got_origin = sx.exchange(LocalComm(), samples, origin, 8)
+    got, got_origin = sx.exchange(LocalComm(), samples, origin, 8, rows_for=node_swap_rows)
     (rows,) = bal.balance("node_swap", [len(s.input_ids) for s in samples], 1, 8)
     assert all(g is samples[r] for g, r in zip(got, rows))  # no copy, assignment order
     np.testing.assert_array_equal(got_origin, origin[rows])

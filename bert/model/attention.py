@@ -11,8 +11,8 @@ the name. A backend that needs metadata made on the host says so (`attention_gro
 data pipeline then builds it (data/packing.py), and only then. Adding a backend is one
 function and one `BACKENDS` entry here.
 
-Only padded_sdpa and per_sequence have run here; the CUDA backends are not validated on a GPU
-yet and stay off by default (kernels/VALIDATION.md).
+Each backend's GPU status is a field of its record (`gpu_validated`), read by the docs check and
+the start-of-run warning (bert/gpu_status.py); kernels/VALIDATION.md lists the tests.
 """
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ class AttentionBackend:
     # (Q, heads, head_dim) in PackedBatch.query_subset's order, k and v every token.
     attend_subset: Attend
     attention_groups: bool = False  # reads PackedBatch.groups, which the host must build
+    # GPU status, the one place it is written: the reference needs none (PyTorch's own SDPA);
+    # otherwise the record (benchmarks/results/gpu/...) of the window whose tests passed, or
+    # None: not validated on a GPU yet, so no config turns it on (bert/gpu_status.py warns)
+    reference: bool = False
+    gpu_validated: str | None = None
 
 
 def padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_p,
@@ -80,8 +85,8 @@ def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,
     """PyTorch's flash-attention varlen kernel on packed tokens (CUDA, fp16/bf16, with dropout).
     queries: (cu_seqlens, max_seqlen) of q when q holds a subset of each sequence's tokens.
 
-    Not yet validated on a GPU in this project: configs keep model.attention=padded_sdpa until
-    tests/test_attention.py::test_cuda_backend_on_gpu has passed on one.
+    Its GPU status: BACKENDS["flash_varlen"].gpu_validated (tests/test_attention.py::
+    test_cuda_backend_on_gpu is the acceptance test).
     """
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
         raise RuntimeError("model.attention=flash_varlen needs CUDA tensors in fp16 or bf16 "
@@ -257,8 +262,8 @@ def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tens
 
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
-    AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset),
-    AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset),
+    AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),
+    AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset, reference=True),
     AttentionBackend("flash_varlen", _flash_varlen, _flash_varlen_subset),
     AttentionBackend("grouped_flash", grouped_attention, _grouped_subset, attention_groups=True),
 )}

@@ -21,6 +21,8 @@ from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the ke
 
 # the fusions of the sublayers model.compile_sublayers puts under torch.compile instead
 SUBLAYER_FUSIONS = ("fused_bias_dropout_residual_layernorm", "fused_dense", "fused_dense_gelu")
+# the GPU window record that timed model.compile_sublayers and found it correct; None: not yet
+COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
 
 
 @section("model")
@@ -51,8 +53,8 @@ class ModelConfig:
                        "for CUDA), \"flash_varlen\" (CUDA fp16/bf16 flash kernel on packed "
                        "tokens) or \"grouped_flash\" (seed 000: sequences grouped by length, "
                        "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
-                       "padded SDPA per group elsewhere). flash_varlen and grouped_flash are "
-                       "not yet validated on a GPU, so off by default.")
+                       "padded SDPA per group elsewhere). GPU status: the backend's record "
+                       "(bert/gpu_status.py).")
     last_layer_subset: bool = F(False, "The last encoder layer computes queries, the attention "
                                 "output and the FFN only for the tokens the heads read ([CLS] "
                                 "and the masked tokens); keys and values still come from all "
@@ -60,9 +62,9 @@ class ModelConfig:
                                 "encoder FLOPs for BERT-Large on the MLPerf mix (HazyResearch's "
                                 "MLPerf BERT does this; NVIDIA's does not).")
     # Fused CUDA kernels (kernels/, one entry each in bert/model/fused.py), each replacing a
-    # plain-PyTorch path. NOT yet validated on a GPU (kernels/VALIDATION.md), so off by default.
-    # On CUDA they need the compiled extension (checked when the model is built) and fp16/bf16
-    # activations (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
+    # plain-PyTorch path; each one's GPU status is its FusedOp record's. On CUDA they need the
+    # compiled extension (checked when the model is built) and fp16/bf16 activations
+    # (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
     fused_bias_dropout_residual_layernorm: bool = F(False, "end of every attention/FFN "
                                                            "sublayer")
     fused_embedding_backward: bool = F(False, "word-embedding gradient with packed atomics")
@@ -84,8 +86,8 @@ class ModelConfig:
                                 "and FFN sublayers, the compiler's answer to the fused kernels "
                                 "above, with which it does not combine (each is measured "
                                 "against the other). Attention itself stays eager: its backends "
-                                "read per-batch lengths. Not yet measured on a GPU, so off by "
-                                "default.")
+                                "read per-batch lengths. GPU status: "
+                                "COMPILE_SUBLAYERS_GPU_VALIDATED.")
     bert_config_file: ExpandedPath = F("", "optional bert_config.json; its values replace the "
                                            "fields above")
 

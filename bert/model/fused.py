@@ -38,6 +38,9 @@ class FusedOp:
     kernel: str  # the kernels/ op (kernels.OPS) the flag switches on
     # what the flag needs that `cfg` lacks, as "<what> ..., got <value>"; None when it fits
     check: Callable[["ModelConfig"], Optional[str]]
+    # the record (benchmarks/results/gpu/...) of the window whose GPU tests passed for this
+    # switch; None: not validated on a GPU yet, so off in every config (bert/gpu_status.py)
+    gpu_validated: Optional[str] = None
 
 
 def _hidden_1024(cfg: "ModelConfig") -> Optional[str]:

@@ -181,6 +181,17 @@ class BertForPretraining(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
+    def loss(self, mlm_logits: torch.Tensor, nsp_logits: torch.Tensor,
+             batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(MLM loss, NSP loss) of this model's outputs, with its own loss path
+        (model.fused_mlm_loss) and vocabulary: the model owns its loss."""
+        return pretraining_loss(mlm_logits, nsp_logits, batch, self.config.vocab_size,
+                                fused_mlm_loss=self.config.fused_mlm_loss)
+
+    def count_correct(self, mlm_logits: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """Masked tokens predicted correctly (0-dim int64 on the device: no host read)."""
+        return mlm_correct(mlm_logits, batch, self.config.vocab_size)
+
     def pack_options(self) -> dict[str, bool]:
         """What the host must build into each PackedBatch for this model (data.packing's
         pack_samples keywords): only the metadata the model reads."""

@@ -22,7 +22,7 @@ class OptimConfig:
     max_grad_norm: float = F(1.0, "global gradient-norm clip", gt=0)
     sharded: bool = F(False, "ShardedOptimizer: sharded fp32 state (ZeRO-2), bucketed "
                              "reduce-scatter overlapping the backward, LR and fp16 loss scaling "
-                             "on the device. Tested on gloo ranks; not yet on GPUs.")
+                             "on the device. Tested on gloo ranks.")
     clip_mode: Literal["after_allreduce", "before_allreduce", "bucketwise"] = F(
         "after_allreduce", "where the gradient norm is clipped (sharded only): after_allreduce "
         "(exact global norm), before_allreduce (each rank's local norm, as 1-node MLPerf runs "
@@ -31,19 +31,24 @@ class OptimConfig:
     bucket_cap_mb: float = F(25.0, "gradient bucket size for the sharded optimizer", gt=0)
     fused_kernel: bool = F(False, "Sharded optimizer's norms and update as fused CUDA kernels "
                                   "(kernels/lamb.py: five launches over the flat shard instead "
-                                  "of dozens of _foreach ops). Compiles, but NOT yet validated "
-                                  "on a GPU (kernels/VALIDATION.md), so off by default. On CUDA "
-                                  "it needs the compiled extension (checked when the optimizer "
-                                  "is built); on CPU the ops run their _foreach reference.")
+                                  "of dozens of _foreach ops); GPU status: the optimizer's "
+                                  "record (bert/gpu_status.py). On CUDA it needs the compiled "
+                                  "extension (checked when the optimizer is built); on CPU the "
+                                  "ops run their _foreach reference.")
 
     def __post_init__(self) -> None:
         check(self.name in OPTIMIZERS,
               f"optim.name={self.name!r}: expected {' or '.join(OPTIMIZERS)}")
         check(self.sharded or not self.fused_kernel,
               "optim.fused_kernel=true needs optim.sharded=true (it updates the flat shards)")
-        check(self.sharded or OPTIMIZERS[self.name].replicated is not None,
+        spec = OPTIMIZERS[self.name]
+        check(self.sharded or spec.replicated is not None,
               f"optim.name={self.name} needs optim.sharded=true (the replicated path is "
               f"{', '.join(n for n, o in OPTIMIZERS.items() if o.replicated)} only)")
+        check(not self.sharded or spec.sharded is not None,
+              f"optim.name={self.name} has no sharded path: set optim.sharded=false")
+        check(not self.fused_kernel or spec.sharded is None or spec.sharded.fused is not None,
+              f"optim.fused_kernel=true: optim.name={self.name} has no fused kernels")
         check(self.sharded or self.clip_mode == "after_allreduce",
               f"optim.clip_mode={self.clip_mode!r} needs optim.sharded=true")
 

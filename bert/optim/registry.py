@@ -3,7 +3,8 @@
 `OPTIMIZERS[name]` says what a name means: how to build it replicated (a torch.optim
 optimizer under DDP, or None where only the sharded path exists), which update the sharded
 optimizer runs (LAMB's trust ratio or AdamW) and whether MLPerf's closed division allows it.
-Adding an optimizer is an entry here (and its torch.optim class, for the replicated path).
+Adding an optimizer is an entry here: its torch.optim class for the replicated path and/or its
+`ShardMath` (weight norms or not, its sums and update functions) for the sharded path.
 
 `build_optimizer` wraps it for data parallelism, by `optim.sharded`:
 - `Replicated` (false): DDP all-reduces gradients, every rank runs the whole optimizer; fp16
@@ -11,8 +12,8 @@ Adding an optimizer is an entry here (and its torch.optim class, for the replica
 - `Sharded` (true): `ShardedOptimizer`: flat buffers, bucketed reduce-scatter overlapped with
   backward, fp32 master weights and moments sharded over the ranks (ZeRO-2), LR schedule and
   fp16 loss scaling on the device (no host sync in the step). Tested against LAMB on 1, 2 and 4
-  gloo ranks; not yet run with NCCL on GPUs. With optim.fused_kernel=true its norms and update
-  run as the fused kernels of kernels/lamb.py (not yet validated on a GPU).
+  gloo ranks. With optim.fused_kernel=true its norms and update run as the fused kernels of
+  kernels/lamb.py (their GPU status: `ShardMath.fused_gpu_validated`).
 
 Both expose: `model` (what to call forward on), `no_sync()` (gradient accumulation),
 `backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float: the lr of the
@@ -52,13 +53,28 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class ShardMath:
+    """What the sharded path (ShardedOptimizer) runs for one optimizer."""
+
+    # all-reduce |w|^2 per parameter with the gradient norm (LAMB's trust ratio needs it)
+    weight_norms: bool
+    sums: shard_update.SumsFn  # this rank's [|grad|^2, (|w_i|^2 ...)]
+    update: shard_update.UpdateFn  # the moments and the update of one shard, in place
+    # optim.fused_kernel: (sums, update) as CUDA kernels, and the kernels/ op they need
+    fused: Optional[tuple[shard_update.SumsFn, shard_update.UpdateFn]] = None
+    fused_op: str = ""
+    # the GPU window record that validated the fused kernels; None: not yet (bert/gpu_status.py)
+    fused_gpu_validated: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class OptimizerSpec:
-    """What one `optim.name` means."""
+    """What one `optim.name` means: everything the replicated and sharded paths need of it."""
 
     # (param groups, optim config) -> the optimizer every rank runs under DDP; None: the name
     # needs optim.sharded
     replicated: Optional[Callable[[list[dict], "OptimConfig"], torch.optim.Optimizer]]
-    trust_ratio: bool  # the sharded update: LAMB's per-tensor trust ratio (False: AdamW)
+    sharded: Optional[ShardMath]  # None: the name has no sharded path
     closed_division: bool  # allowed in MLPerf's closed division (REFERENCE 1: LAMB only)
 
 
@@ -67,9 +83,17 @@ def _lamb(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
                 weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm)
 
 
+_FUSED_LAMB = (shard_update.fused_sums, shard_update.fused_update)
 OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "lamb": OptimizerSpec(replicated=_lamb, trust_ratio=True, closed_division=True),
-    "adam": OptimizerSpec(replicated=None, trust_ratio=False, closed_division=False),
+    "lamb": OptimizerSpec(
+        replicated=_lamb, closed_division=True,
+        sharded=ShardMath(True, shard_update.reference_sums, shard_update.reference_update,
+                          fused=_FUSED_LAMB, fused_op=kernels.lamb.OP)),
+    # AdamW: LAMB's update without the trust ratio (no weight norms), open division only
+    "adam": OptimizerSpec(
+        replicated=None, closed_division=False,
+        sharded=ShardMath(False, shard_update.reference_sums, shard_update.reference_update,
+                          fused=_FUSED_LAMB, fused_op=kernels.lamb.OP)),
 }
 
 
@@ -132,6 +156,7 @@ class Sharded:
     def __init__(self, model: torch.nn.Module, o: "OptimConfig", s: "ScheduleConfig",
                  fp16: bool, ctx: "DistContext"):
         self.model = model  # no DDP: the optimizer's hooks reduce the gradients
+        spec = OPTIMIZERS[o.name].sharded
         self.loss_scaler = DynamicLossScaler(device=ctx.device) if fp16 else None
         self._schedule = functools.partial(lr_at, total_steps=s.total_steps,
                                            warmup_steps=s.warmup_steps,
@@ -140,8 +165,8 @@ class Sharded:
             param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
             weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm,
             bucket_cap_mb=o.bucket_cap_mb, clip_mode=o.clip_mode,
-            trust_ratio=OPTIMIZERS[o.name].trust_ratio, loss_scaler=self.loss_scaler,
-            lr_schedule=self._schedule, **shard_math(o.fused_kernel, ctx.device))
+            trust_ratio=spec.weight_norms, loss_scaler=self.loss_scaler,
+            lr_schedule=self._schedule, **shard_math(spec, o.fused_kernel, ctx.device))
         self.base_lr = o.lr
 
     def no_sync(self):
@@ -173,15 +198,14 @@ class Sharded:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def shard_math(fused: bool, device: torch.device) -> dict:
-    """ShardedOptimizer's `sums_fn`/`update_fn`: the fused LAMB kernels (optim.fused_kernel)
-    or the reference."""
+def shard_math(spec: ShardMath, fused: bool, device: torch.device) -> dict:
+    """ShardedOptimizer's `sums_fn`/`update_fn` from the optimizer's record: its fused kernels
+    (optim.fused_kernel) or its reference math."""
     if not fused:
-        return {"sums_fn": shard_update.reference_sums,
-                "update_fn": shard_update.reference_update}
+        return {"sums_fn": spec.sums, "update_fn": spec.update}
     if device.type == "cuda":
-        kernels.require(kernels.lamb.OP)  # fails here, with the build hint, not at the first step
-    return {"sums_fn": shard_update.fused_sums, "update_fn": shard_update.fused_update}
+        kernels.require(spec.fused_op)  # fails here, with the build hint, not at the first step
+    return {"sums_fn": spec.fused[0], "update_fn": spec.fused[1]}
 
 
 def build_optimizer(model: torch.nn.Module, optim: "OptimConfig", schedule: "ScheduleConfig",

@@ -14,7 +14,7 @@ order:
     ... build model, load checkpoint, warm up (no training/eval data read yet) ...
     log.init_stop()                       # at most 30 min after init_start (closed)
     log.run_start()
-    for each block of cfg.eval_interval_samples samples:
+    for each block of plan.eval_interval_samples samples (bert/train/run_plan.py):
         log.block_start(samples_count, first_epoch_num, epoch_count)
         ... train ...
         log.block_stop(samples_count, first_epoch_num, epoch_count)

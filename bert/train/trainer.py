@@ -33,12 +33,14 @@ from typing import Sequence
 
 import torch
 
-from bert.config import BatchGeometry, Config
-from bert.model import BertForPretraining, mlm_correct, num_parameters, pretraining_loss
+from bert import gpu_status
+from bert.config import Config
+from bert.model import BertForPretraining, num_parameters
 from bert.model.weights import load_into_model, read_checkpoint_file
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
 from bert.train.launch_env import launch_layout
+from bert.train.run_plan import RunPlan
 from bert.train.logfile import LogFile
 from bert.train.mlperf import MLPerfLogger
 from bert.train.progress import Progress
@@ -97,7 +99,9 @@ class Trainer:
         # Every check of the inputs comes before the first file is written (the output folder,
         # the MLPerf log): a bad input changes nothing of an earlier run in the same folder.
         # The batch split needs only the launcher's world size: checked before the rendezvous.
-        self.geometry = BatchGeometry.build(cfg.run, launch_layout().world_size)
+        layout = launch_layout()
+        self.plan = RunPlan.build(cfg, layout.world_size, layout.local_world_size)
+        self.geometry = self.plan.geometry
         self.ctx: DistContext = init_distributed(cfg.run.device)
         self.out_dir = Path(cfg.run.output_dir)
         self.progress = Progress(enabled=self.ctx.is_main, interval_s=cfg.log.interval_s,
@@ -159,6 +163,9 @@ class Trainer:
                             if on_gpu else "N/A")
         if self.resume_from:
             self.mllog.resumed_from(self.resume_manifest.step, self.resume_manifest.samples)
+        unvalidated = gpu_status.warning(self.cfg) if on_gpu else None
+        if unvalidated:
+            self.progress.result(unvalidated)
 
     def _run_seed(self) -> int:
         seed = self.cfg.run.seed
@@ -174,7 +181,7 @@ class Trainer:
                 self.progress.line("resume auto: no complete checkpoint yet, starting fresh")
             return None, None
         manifest = Manifest.read(folder)
-        check_compatible(manifest, folder, self.ctx.world_size, run.global_batch_size)
+        check_compatible(manifest, folder, self.ctx.world_size, self.plan.global_batch_size)
         # before the log opens: a refused resume writes nothing
         check_resume_settings(folder, manifest.seed, self.cfg.to_dict())
         return folder, manifest
@@ -210,7 +217,8 @@ class Trainer:
                                           "accuracy": accuracy},
                              "config": cfg.to_dict()}
         rank_state = {"rng": rng_state(ctx.device), "pipeline": self.pipeline.state_dict()}
-        manifest = Manifest(step, samples, ctx.world_size, cfg.run.global_batch_size, self.seed)
+        manifest = Manifest(step, samples, ctx.world_size, self.plan.global_batch_size,
+                            self.seed)
         folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
                                  trainer_state, rank_state, cfg.checkpoint.keep)
         self._last_checkpoint_step = step
@@ -262,15 +270,14 @@ class Trainer:
         started = time.time()
         pipeline, eval_set = self._open_data()
         pipeline.announce(log, self.progress)  # bucketing and curriculum, when used
-        gbs = self.geometry.global_batch_size
-        # An eval point rounds up to a whole global batch (REFERENCE 1).
-        steps_per_block = max(1, -(-cfg.eval_interval_samples // gbs))
+        gbs, plan = self.geometry.global_batch_size, self.plan
+        steps_per_block = plan.steps_per_eval_block  # whole global batches (REFERENCE 1)
         step, samples = self.start_point["step"], self.start_point["samples"]
         accuracy, status = self.start_point["accuracy"], "aborted"
         self._last_checkpoint_step = step
         for callback in self.callbacks:
             callback.on_train_start(self)
-        max_steps = cfg.max_steps
+        max_steps = plan.max_steps
         self.progress.start(max_steps * gbs, samples, max_steps)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
@@ -311,7 +318,7 @@ class Trainer:
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=ctx.local_world_size, pack=self.pack,
+            ranks_per_node=self.plan.ranks_per_node, pack=self.pack,
             vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
             self.pipeline.load_state_dict(self._resume_data)
@@ -369,8 +376,7 @@ class Trainer:
     def forward_loss(self, batch: PackedBatch) -> torch.Tensor:
         with self._autocast():
             mlm_logits, nsp_logits = self.model(batch)
-        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, self.cfg.model.vocab_size,
-                                    fused_mlm_loss=self.cfg.model.fused_mlm_loss)
+        mlm, nsp = self.raw_model.loss(mlm_logits, nsp_logits, batch)
         return mlm + nsp
 
     def _autocast(self):
@@ -399,7 +405,7 @@ class Trainer:
             batch = self.pack(eval_set[start:start + size]).to(self.ctx.device)
             with self._autocast():
                 mlm_logits, _ = model(batch)
-            counts[0] += mlm_correct(mlm_logits, batch, self.cfg.model.vocab_size)
+            counts[0] += model.count_correct(mlm_logits, batch)
             counts[1] += batch.num_masked
         all_reduce_sum(counts, self.ctx)
         correct, total = counts.tolist()  # the eval point's one host read

@@ -28,7 +28,6 @@ import numpy as np
 
 from data.comm.host import HostComm, displacements
 from data.comm.wire import META_WIDTH, GlobalBatch, encode
-from data.order.node_balance import node_swap_rows
 from data.packing import Sample
 
 SIZE_BYTES = 2 * np.dtype(np.int16).itemsize  # all-gathered per sample: length, masked count
@@ -142,11 +141,12 @@ def gather_sizes(comm: HostComm, samples: Sequence[Sample]) -> tuple[np.ndarray,
 
 
 def exchange(comm: HostComm, samples: Sequence[Sample], origin: np.ndarray,
-             ranks_per_node: int, rows_for: RowsFor = node_swap_rows):
+             ranks_per_node: int, rows_for: RowsFor):
     """This rank's balanced local batch: (samples, origin (B, 2)) in assignment order.
 
     samples, origin: the B samples this rank read and their (file, index). Collective over
-    `comm`, the whole world; ranks_per_node as in data/order/strategies.py.
+    `comm`, the whole world; ranks_per_node as in data/order/strategies.py; rows_for: the
+    strategy's `rows` (its record names it: data/order/strategies.py).
     """
     lengths, masked = gather_sizes(comm, samples)
     ranks, rows = rows_for(lengths, comm.size, ranks_per_node, comm.rank)

@@ -51,11 +51,11 @@ drains at a slightly different rate than one epoch of the data would.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Optional
 
 import numpy as np
 
-from data.order.node_balance import assign_node_swap
+from data.order.node_balance import assign_node_swap, node_swap_rows
 from data.order.shape import local_batch, node_size
 
 # ---------------------------------------------------------------------------------------------
@@ -153,10 +153,20 @@ class Strategy:
     # exchange), "node" (the R ranks of a node: no traffic between nodes) or "world"
     scope: Literal["rank", "node", "world"]
     # how the batches travel when they do (data/comm): "allgather" pools every sample of the
-    # group on every rank (host.allgather_batch); "sparse" all-gathers only the sizes over the
-    # world and moves only the samples that change rank, in one all-to-all-v
-    # (data/comm/sparse.py; it computes node_swap's rows, so the deal is assign_node_swap)
+    # group on every rank (host.allgather_batch) and deals it with `deal`; "sparse" all-gathers
+    # only the sizes over the world and moves only the samples that change rank, in one
+    # all-to-all-v (data/comm/sparse.py), by the rows `rows` computes for each rank
     transport: Literal["allgather", "sparse"] = "allgather"
+    # sparse only: (lengths (W*B,), W, R, rank) -> (ranks (K,), their rows (K, B)), the rows of
+    # this rank's node and of the nodes its samples go to; the same assignment as `deal`
+    rows: Optional[Callable[[np.ndarray, int, int, int], tuple[np.ndarray, np.ndarray]]] = None
+
+    def __post_init__(self) -> None:
+        # the transport runs what the record names, so a sparse strategy must name its rows (a
+        # strategy whose deal the transport would silently ignore cannot be built)
+        if (self.transport == "sparse") != (self.rows is not None):
+            raise ValueError("a strategy names its rows function if and only if its transport "
+                             "is sparse")
 
     @property
     def exchanges(self) -> bool:
@@ -174,9 +184,10 @@ STRATEGIES: dict[str, Strategy] = {
     "global_presort": Strategy(assign_global_presort, source="shards", scope="world"),
     "serpentine": Strategy(assign_serpentine, source="shards", scope="world"),
     # issue 15: serpentine-level balance without the full all-gather (docs/balance_at_scale.md)
-    "node_swap": Strategy(assign_node_swap, source="shards", scope="world", transport="sparse"),
+    "node_swap": Strategy(assign_node_swap, source="shards", scope="world", transport="sparse",
+                          rows=node_swap_rows),
     "stratified_node_swap": Strategy(assign_node_swap, source="stratified", scope="world",
-                                     transport="sparse"),
+                                     transport="sparse", rows=node_swap_rows),
 }
 
 

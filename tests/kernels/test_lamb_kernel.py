@@ -22,13 +22,14 @@ from bert.config import ConfigError, load_config
 from bert.optim import DynamicLossScaler, ShardedOptimizer, param_groups
 from bert.optim import shard_update as ref
 from bert.optim.config import OptimConfig
-from bert.optim.registry import build_optimizer, shard_math
+from bert.optim.registry import OPTIMIZERS, build_optimizer, shard_math
 from bert.train.distributed import DistContext
 from kernels import _loader
 from kernels import reference_lamb as tensor_ref
 from scripts.bench.lamb_shards import bert_large_param_groups, random_shard
 
 TESTS = Path(__file__).resolve().parents[1]
+LAMB_MATH = OPTIMIZERS["lamb"].sharded
 if str(TESTS) not in sys.path:  # the sharded optimizer's test helpers live in tests/
     sys.path.insert(0, str(TESTS))
 import test_distributed_lamb as tdl  # noqa: E402
@@ -256,9 +257,9 @@ def test_fused_hooks_fail_at_build_on_cuda_without_the_extension(monkeypatch, tm
     monkeypatch.setattr(_loader, "_loaded", False)
     monkeypatch.setattr(_loader, "_error", None)
     with pytest.raises(RuntimeError, match="fused kernel 'lamb' was requested"):
-        shard_math(True, torch.device("cuda"))
-    assert shard_math(True, torch.device("cpu")) == HOOKS
-    assert shard_math(False, torch.device("cuda")) == REFERENCE
+        shard_math(LAMB_MATH, True, torch.device("cuda"))
+    assert shard_math(LAMB_MATH, True, torch.device("cpu")) == HOOKS
+    assert shard_math(LAMB_MATH, False, torch.device("cuda")) == REFERENCE
 
 
 def test_benchmark_runs_on_cpu(tmp_path):

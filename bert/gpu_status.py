@@ -1,0 +1,40 @@
+"""Which switches of a config have not been validated on a GPU yet: read from the registries'
+own records (attention backends, fused ops, the optimizers' fused kernels, compile_sublayers),
+never from prose. The trainer warns once at the start of a CUDA run; tests/test_gpu_status.py
+checks that kernels/VALIDATION.md says the same."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bert.model.attention import BACKENDS
+from bert.model.config import COMPILE_SUBLAYERS_GPU_VALIDATED
+from bert.model.fused import FUSED_OPS
+from bert.optim.registry import OPTIMIZERS
+
+if TYPE_CHECKING:
+    from bert.config import Config
+
+
+def unvalidated(cfg: "Config") -> list[str]:
+    """The switches on in `cfg` that no GPU window has validated, as `section.key[=value]`."""
+    found = []
+    backend = BACKENDS[cfg.model.attention]
+    if not backend.reference and backend.gpu_validated is None:
+        found.append(f"model.attention={backend.name}")
+    found += [f"model.{flag}" for flag, op in FUSED_OPS.items()
+              if getattr(cfg.model, flag) and op.gpu_validated is None]
+    if cfg.model.compile_sublayers and COMPILE_SUBLAYERS_GPU_VALIDATED is None:
+        found.append("model.compile_sublayers")
+    math = OPTIMIZERS[cfg.optim.name].sharded
+    if cfg.optim.fused_kernel and math is not None and math.fused_gpu_validated is None:
+        found.append("optim.fused_kernel")
+    return found
+
+
+def warning(cfg: "Config") -> str | None:
+    """One line for the start of a CUDA run, or None when every switch on is validated."""
+    names = unvalidated(cfg)
+    if not names:
+        return None
+    return (f"warning: not validated on a GPU yet: {', '.join(names)} "
+            f"(kernels/VALIDATION.md; results may be wrong or slow)")
