@@ -248,7 +248,7 @@ def test_buckets_are_reduced_during_backward(mode):
 
 def test_second_backward_without_no_sync_is_an_error():
     model = make_model()
-    opt = make_opt(model)
+    make_opt(model)  # its hooks are what refuses the second backward
     loss_of(model, local_batch(0, 0, 1)).backward()
     with pytest.raises(RuntimeError, match="no_sync"):
         loss_of(model, local_batch(1, 0, 1)).backward()

@@ -14,7 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 from bert.config import load_config
 from bert.model.config import ModelConfig
 from bert.model.modeling import BertForPretraining
-from bert.plan import activations, check, memory, published, rcp
+from bert.plan import activations, check, published, rcp
 from bert.plan.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
