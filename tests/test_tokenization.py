@@ -171,7 +171,7 @@ def test_limit_is_exactly_200_processed_characters(tokenizers):
     assert production.encode("é" * 200) == reference.encode("é" * 200) != [unk]
 
 
-# -- the reader and the vocabulary -------------------------------------------------------------------
+# -- the reader and the vocabulary -----------------------------------------------------------------
 
 def documents_both(tmp_path: Path, data: bytes, tokenizers):
     production, reference = tokenizers

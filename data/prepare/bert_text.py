@@ -54,6 +54,9 @@ class Tables:
         # A piece is one punctuation character, or a run of anything but whitespace and
         # punctuation. `\s` is str.isspace(), the set that str.split() splits on.
         self.pieces = re.compile(f"[^\\s{punct_class}]+|[{punct_class}]")
+        # The same split for ASCII tokens: a small class that the regex engine tests fast.
+        ascii_class = _char_class(ASCII_PUNCT)
+        self.ascii_pieces = re.compile(f"[^\\s{ascii_class}]+|[{ascii_class}]")
 
 
 @lru_cache(maxsize=1)
@@ -75,8 +78,9 @@ def token_pieces(token: str) -> list[str]:
     stripped, punctuation split off)."""
     token = token.lower()
     t = tables()
-    if not token.isascii():
-        token = unicodedata.normalize("NFD", token).translate(t.drop_marks)
+    if token.isascii():
+        return t.ascii_pieces.findall(token)
+    token = unicodedata.normalize("NFD", token).translate(t.drop_marks)
     return t.pieces.findall(token)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -46,29 +47,23 @@ class WordPiece:
         # No piece longer than the longest token can match: the search starts there.
         self.longest = max(map(len, ids), default=0)
         self.longest_cont = max((len(t) - 2 for t in ids if t.startswith("##")), default=0)
-        self.cache: dict[str, tuple[int, ...]] = {}
+        self.cache = _Memo(self.token_ids, CACHE_TOKENS)  # whitespace token -> ids
+        self.word_cache = _Memo(self.word_ids, CACHE_TOKENS)  # basic tokenizer word -> ids
 
     def encode(self, line: str) -> list[int]:
         """The ids of one line (the reference's FullTokenizer.tokenize, then its ids)."""
-        out: list[int] = []
-        cache = self.cache
-        for token in clean_line(line).split():
-            ids = cache.get(token)
-            if ids is None:
-                if len(cache) >= CACHE_TOKENS:
-                    cache.clear()
-                ids = cache[token] = self.token_ids(token)
-            out += ids
-        return out
+        # All in C but for tokens not seen before (_Memo.__missing__).
+        return list(chain.from_iterable(map(self.cache.__getitem__, clean_line(line).split())))
 
     def token_ids(self, token: str) -> tuple[int, ...]:
         """The ids of one whitespace-separated token: a pure function of the token."""
-        return tuple(i for word in token_pieces(token) for i in self.word_ids(word))
+        return tuple(chain.from_iterable(map(self.word_cache.__getitem__,
+                                             token_pieces(token))))
 
-    def word_ids(self, word: str) -> list[int]:
+    def word_ids(self, word: str) -> tuple[int, ...]:
         """Greedy longest match; a word over the limit, or with an unmatched rest, is [UNK]."""
         if len(word) > MAX_WORD_CHARS:
-            return [self.unk]
+            return (self.unk,)
         out, start, n = [], 0, len(word)
         while start < n:
             if start == 0:
@@ -82,10 +77,24 @@ class WordPiece:
                     end -= 1
                 piece = "##" + word[start:end]
             if end == start:
-                return [self.unk]
+                return (self.unk,)
             out.append(self.ids[piece])
             start = end
-        return out
+        return tuple(out)
+
+
+class _Memo(dict):
+    """key -> fn(key), computed on first use; forgets everything when `limit` is reached."""
+
+    def __init__(self, fn, limit: int):
+        super().__init__()
+        self.fn, self.limit = fn, limit
+
+    def __missing__(self, key):
+        if len(self) >= self.limit:
+            self.clear()
+        value = self[key] = self.fn(key)
+        return value
 
 
 def split_lines(data: bytes, path: Path, what: str) -> list[str]:
