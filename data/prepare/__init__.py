@@ -2,9 +2,10 @@
 
 The steps, each a module with one job and a subcommand of `scripts/prepare_data.py`:
 
-    examples      text shards -> fixed-length HDF5 (create_examples.py; tokenization in
-                  wordpiece.py, Google's instance/masking semantics in instances.py,
-                  the fixed format in fixed.py)
+    examples      text shards -> fixed-length HDF5 (create_examples.py; reading and
+                  WordPiece in wordpiece.py, Google's basic tokenizer in bert_text.py, both
+                  exact: docs/tokenization.md; Google's instance/masking semantics in
+                  instances.py, the fixed format in fixed.py)
     to-varlen     fixed-length HDF5 -> the variable-length format of data/sources/shards.py
                   (to_varlen.py)
     reshard       any number of input files -> N shards with a seeded global shuffle in

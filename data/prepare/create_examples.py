@@ -19,6 +19,7 @@ from data.prepare.fixed import write_fixed
 from data.prepare.instances import ExampleParams, create_instances
 from data.prepare.parallel import run_parallel
 from data.prepare.wordpiece import load_tokenizer, read_documents
+from data.sources.shards import DataError
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ def create_examples_file(job: ShardJob) -> tuple[Path, int, float]:
     start = time.perf_counter()
     tokenizer, vocab = load_tokenizer(job.vocab_file)
     documents = read_documents(job.text, tokenizer)
+    if not documents:
+        # The reference writes an empty output here, which training cannot use.
+        raise DataError(f"{job.text}: no sentences (an empty text shard, or every line "
+                        f"tokenizes to nothing)")
     rng = random.Random(job.params.random_seed)
     instances = create_instances(documents, job.params, vocab, rng)
     write_fixed(job.output, instances, job.params.max_seq_length, job.params.max_predictions)

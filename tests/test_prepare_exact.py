@@ -1,0 +1,176 @@
+"""`prepare_data.py examples` end to end against the reference's algorithm: text -> shards ->
+the samples read back equal what the oracle tokenizer (tests/tokenization_oracle.py) and the
+reference's instance rules make; the output depends on nothing but the text, the vocabulary
+and the parameters; bad input ends in one error line with exit status 2.
+"""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenization_oracle as oracle
+from data.prepare.create_examples import create_examples
+from data.prepare.fixed import read_fixed
+from data.prepare.instances import ExampleParams, create_instances
+from data.prepare.wordpiece import Vocab
+from data.sources.shards import DataError
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "prepare_data.py"
+MAX_LEN, MAX_PRED = 64, 10
+PARAMS = ExampleParams(max_seq_length=MAX_LEN, max_predictions=MAX_PRED, dupe_factor=2)
+# Words of several scripts, with accents, CJK, punctuation, controls and odd spaces.
+LEXICON = ["The", "café", "ÉCOLE", "naïve", "Straße", "İstanbul", "ΟΔΟΣ", "λόγος", "Москва",
+           "東京", "北京大学", "한국어", "ひらがな", "カタカナ", "العربية", "हिन्दी", "ﬁne",
+           "don't", "e.g.", "(1984)", "x\u200by", "a\u0301b", "50%", "—", "“quoted”", "🙂",
+           "tab\there", "nbsp\u00a0in", "line\u2028sep", "\u3000wide", "ǅemal", "x" * 205]
+
+
+def write_corpus(path: Path, seed: int, docs: int) -> Path:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(docs):
+        for _ in range(rng.randint(1, 8)):
+            lines.append(" ".join(rng.choice(LEXICON) for _ in range(rng.randint(2, 14))))
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def write_vocab(path: Path, text: Path) -> Path:
+    """Whole words of the text, its characters and their continuations, minus a few words so
+    that WordPiece has to split and sometimes gives [UNK]."""
+    words = sorted({w for line in text.read_text(encoding="utf-8").splitlines()
+                    for w in oracle.basic_tokens(line)})
+    chars = sorted({c for w in words for c in w} - {"ş", "ק"})
+    kept = [w for w in words if len(w) > 1 and hash(w) % 3 and len(w) < 50]
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars,
+             *(f"##{c}" for c in chars), *(w for w in kept if w not in chars)]
+    path.write_text("\n".join(dict.fromkeys(lines)) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("exact")
+    texts = [write_corpus(folder / f"part-{i:05d}-of-00002", i, 40) for i in range(2)]
+    return texts, write_vocab(folder / "vocab.txt", texts[0])
+
+
+def expected_instances(text: Path, vocab_file: Path, params: ExampleParams):
+    ids = oracle.load_vocab(vocab_file.read_bytes())
+    docs = oracle.documents(text.read_bytes(), oracle.Tokenizer(ids))
+    documents = [[np.asarray(s, dtype=np.int32) for s in doc] for doc in docs]
+    vocab = Vocab(len(ids), ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])
+    return create_instances(documents, params, vocab, random.Random(params.random_seed))
+
+
+def assert_same_as_oracle(output: Path, text: Path, vocab_file: Path, params: ExampleParams):
+    samples = read_fixed(output, params.max_seq_length, params.max_predictions)
+    expected = expected_instances(text, vocab_file, params)
+    assert len(samples) == len(expected)
+    for got, want in zip(samples, expected):
+        np.testing.assert_array_equal(got.input_ids, want.tokens)
+        np.testing.assert_array_equal(got.segment_ids, want.segment_ids)
+        np.testing.assert_array_equal(got.masked_positions, want.masked_positions)
+        np.testing.assert_array_equal(got.masked_ids, want.masked_ids)
+        assert got.nsp_label == int(want.is_random_next)
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "examples", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def no_temporaries(folder: Path) -> bool:
+    return not list(folder.rglob(".*.tmp"))
+
+
+# -- the round trip ----------------------------------------------------------------------------
+
+def test_samples_read_back_equal_the_oracle(corpus, tmp_path):
+    texts, vocab = corpus
+    outputs = create_examples(texts, tmp_path, vocab, PARAMS, log=lambda *_: None)
+    for output, text in zip(outputs, texts):
+        assert_same_as_oracle(output, text, vocab, PARAMS)
+
+
+def test_output_is_byte_identical_across_runs_and_worker_counts(corpus, tmp_path):
+    texts, vocab = corpus
+    one = create_examples(texts, tmp_path / "one", vocab, PARAMS, log=lambda *_: None)
+    proc = run_script(*map(str, texts), "--vocab", str(vocab), "--out", str(tmp_path / "two"),
+                      "--workers", "2", "--max-seq-length", str(MAX_LEN), "--max-predictions",
+                      str(MAX_PRED), "--dupe-factor", "2")
+    assert proc.returncode == 0, proc.stderr
+    for path in one:
+        assert path.read_bytes() == (tmp_path / "two" / path.name).read_bytes(), path.name
+
+
+def test_one_enormous_line_is_handled_as_the_reference(corpus, tmp_path):
+    """A shard of one line of 100,000 words: one document of one sentence, whose instances
+    pair it with itself (the reference's random-next fallback after ten tries)."""
+    _, vocab = corpus
+    rng = random.Random(7)
+    text = tmp_path / "part-00000-of-00001"
+    text.write_text(" ".join(rng.choice(LEXICON) for _ in range(100_000)), encoding="utf-8")
+    params = ExampleParams(max_seq_length=MAX_LEN, max_predictions=MAX_PRED, dupe_factor=1)
+    (output,) = create_examples([text], tmp_path / "out", vocab, params, log=lambda *_: None)
+    assert_same_as_oracle(output, text, vocab, params)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def test_non_utf8_shard_is_one_error_and_the_other_shards_complete(corpus, tmp_path):
+    texts, vocab = corpus
+    bad = tmp_path / "part-00001-of-00002"
+    bad.write_bytes(b"fine line\nbroken \xff\xfe line\n")
+    out = tmp_path / "out"
+    proc = run_script(str(texts[0]), str(bad), "--vocab", str(vocab), "--out", str(out),
+                      "--workers", "2", "--max-seq-length", str(MAX_LEN))
+    line = one_error_line(proc)
+    assert "part-00001-of-00002: text shard is not UTF-8 text (line 2" in line
+    assert sorted(p.name for p in out.iterdir()) == ["part-00000-of-00002.hdf5"]
+    assert_same_as_oracle(out / "part-00000-of-00002.hdf5", texts[0], vocab,
+                          ExampleParams(max_seq_length=MAX_LEN))
+    assert no_temporaries(tmp_path)
+
+
+def test_empty_shard_is_one_error(corpus, tmp_path):
+    text = tmp_path / "part-00000-of-00001"
+    text.write_bytes(b"")
+    out = tmp_path / "out"
+    line = one_error_line(run_script(str(text), "--vocab", str(corpus[1]), "--out", str(out)))
+    assert "part-00000-of-00001: no sentences" in line
+    assert not list(out.iterdir()) and no_temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"\n\n  \n", b"\xe2\x80\x8b\n\x00\n\xef\xbf\xbd\n"])
+def test_shard_of_nothing_to_tokenize_is_refused(corpus, tmp_path, content):
+    """Blank lines only, or lines that clean to nothing (U+200B, NUL, U+FFFD)."""
+    text = tmp_path / "part-00000-of-00001"
+    text.write_bytes(content)
+    with pytest.raises(DataError, match="no sentences"):
+        create_examples([text], tmp_path / "out", corpus[1], PARAMS, log=lambda *_: None)
+    assert not list((tmp_path / "out").iterdir()) and no_temporaries(tmp_path)
+
+
+def test_vocabulary_without_special_tokens_is_one_error(corpus, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    out = tmp_path / "out"
+    line = one_error_line(run_script(str(corpus[0][0]), "--vocab", str(vocab), "--out",
+                                     str(out)))
+    assert "vocab.txt: vocabulary has no [UNK] token" in line
+    assert not out.exists()
