@@ -12,6 +12,8 @@ The steps, each a module with one job and a subcommand of `scripts/prepare_data.
                   bounded memory (reshard.py)
     pick-eval     the 10,000 eval samples picked evenly from the processed eval text (eval_pick.py)
     checksums     sha256 manifest: write or verify (checksums.py)
+    content hash  NVIDIA's per-file content hash of variable-length data, compared with its
+                  published eval-set value (content_hash.py, python -m data.prepare.content_hash)
     check-distinct  no two shards start with the same samples (distinct.py; the known trap of
                   REFERENCE 2: identical shards capped accuracy near 0.62)
 
