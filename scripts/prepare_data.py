@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from data.prepare.checksums import verify_manifest, write_manifest  # noqa: E402
+from data.prepare.content_hash import record_content_hashes  # noqa: E402
 from data.prepare.create_examples import create_examples  # noqa: E402
 from data.prepare.distinct import duplicate_groups  # noqa: E402
 from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval  # noqa: E402
@@ -129,6 +130,9 @@ def cmd_all(args: argparse.Namespace) -> None:
                                           max_seq_length=args.max_seq_length,
                                           max_predictions=args.max_predictions))
     manifest = write_manifest(out, ["train/*.hdf5", "eval/*.hdf5"], args.workers)
+    # content hashes by NVIDIA's method (docs/data_download.md): the eval set's is compared
+    # with the published one
+    print(record_content_hashes(out, eval_file, args.workers))
     print(f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
           f"checksums in {manifest}")
 
