@@ -76,9 +76,8 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, ConfigError):
             return str(cause)
-    loc = [str(part) for part in error["loc"]]
-    key = ".".join([prefix, *loc]) if prefix else ".".join(loc)
-    owner, field_name = owning_class(cls, error["loc"])
+    owner, field_name, path = owning_field(cls, error["loc"])
+    key = ".".join([prefix, *path]) if prefix else ".".join(path)
     value = error.get("input")
     kind = error["type"]
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
@@ -94,15 +93,19 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
     return f"{key}={shown(value)}: expected {expected(annotation)}"
 
 
-def owning_class(cls: type, loc: tuple) -> tuple[type, str | None]:
-    """The section class that declares the field at `loc`, and the field's name."""
-    for part in loc[:-1]:
-        nested = cls.__pydantic_fields__.get(str(part))
-        if nested is None or not dataclasses.is_dataclass(nested.annotation):
+def owning_field(cls: type, loc: tuple) -> tuple[type, str | None, list[str]]:
+    """The section class that declares the field at `loc`, the field's name and its dotted
+    path (a union's member tag or a list index after the field is not part of the key)."""
+    path = []
+    for part in loc:
+        info = getattr(cls, "__pydantic_fields__", {}).get(str(part))
+        if info is None:
             break
-        cls = nested.annotation
-    name = str(loc[-1]) if loc else None
-    return cls, name if name in getattr(cls, "__pydantic_fields__", {}) else None
+        path.append(str(part))
+        if not dataclasses.is_dataclass(info.annotation):
+            return cls, str(part), path
+        cls = info.annotation
+    return cls, None, path or [str(p) for p in loc]
 
 
 def bounds(cls: type, name: str) -> str:

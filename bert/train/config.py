@@ -64,7 +64,7 @@ class CheckpointConfig:
 class LogConfig:
     """Human progress lines and the audit trail (MLPerf lines: bert/train/mlperf.py)."""
 
-    interval_s: float = F(10.0, "seconds between progress lines", gt=0)
+    interval_s: float = F(10.0, "seconds between progress lines", ge=0)
     quiet: bool = F(False, "no progress lines (--quiet); the run_stop line is still printed")
     record_samples_dir: ExpandedPath = F("", "audit trail: DIR/rank<R>.txt, `step shard index` "
                                              "per sample")
