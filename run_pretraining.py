@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     from bert.model.weights import CheckpointError
     from bert.plan.check import warn_at_start
     from bert.train.launch_env import abort_mpi_job, report_error
-    from bert.train.mlperf import MLPerfLogError
+    from bert.mlperf.writer import MLPerfLogError
     from data.sources.shards import DataError
 
     if args.help_config:

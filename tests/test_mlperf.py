@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # plain `pytest` does not put the project root on
     sys.path.insert(0, str(ROOT))
 
 from bert.config import Config  # noqa: E402
-from bert.train.mlperf import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
+from bert.mlperf.writer import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
 
 CHECK_SCRIPT = ROOT / "scripts" / "check_compliance.py"
 # MLPerf BERT target: masked-LM accuracy >= 0.720 (REFERENCE.md section 1; closed_bert.yaml).
