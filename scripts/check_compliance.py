@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Command line of bert/mlperf/compliance.py: the official compliance checker on result logs."""
+"""The official compliance checker on result logs.
+
+The command line of bert/mlperf/compliance.py (`--help`).
+"""
 import sys
 
 from bert.mlperf.compliance import main

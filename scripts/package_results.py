@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Command line of bert/mlperf/package.py: logs laid out as a submission, checked, scored."""
+"""Logs laid out as a submission, checked, scored.
+
+The command line of bert/mlperf/package.py (`--help`).
+"""
 import sys
 
 from bert.mlperf.package import main

@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Command line of bert/mlperf/plot.py: eval accuracy and throughput of MLPerf runs."""
+"""Eval accuracy and throughput of MLPerf runs.
+
+The command line of bert/mlperf/plot.py (`--help`).
+"""
 import sys
 
 from bert.mlperf.plot import main

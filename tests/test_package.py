@@ -37,7 +37,7 @@ from bert.mlperf import plot as plot_run
 from bert.mlperf import reader as run_logs
 from bert.mlperf import system_desc
 from bert.mlperf.writer import MLPerfLogger
-from scripts.script_utils import cpu_model  # moves to bert/tools with the tools
+from bert.tools.common import cpu_model
 from data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import torch
 
 from bert.mlperf import reader as run_logs
 from bert.mlperf import system_desc as sd
-from scripts.script_utils import cpu_model  # moves to bert/tools with the tools
+from bert.tools.common import cpu_model
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

@@ -78,11 +78,10 @@ def parse_log(path: Path) -> tuple[list, list]:
     return mlp_parser.parse_file(str(path), ruleset=RULESET)
 
 
-def mllog_records(path: Path) -> list[dict]:
-    """The JSON of every MLLOG line of `path`, in order (key, value, metadata, time_ms...)."""
+def mllog_records(text: str) -> list[dict]:
+    """The JSON of every MLLOG line of a log's text, in order (key, value, metadata, ...)."""
     marker = MLLOG_MARKER + " "
-    return [json.loads(line.split(marker, 1)[1])
-            for line in Path(path).read_text().splitlines() if marker in line]
+    return [json.loads(line.split(marker, 1)[1]) for line in text.splitlines() if marker in line]
 
 
 def read_run(path: Path) -> Run:

@@ -6,7 +6,7 @@ Where each field comes from, first source that knows it:
   logs' MLLOG keys of the same names (constants.py TOPOLOGY_KEYS), else this host: no
   CUDA device means a CPU run (0 accelerators, accelerator fields "N/A"), else all of its
   CUDA devices; one node unless told;
-- the host: /proc/cpuinfo (model through cpu_model, sockets, cores and logical
+- the host: /proc/cpuinfo (model through bert.tools.common.cpu_model, sockets, cores and logical
   CPUs of the whole node), /sys/devices/system/cpu (caches, maximum clock), /proc/meminfo
   (memory), /sys/block (disks), /etc/os-release and the kernel release;
 - the GPU (when the runs used one and this host has the same model): torch.cuda's device
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
                                    NUMBER_OF_NODES)
-from scripts.script_utils import cpu_model  # moves to bert/tools with the tools
+from bert.tools.common import cpu_model
 
 UNKNOWN = "unknown"
 AVAILABILITY = {"onprem": "Available on-premise", "cloud": "Available cloud",

@@ -1,4 +1,4 @@
-"""Small helpers shared by the scripts: provenance for result files, optional matplotlib."""
+"""Small helpers shared by the tools: provenance for result files, optional matplotlib."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:

@@ -15,11 +15,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/bench_<op>.py` from anywhere
-from scripts.script_utils import cpu_model, git_commit  # noqa: E402 (needs the path above)
+import torch
 
-import torch  # noqa: E402
+from bert.tools.common import ROOT, cpu_model, git_commit
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
