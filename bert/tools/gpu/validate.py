@@ -4,7 +4,7 @@
     python scripts/bench/validate_gpu.py {kernels,throughput,fused} [--dry-run] [--out DIR]
 
 Run it through scripts/bench/validate_gpu.sh, which first installs the wheels carried in .whl/.
-`window` is what to run first whenever a GPU is lent (scripts/bench/gpu_window.py: one command
+`window` is what to run first whenever a GPU is lent (window.py: one command
 within 420 s, its steps ordered by what they reveal). The three stages below are for a longer
 lease. Each is one device command, planned to end inside BUDGET_S seconds (default 540, under
 the device's 10-minute limit): every step gets its own timeout, cut to what is left of the budget,
