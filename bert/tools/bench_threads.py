@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import os
 import re
 import statistics
@@ -33,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bert.tools.common import ROOT, cpu_model, git_commit
+from bert.tools.common import ROOT, cpu_model, git_commit, write_json
 
 RUN_STOP = re.compile(r"run_stop (\w+): .* in ([0-9.]+) s")
 SPIN = "while True: pass"
@@ -148,10 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                "steps": args.steps, "method": __doc__.split("\n\n")[3].replace("\n", " "),
                "median_train_s": summary(runs), "runs": runs}
     path = args.json or ROOT / "results" / "bench" / f"threads_{date:%Y%m%d-%H%M%S}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_name(path.name + ".tmp")
-    tmp_path.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp_path.replace(path)  # no half-written result file
+    write_json(path, payload)
     for key, seconds in payload["median_train_s"].items():
         print(f"{key:28s} {seconds:7.1f} s")
     print(f"wrote {path}")

@@ -49,7 +49,7 @@ import numpy as np
 
 from bert.mlperf.constants import LOG_NAME
 from bert.mlperf.reader import mllog_records
-from bert.tools.common import ROOT, cpu_model, git_commit, import_pyplot
+from bert.tools.common import ROOT, cpu_model, git_commit, import_pyplot, write_json
 from data.order.bucketing import bucket_of
 from data.sample_record import read_records
 from data.sources.shards import list_shards, read_samples
@@ -247,13 +247,6 @@ def machine() -> dict:
             "python": platform.python_version()}
 
 
-def write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n")
-    tmp.replace(path)
-
-
 def write_plot(plt, result: dict, path: str) -> None:
     """Eval accuracy against samples (left) and against tokens trained (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
@@ -309,7 +302,7 @@ def main(argv=None) -> None:
            "pool_bucket_sizes": sizes},
         "runs": runs,
     }
-    write_json(Path(args.out), result)
+    write_json(Path(args.out), result, indent=1)
     print(f"wrote {args.out}")
     if plt is not None:
         write_plot(plt, result, args.plot)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import sys
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bert.model import attention
-from bert.tools.common import git_commit
+from bert.tools.common import git_commit, write_json
 
 KERNELS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
            "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
@@ -115,13 +114,6 @@ def pinned_kernel(cases: list[dict]) -> dict:
     return {"priority": order, "lands_on": None, "correct": False}
 
 
-def write(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -140,12 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     for longest in (int(n) for n in args.longest.split(",")):
         for dtype_name in DTYPES:
             record["cases"].append(probe_case(longest, args.batch, dtype_name, device))
-            write(args.out, record)
+            write_json(args.out, record)
     record["pin"] = (pinned_kernel(record["cases"]) if device.type == "cuda"
                      else {"applies": False, "note": "the pin is CUDA's; on the CPU padded_sdpa "
                                                      "takes PyTorch's choice"})
     record["padded_sdpa_correct"] = all(c["padded_sdpa"]["passed"] for c in record["cases"])
-    write(args.out, record)
+    write_json(args.out, record)
     for case in record["cases"]:
         verdicts = ", ".join(f"{n} {'-' if not v['accepted'] else 'ok' if v['passed'] else 'WRONG'}"
                              for n, v in case["kernels"].items())

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import runpy
 import shutil
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
 from bert.mlperf.reader import mllog_records
-from bert.tools.common import ROOT, git_commit
+from bert.tools.common import ROOT, git_commit, write_json
 
 STEPS_PER_BLOCK = 4
 # Eval accuracies of the resumed run against the uninterrupted one: bitwise on the CPU; on CUDA
@@ -179,10 +178,7 @@ class Smoke:
         self.write()
 
     def write(self) -> None:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.out.with_name(self.out.name + ".tmp")
-        tmp.write_text(json.dumps(self.record, indent=2) + "\n")
-        tmp.replace(self.out)
+        write_json(self.out, self.record)
 
     def full(self) -> list[float]:
         result = run(self.args("full", "bf16", 2), [SyncFree(self.device)])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import shlex
 import statistics
 import sys
@@ -17,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from bert.tools.common import ROOT, cpu_model, git_commit
+from bert.tools.common import ROOT, cpu_model, git_commit, write_json
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -77,12 +76,7 @@ def metadata() -> dict:
 
 def write(name: str, out: Path | None, rows: list[dict]) -> Path:
     path = out or ROOT / "results" / "bench" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, **metadata(), "results": rows}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return write_json(path, {"benchmark": name, **metadata(), "results": rows})
 
 
 def report(row: dict) -> None:

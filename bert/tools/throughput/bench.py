@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import json
 import os
 import re
 import shlex
@@ -46,7 +45,7 @@ import numpy as np
 import torch
 
 from bert.model.config import FUSED_HIDDEN_SIZE
-from bert.tools.common import ROOT, git_commit
+from bert.tools.common import ROOT, git_commit, write_json
 from bert.tools.throughput.measure import (MemoryMeter, device_name, matmul_peak_tflops,
                                            synchronize, timed_block)
 from bert.tools.throughput.profiling import profile_step
@@ -340,14 +339,6 @@ def default_path(device: str, model: str, date: dt.datetime) -> Path:
     slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
     # results/ is git-ignored: a run records nothing in the repository unless --json asks
     return ROOT / "results" / "bench" / f"{slug}_{model}_{date:%Y%m%d-%H%M%S}.json"
-
-
-def write_json(path: Path, payload: dict) -> None:
-    """Write to a temporary name, then rename: no half-written result files."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> dict:
