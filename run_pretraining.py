@@ -2,7 +2,8 @@
 
     python run_pretraining.py                                   # tiny CPU run on synthetic data
     python run_pretraining.py --config configs/NAME.yaml [--set section.key=value ...]
-    torchrun --nproc_per_node=8 run_pretraining.py --config configs/bert_large_1x8xa100_lb56_ga1.yaml
+    torchrun --nproc_per_node=8 run_pretraining.py \
+        --config configs/bert_large_1x8xa100_lb56_ga1.yaml
     python run_pretraining.py --resume auto      # continue from the newest checkpoint
     python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     from bert.core.errors import BadInputError
     from bert.plan.check import warn_at_start
     from bert.train.launch_env import abort_mpi_job, report_error
-    from bert.train.mlperf import MLPerfLogError
+    from bert.mlperf.writer import MLPerfLogError
 
     if args.help_config:
         print("\n".join(describe_fields()))

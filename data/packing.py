@@ -3,8 +3,8 @@
 Samples -> PackedBatch on the host with numpy (`pack_samples`), and back and forth between the
 packed and the padded layout on the device (`pad_tokens`, `unpad_tokens`, `key_padding_mask`),
 as flash-attention's bert_padding.py does. The model never sees padding. For a local batch of
-B sequences with lengths l_i and T = sum(l_i) tokens, the host builds everything the GPU step needs, so the step has no
-data-dependent shapes to discover and never reads the device:
+B sequences with lengths l_i and T = sum(l_i) tokens, the host builds everything the GPU step
+needs, so the step has no data-dependent shapes to discover and never reads the device:
 
     input_ids       (T,)   int64   token ids, sequences back to back
     segment_ids     (T,)   int64   0 for sentence A, 1 for sentence B
@@ -117,8 +117,8 @@ def _map_arrays(batch, fn):
     values = {}
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
-        values[f.name] = (_map_arrays(value, fn) if isinstance(value, (AttentionGroups, QuerySubset))
-                          else fn(value))
+        nested = isinstance(value, (AttentionGroups, QuerySubset))
+        values[f.name] = _map_arrays(value, fn) if nested else fn(value)
     return type(batch)(**values)
 
 

@@ -202,7 +202,7 @@ class TrainPipeline:
 
     def announce(self, mllog, progress) -> None:
         """Say which bucketing and curriculum the run uses: one MLPerf event, one progress
-        line (bert/train/mlperf.py, bert/train/progress.py). Nothing without a curriculum."""
+        line (bert/mlperf/writer.py, bert/train/progress.py). Nothing without a curriculum."""
         if self.curriculum is None:
             return
         mllog.event("data_curriculum", self.curriculum.name,

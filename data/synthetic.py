@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from data.files import temp_name, write_text_atomic
+from bert.core.files import temp_name, write_text_atomic
 from data.order.lengths import sample_lengths
 from data.packing import Sample
 from data.sources.shards import SHARD_GLOB, DataError, write_samples

@@ -15,6 +15,8 @@ PROJECT_DIR="${PROJECT_DIR:-$(dirname "$LAUNCH_DIR")}"
 PYTHON="${PYTHON:-python}"
 PROGRAM="${PROGRAM:-$PROJECT_DIR/run_pretraining.py}"
 CACHE_CLEARED_KEY="${CACHE_CLEARED_KEY-run.cache_cleared}"
+# The project's modules (launch/torchrun.py imports bert) come from this tree, installed or not.
+export PYTHONPATH="$PROJECT_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
 # Run a command, or print it when DRY_RUN=1.
 run_cmd() {

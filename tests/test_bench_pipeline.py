@@ -14,7 +14,7 @@ from data.comm.wire import encode
 from data.config import BatchGeometry
 from data.order.strategies import STRATEGIES, balance
 from data.packing import pack_samples
-from scripts import bench_pipeline as bench
+from bert.tools import bench_pipeline as bench
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -50,7 +50,7 @@ def test_cpu_run_writes_schema(tmp_path):
 def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
     """A killed benchmark keeps what it measured: the JSON is on disk after every round."""
     sys.path.insert(0, str(ROOT))
-    from scripts import bench_throughput
+    from bert.tools.throughput import bench as bench_throughput
 
     seen = []
     real_write = bench_throughput.write_json
@@ -79,7 +79,7 @@ def test_tiny_is_the_default_runs_model():
     """`--model tiny` benchmarks configs/tiny_cpu.yaml's model: its layers, vocabulary and
     positions."""
     from bert.config import load_config
-    from scripts.bench.throughput_workload import model_config
+    from bert.tools.throughput.workload import model_config
 
     want = load_config(ROOT / "configs" / "tiny_cpu.yaml").model
     got = model_config("tiny")
@@ -92,7 +92,7 @@ def test_results_go_to_the_ignored_folder_unless_asked():
     import datetime as dt
 
     sys.path.insert(0, str(ROOT))
-    from scripts.bench_throughput import default_path
+    from bert.tools.throughput.bench import default_path
 
     path = default_path("AMD EPYC", "tiny", dt.datetime(2026, 1, 2, 3, 4, 5))
     assert path.parent == ROOT / "results" / "bench"  # .gitignore: /results/

@@ -31,11 +31,8 @@ PADDED = ("embeddings.word_embeddings.weight", "heads.decoder_weight", "heads.de
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("convert_checkpoint",
-                                                  ROOT / "scripts" / "convert_checkpoint.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bert.tools import convert_checkpoint
+    return convert_checkpoint
 
 
 def ours(seed: int = 0) -> BertForPretraining:

@@ -404,7 +404,7 @@ def test_fused_model_on_gpu(dtype, attention, flags):
 def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     """scripts/bench_throughput.py: the fused kernels and grouped_flash compete for `fastest`
     only with --include-unvalidated, only on CUDA, and the kernels only at hidden size 1024."""
-    from scripts import bench_throughput as bench
+    from bert.tools.throughput import bench
 
     def candidates(kind, *argv):
         return bench.fastest_candidates(bench.parse_args(list(argv)), kind)
@@ -434,8 +434,8 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
 def test_bench_fused_variant_turns_on_only_valid_flags():
     """`+fused` turns on every flag the model admits: the benchmark's BERT has erf GeLU (as
     MLPerf's), so everything but fused_dense_gelu; a tanh-GeLU model gets that one too."""
-    from scripts.bench.throughput_variants import fused_flags
-    from scripts.bench.throughput_workload import model_config
+    from bert.tools.throughput.variants import fused_flags
+    from bert.tools.throughput.workload import model_config
 
     erf = model_config("large")
     assert erf.hidden_act == "gelu" and fused_flags(erf) == list(ERF_FLAGS)

@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # plain `pytest` does not put the project root on
     sys.path.insert(0, str(ROOT))
 
 from bert.config import Config  # noqa: E402
-from bert.train.mlperf import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
+from bert.mlperf.writer import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
 
 CHECK_SCRIPT = ROOT / "scripts" / "check_compliance.py"
 # MLPerf BERT target: masked-LM accuracy >= 0.720 (REFERENCE.md section 1; closed_bert.yaml).
@@ -264,3 +264,14 @@ def test_check_script_fails_when_nothing_found(tmp_path):
     proc = check(tmp_path)
     assert proc.returncode != 0
     assert "0/0 logs passed" in proc.stdout
+
+
+def test_log_names_are_the_ones_the_readers_know():
+    """bert/train/logfile.py names the logs from bert/mlperf/constants.py, whose pattern the
+    readers use to refuse a resumed log."""
+    from bert.mlperf.constants import EVAL_ONLY_LOG_NAME, LOG_NAME, RESUMED_NAME
+    from bert.train.logfile import log_name
+
+    assert RESUMED_NAME.search(log_name(False, 12)).group(1) == "12"
+    assert log_name(False, None) == LOG_NAME and not RESUMED_NAME.search(LOG_NAME)
+    assert log_name(True, None) == EVAL_ONLY_LOG_NAME != LOG_NAME

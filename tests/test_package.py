@@ -1,5 +1,5 @@
-"""Submission packaging (scripts/package_results.py, scripts/run_logs.py) and run plots
-(scripts/plot_run.py).
+"""Submission packaging (bert/mlperf/package.py, reader.py; scripts/package_results.py) and run
+plots (bert/mlperf/plot.py; scripts/plot_run.py).
 
 Two kinds of logs:
 - real tiny ones, made once per session by `python run_pretraining.py` (CPU, a 1-layer BERT,
@@ -7,7 +7,7 @@ Two kinds of logs:
   (checkpoints every 2 steps, SIGKILL through tests/faults.py) then resumed from step 4.
   "Converged" copies are these logs edited by hand (last accuracy 0.725, run_stop success,
   their own seed and timing);
-- ten fake BERT-Large runs written with bert.train.mlperf.MLPerfLogger (distinct seeds, GBS 448, an
+- ten fake BERT-Large runs written with bert.mlperf.writer.MLPerfLogger (distinct seeds, GBS 448, an
   eval every 150,000 samples, 2.4-2.55M samples: what the RCP for 448 expects) and re-timed,
   since the logger stamps the real clock.
 Rules from REFERENCE 1: 10 runs, drop the fastest and slowest, average 8; at most one run may
@@ -32,7 +32,12 @@ import pytest
 pytest.importorskip("mlperf_logging")
 
 from bert.config import Config
-from bert.train.mlperf import MLPerfLogger
+from bert.mlperf import package as package_results
+from bert.mlperf import plot as plot_run
+from bert.mlperf import reader as run_logs
+from bert.mlperf import system_desc
+from bert.mlperf.writer import MLPerfLogger
+from bert.tools.common import cpu_model
 from data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,18 +45,6 @@ BLOCK = 150_000  # eval spacing for GBS 448 (REFERENCE 1)
 MINUTES = [30.0, 25.0, 27.0, 29.0, 31.0, 26.0, 28.0, 33.0, 24.0, 32.0]
 INIT_MS = 30_000
 TINY_GBS, KILL_STEP, RESUME_STEP = 8, 5, 4
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    sys.path.insert(0, str(ROOT / "scripts"))  # package_results imports its sibling modules
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-    return module
 
 
 # -- logs -----------------------------------------------------------------------------------------
@@ -250,7 +243,6 @@ LOG_CASES = {
 @pytest.mark.parametrize("case", LOG_CASES)
 def test_which_logs_are_runs(tiny, tmp_path, case):
     make, refusal, allow_aborted = LOG_CASES[case]
-    run_logs = load_script("run_logs")
     run = run_logs.read_run(Path(make(tiny, tmp_path)))
     said = run.refusal(allow_aborted)
     if refusal is None:
@@ -261,7 +253,7 @@ def test_which_logs_are_runs(tiny, tmp_path, case):
 
 def test_resumed_mark_key():
     """The key the trainer is to log (value: the step it resumed from)."""
-    assert load_script("run_logs").RESUMED_FROM_CHECKPOINT == "resumed_from_checkpoint"
+    assert run_logs.RESUMED_FROM_CHECKPOINT == "resumed_from_checkpoint"
 
 
 def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tiny, tmp_path):
@@ -478,10 +470,10 @@ def test_unofficial_packages_test_runs_but_says_they_would_be_rejected(five_tiny
     assert marker.startswith("UNOFFICIAL, NOT A VALID SUBMISSION") and "10 runs" in marker
     # the system description of a CPU run, read from this machine
     desc = json.loads((out / "systems" / "cpu.json").read_text())
-    if load_script("system_desc").local_cuda() is None:
+    if system_desc.local_cuda() is None:
         assert desc["accelerators_per_node"] == "0"
         assert desc["accelerator_model_name"] == "N/A"
-    assert desc["host_processor_model_name"] == (load_script("script_utils").cpu_model()
+    assert desc["host_processor_model_name"] == (cpu_model()
                                                  or "unknown")
     assert desc["framework"].startswith("PyTorch ")
 
@@ -534,7 +526,7 @@ CHECKER_OUTPUTS = [
 
 @pytest.mark.parametrize("code,output,expected", CHECKER_OUTPUTS)
 def test_checker_errors(code, output, expected):
-    script = load_script("package_results")
+    script = package_results
     assert script.checker_errors(code, output, "PACKAGE CHECKER FOUND NO ERRORS") == expected
 
 
@@ -547,7 +539,7 @@ def test_checker_errors(code, output, expected):
     ([448, 256], "closed", "different global batch sizes"),
 ])
 def test_rcp_note(sizes, division, expected):
-    script = load_script("package_results")
+    script = package_results
     runs = [script.Run(Path(f"r{i}"), i, True, "success", 1.0, None, division, None, gbs, None)
             for i, gbs in enumerate(sizes)]
     note = script.rcp_note(runs, division)
@@ -556,12 +548,12 @@ def test_rcp_note(sizes, division, expected):
 
 def test_rcp_batch_sizes_are_the_reference_ones():
     """REFERENCE 1 lists the RCP batch sizes; the installed checker may hold more."""
-    sizes = load_script("package_results").rcp_batch_sizes()
+    sizes = package_results.rcp_batch_sizes()
     assert {256, 448, 1536, 3072, 4096, 4608, 6144, 6912, 8192, 12288, 16384} <= set(sizes)
 
 
 def test_rules_count_runs_and_seeds():
-    script = load_script("package_results")
+    script = package_results
 
     def runs(seeds):
         return [script.Run(Path(f"r{i}"), s, True, "success", 1.0, None, "closed", None, 448,
@@ -574,7 +566,7 @@ def test_rules_count_runs_and_seeds():
 
 
 def test_olympic_mean_arithmetic():
-    script = load_script("package_results")
+    script = package_results
     assert script.olympic_mean(MINUTES) == pytest.approx(sum(sorted(MINUTES)[1:-1]) / 8)
     assert script.olympic_mean([3.0, 1.0, 2.0, math.inf]) == pytest.approx(2.5)
     with pytest.raises(script.NoScore):
@@ -584,7 +576,6 @@ def test_olympic_mean_arithmetic():
 
 
 def test_score_is_run_stop_minus_run_start(tmp_path):
-    run_logs = load_script("run_logs")
     run = run_logs.read_run(retime(write_log(tmp_path / "r.txt", seed=5, converge=True), 12.25))
     assert run.converged and run.seed == 5 and run.minutes == pytest.approx(12.25)
     assert run.global_batch_size == Config().run.global_batch_size
@@ -595,7 +586,7 @@ def test_score_is_run_stop_minus_run_start(tmp_path):
 # -- plots ----------------------------------------------------------------------------------------
 
 def test_plot_data_from_log(tmp_path):
-    plot = load_script("plot_run")
+    plot = plot_run
     lines = plot.read_lines(retime(write_log(tmp_path / "r.txt", 1, True, blocks=4), 10.0))
     samples, accuracy = plot.eval_curve(lines)
     assert samples == [BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
@@ -608,14 +599,14 @@ def test_plot_data_from_log(tmp_path):
 
 def test_plot_renders(tmp_path):
     pytest.importorskip("matplotlib")
-    plot = load_script("plot_run")
+    plot = plot_run
     log = retime(write_log(tmp_path / "r.txt", 1, True, blocks=3), 5.0)
     assert plot.main([str(log), "--out", str(tmp_path / "run.png")]) == 0
     assert (tmp_path / "run.png").stat().st_size > 0
 
 
 def test_plot_labels_curves_by_run_folder(tmp_path):
-    plot = load_script("plot_run")
+    plot = plot_run
     logs = [tmp_path / "a" / "run_0" / "mlperf.log", tmp_path / "a" / "run_1" / "mlperf.log",
             tmp_path / "a" / "run_1" / "mlperf_resumed_step_8.log"]
     assert plot.curve_labels(logs) == ["run_0", "run_1", "run_1/mlperf_resumed_step_8.log"]
@@ -626,6 +617,6 @@ def test_plot_labels_curves_by_run_folder(tmp_path):
 def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
     if importlib.util.find_spec("matplotlib") is not None:
         pytest.skip("matplotlib is installed")
-    plot = load_script("plot_run")
+    plot = plot_run
     assert plot.main([str(tmp_path / "r.txt"), "--out", str(tmp_path / "x.png")]) == 2
     assert "pip install matplotlib" in capsys.readouterr().err

@@ -4,7 +4,6 @@ The token ranges against seed 001's Table 5 are tested in tests/test_balance.py.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -25,10 +24,8 @@ KEYS = {"spread_tokens", "max_over_min", "moved_fraction", "host_bytes_per_rank_
 
 @pytest.fixture(scope="module")
 def sim():
-    spec = importlib.util.spec_from_file_location("simulate_balance", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from bert.tools import simulate_balance
+    return simulate_balance
 
 
 def _args(sim, *argv):

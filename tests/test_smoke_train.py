@@ -1,4 +1,4 @@
-"""The GPU window's end-to-end smoke (scripts/bench/smoke_train.py) on the CPU: the same four
+"""The GPU window's end-to-end smoke (bert/tools/gpu/smoke_train.py) on the CPU: the same four
 runs and checks as on CUDA, with the default run's tiny model; only the device differs."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from scripts.bench import smoke_train  # noqa: E402
+from bert.tools.gpu import smoke_train  # noqa: E402
 
 CHECKS = {"full_run", "no_sync_in_step", "compliance_but_target", "resume_same_evals",
           "fp16_overflow_skipped"}

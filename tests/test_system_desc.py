@@ -1,4 +1,4 @@
-"""The system description of a package (scripts/system_desc.py): read from the machine's
+"""The system description of a package (bert/mlperf/system_desc.py): read from the machine's
 /proc, /sys and /etc (fake trees here, one per kind of machine), from the logs' topology keys
 and torch.cuda (a fake device here), with the caller's flags, --field and --system-json on top.
 Every field is a string: the official system_desc_checker joins them.
@@ -17,10 +17,9 @@ import pytest
 pytest.importorskip("mlperf_logging")
 import torch
 
-from test_package import load_script
-
-sd = load_script("system_desc")
-run_logs = load_script("run_logs")
+from bert.mlperf import reader as run_logs
+from bert.mlperf import system_desc as sd
+from bert.tools.common import cpu_model
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:
@@ -106,7 +105,7 @@ def test_host_fields(tmp_path, host):
 
 def test_host_fields_of_this_machine():
     fields = sd.host_fields()
-    assert fields["host_processor_model_name"] == (load_script("script_utils").cpu_model()
+    assert fields["host_processor_model_name"] == (cpu_model()
                                                    or "unknown")
     assert fields["host_processor_vcpu_count"] == str(
         Path("/proc/cpuinfo").read_text().count("processor\t:"))

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bert.mlperf import reader as run_logs
 from bert.train.resume import rank_file, step_dir
 from data.synthetic import generate
 
@@ -180,14 +181,6 @@ def init_phase(recs: list[dict]) -> list[str]:
     return keys[keys.index("init_start"):keys.index("init_stop")]
 
 
-def load_script(name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
-
-
 def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finished, tmp_path):
     code, _, err = run(capsys, data_dir, finished, "--resume",
                        str(step_dir(finished / "checkpoints", 2)))
@@ -218,7 +211,6 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
                        **{"submission.division": "open", "run.max_steps": 6})
     assert code == 1, err
     expected = {"number_of_nodes": 1, "accelerators_per_node": 0, "accelerator_model_name": "N/A"}
-    run_logs = load_script("run_logs")
     for log in (out / "mlperf.log", out / "mlperf_resumed_step_4.log"):
         recs = records(log)
         found = {r["key"]: r["value"] for r in recs if r["key"] in expected}

@@ -14,8 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from scripts import script_utils  # noqa: E402
-from scripts.bench import gpu_report, gpu_window, validate_gpu  # noqa: E402
+from bert.tools import common as script_utils  # noqa: E402
+from bert.tools.gpu import report as gpu_report  # noqa: E402
+from bert.tools.gpu import validate as validate_gpu  # noqa: E402
+from bert.tools.gpu import window as gpu_window  # noqa: E402
 
 HARNESS = ROOT / "scripts" / "bench" / "validate_gpu.sh"
 
@@ -148,7 +150,7 @@ def test_speedups_and_targets():
     assert gpu_report.targets({})["fastest/hf_eager"]["met"] is None
 
 
-# ---- the window (scripts/bench/gpu_window.py) ------------------------------------------------
+# ---- the window (bert/tools/gpu/window.py) ----------------------------------------------------
 def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     """The command to run first on a lent GPU: its plan fits 420 s (the planned steps' caps
     plus the tests' minimum), every step's command knows its flags, and every GPU test file

@@ -88,7 +88,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     The model's parameters become views into `self.flat`: move the model to its device (and load
     any initial weights) first, and use this optimizer's `zero_grad()`. Unlike `LAMB`, which
     skips a parameter without a gradient, a parameter that got none this step is updated with a
-    zero gradient (as apex does): the flat buffer has no "missing" state. After `step()`, `last_grad_norm` holds the norm of
+    zero gradient (as apex does): the flat buffer has no "missing" state. After `step()`,
+    `last_grad_norm` holds the norm of
     the averaged (unscaled) gradient before any after-all-reduce clipping, `step_count` the
     number of applied updates; both are 0-dim device tensors.
     """

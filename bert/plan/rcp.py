@@ -25,8 +25,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-RULESET = "5.0.0"
-BENCHMARK = "bert"
+from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
 
 
 class RCPError(ValueError):
@@ -54,7 +53,7 @@ def _checker():
     """mlperf-logging's RCP checker for BERT, training 5.0.0 (imported lazily: the GPU machine
     and the model code do not need it)."""
     from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
-    return RCP_Checker("training", RULESET, BENCHMARK, False)
+    return RCP_Checker(USAGE, RULESET, BENCHMARK, False)
 
 
 def _record(record: dict, name: str) -> RCP:

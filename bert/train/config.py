@@ -62,7 +62,7 @@ class CheckpointConfig:
 
 @section("log")
 class LogConfig:
-    """Human progress lines and the audit trail (MLPerf lines: bert/train/mlperf.py)."""
+    """Human progress lines and the audit trail (MLPerf lines: bert/mlperf/writer.py)."""
 
     interval_s: float = F(10.0, "seconds between progress lines", ge=0)
     quiet: bool = F(False, "no progress lines (--quiet); the run_stop line is still printed")

@@ -12,8 +12,8 @@
 - A run that logged run_stop (success, or aborted: MLPerf scores aborted runs too) publishes its
   log under the final name; a complete log of an earlier run found there is not replaced but
   kept beside it as `mlperf.log.<its time>.previous`.
-- Neither of those names ends in `.log`, so scripts/check_compliance.py and
-  scripts/package_results.py, which read `*.log` and `result_*.txt`, never take them for a run,
+- Neither of those names ends in `.log`, so bert/mlperf/compliance.py and
+  bert/mlperf/package.py, which read `*.log` and `result_*.txt`, never take them for a run,
   and launch/run_and_time.sh collects `mlperf.log` only from runs that reached run_stop.
 
 Only the rank that writes the log (rank 0) publishes it.
@@ -25,8 +25,20 @@ import time
 import uuid
 from pathlib import Path
 
+from bert.mlperf.constants import EVAL_ONLY_LOG_NAME, LOG_NAME, resumed_log_name
+
 PARTIAL_SUFFIX = ".partial"
 PREVIOUS_SUFFIX = ".previous"
+
+
+def log_name(eval_only: bool, resumed_step: int | None) -> str:
+    """The log's name in a run's output_dir: a resumed run's log and an eval-only run's log
+    have names of their own, which the readers (bert/mlperf/reader.py) never score."""
+    if eval_only:
+        return EVAL_ONLY_LOG_NAME
+    if resumed_step is not None:
+        return resumed_log_name(resumed_step)
+    return LOG_NAME
 
 
 def _stamp(seconds: float | None = None) -> str:

@@ -1,4 +1,4 @@
-"""Human progress lines on rank 0 (MLPerf lines go through bert/train/mlperf.py, never here).
+"""Human progress lines on rank 0 (MLPerf lines go through bert/mlperf/writer.py, never here).
 
 `--quiet` silences the progress lines but not the `result` lines (how the run ended). The time
 left is to the step budget (max_steps) at the mean rate since the start, and says so: the

@@ -11,7 +11,8 @@ Resume (`checkpoint.resume`, bert/train/resume.py): the init phase restores mode
 schedule,
 loss scale and RNG; the run phase restores the data position and continues the block and eval
 schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
-run writes its own log (mlperf_resumed_step_N.log): it is a recovery, not a timed MLPerf result.
+run writes its own log (bert/train/logfile.py: log_name): it is a recovery, not a timed MLPerf
+result.
 `run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
 Each log is written under a partial name and takes its final name only at run_stop
 (bert/train/logfile.py): a run that fails earlier never replaces an earlier run's log.
@@ -41,8 +42,8 @@ from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
 from bert.train.launch_env import launch_layout
 from bert.train.run_plan import RunPlan
-from bert.train.logfile import LogFile
-from bert.train.mlperf import MLPerfLogger
+from bert.train.logfile import LogFile, log_name
+from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
 from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
                                load_trainer_state, resolve_resume, rng_state, save_checkpoint,
@@ -113,7 +114,9 @@ class Trainer:
                             if cfg.run.init_checkpoint and not self.resume_from else None)
         if self.ctx.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.log_file = LogFile(mlperf_log or self.out_dir / self._log_name())
+        resumed_step = self.resume_manifest.step if self.resume_from else None
+        self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only,
+                                                                       resumed_step))
         self.log_path = str(self.log_file.final)
         # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
         self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
@@ -185,13 +188,6 @@ class Trainer:
         # before the log opens: a refused resume writes nothing
         check_resume_settings(folder, manifest.seed, self.cfg.to_dict())
         return folder, manifest
-
-    def _log_name(self) -> str:
-        if self.cfg.run.eval_only:
-            return "mlperf_eval_only.log"
-        if self.resume_from:
-            return f"mlperf_resumed_step_{self.resume_manifest.step}.log"
-        return "mlperf.log"
 
     def _restore(self, folder: Path) -> None:
         """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from data.files import write_text_atomic
+from bert.core.files import write_text_atomic
 from data.prepare.parallel import run_parallel
 
 MANIFEST_NAME = "SHA256SUMS"

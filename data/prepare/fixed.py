@@ -19,7 +19,7 @@ from typing import Sequence
 import h5py
 import numpy as np
 
-from data.files import atomic_path
+from bert.core.files import atomic_path
 from data.packing import Sample
 from data.prepare.instances import Instance
 from data.sources.shards import DataError, read_samples

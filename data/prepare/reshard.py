@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from data.files import atomic_path, write_text_atomic
+from bert.core.files import atomic_path, write_text_atomic
 from data.prepare.fixed import count_samples, load_samples
 from data.prepare.parallel import run_parallel
 from data.sources.shards import SHARD_GLOB, DataError, read_samples, write_samples

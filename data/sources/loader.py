@@ -7,7 +7,8 @@ the current one is consumed. A read error (a broken file) is stored with the sha
 where that shard is first needed, naming the file, as a synchronous read would.
 
 One loader may serve several streams (the per-stratum streams of data/sources/stratified.py walk
-the same shards at slightly different rates), so a shard is read once while any of them still uses it.
+the same shards at slightly different rates), so a shard is read once while any of them still
+uses it.
 """
 from __future__ import annotations
 

@@ -15,6 +15,9 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 cd "$ROOT"
+# The GPU machine's copy of the tree is not installed: every command below (and its
+# subprocesses) imports the project from here.
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 # Wheels the bare GPU image lacks (mlperf-logging at least) travel in .whl/; install them
 # into a private folder so nothing of the image's own site-packages changes.

@@ -26,7 +26,7 @@ from bert.optim.registry import OPTIMIZERS, build_optimizer, shard_math
 from bert.train.distributed import DistContext
 from kernels import _loader
 from kernels import reference_lamb as tensor_ref
-from scripts.bench.lamb_shards import bert_large_param_groups, random_shard
+from bert.tools.kernel_bench.lamb_shards import bert_large_param_groups, random_shard
 
 TESTS = Path(__file__).resolve().parents[1]
 LAMB_MATH = OPTIMIZERS["lamb"].sharded

@@ -3,10 +3,10 @@
 Where each field comes from, first source that knows it:
 
 - what the runs used (number_of_nodes, accelerators_per_node, accelerator_model_name): the
-  logs' MLLOG keys of the same names (scripts/run_logs.py TOPOLOGY_KEYS), else this host: no
+  logs' MLLOG keys of the same names (constants.py TOPOLOGY_KEYS), else this host: no
   CUDA device means a CPU run (0 accelerators, accelerator fields "N/A"), else all of its
   CUDA devices; one node unless told;
-- the host: /proc/cpuinfo (model through script_utils.cpu_model, sockets, cores and logical
+- the host: /proc/cpuinfo (model through bert.tools.common.cpu_model, sockets, cores and logical
   CPUs of the whole node), /sys/devices/system/cpu (caches, maximum clock), /proc/meminfo
   (memory), /sys/block (disks), /etc/os-release and the kernel release;
 - the GPU (when the runs used one and this host has the same model): torch.cuda's device
@@ -26,7 +26,9 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from script_utils import cpu_model
+from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
+                                   NUMBER_OF_NODES)
+from bert.tools.common import cpu_model
 
 UNKNOWN = "unknown"
 AVAILABILITY = {"onprem": "Available on-premise", "cloud": "Available cloud",
@@ -269,22 +271,22 @@ def run_topology(runs: list) -> dict[str, str]:
 
 
 def describe(args, runs: list, cuda) -> tuple[dict, str]:
-    """The description of the system that ran `runs` (scripts/run_logs.Run), with the
+    """The description of the system that ran `runs` (reader.Run), with the
     overrides of package_results' `args`, and a line saying where its topology came from.
     `cuda`: local_cuda()."""
     logged = run_topology(runs)
-    nodes = args.nodes or _logged_int(logged, "number_of_nodes", runs) or 1
+    nodes = args.nodes or _logged_int(logged, NUMBER_OF_NODES, runs) or 1
     if args.accelerators_per_node is not None:
         per_node, source = args.accelerators_per_node, "from --accelerators-per-node"
-    elif "accelerators_per_node" in logged:
-        per_node, source = _logged_int(logged, "accelerators_per_node", runs), "from the logs"
+    elif ACCELERATORS_PER_NODE in logged:
+        per_node, source = _logged_int(logged, ACCELERATORS_PER_NODE, runs), "from the logs"
     elif cuda is None:
         per_node, source = 0, "a CPU run: the logs do not say, and this host has no CUDA device"
     else:
         per_node = cuda.device_count()
         source = ("the logs do not say: all CUDA devices of this host; pass "
                   "--accelerators-per-node if the runs used fewer")
-    model = args.accelerator or logged.get("accelerator_model_name")
+    model = args.accelerator or logged.get(ACCELERATOR_MODEL_NAME)
     if per_node and not model and cuda is not None:
         model = cuda.get_device_name(0)
     status = runs[0].submission_status or "onprem"

@@ -1,12 +1,15 @@
-"""Small helpers shared by the scripts: provenance for result files, optional matplotlib."""
+"""Small helpers shared by the tools: provenance for result files, optional matplotlib."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bert.core.files import write_text_atomic
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:
@@ -24,6 +27,12 @@ def git_commit() -> str:
         pass
     stamp = ROOT / ".whl" / "COMMIT"
     return stamp.read_text().strip() if stamp.is_file() else "unknown"
+
+
+def write_json(path: Path, record: dict, indent: int = 2) -> Path:
+    """`record` as JSON at `path`, through a temporary name: a result file is whole or absent,
+    and a benchmark killed between two writes keeps its last complete record."""
+    return write_text_atomic(path, json.dumps(record, indent=indent) + "\n")
 
 
 def import_pyplot():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from scripts.bench import gpu_report
+from bert.tools.gpu import report as gpu_report
 
 WINDOW_BUDGET_S = 420  # a 480-s device call leaves 60 s for the start and the copy back
 MIN_TESTS_S = 60  # the tests' share that the plan must leave after the steps before them

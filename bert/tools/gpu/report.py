@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from bert.tools.common import ROOT
 OUTCOMES = ("passed", "failed", "skipped", "errored")
 # Issue 12's targets for one H100, bf16, BERT-Large on the MLPerf length mix.
 TARGETS = {"fastest_samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}

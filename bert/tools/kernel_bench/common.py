@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import shlex
 import statistics
 import sys
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # runnable as `python scripts/bench/bench_<op>.py` from anywhere
-from scripts.script_utils import cpu_model, git_commit  # noqa: E402 (needs the path above)
+import torch
 
-import torch  # noqa: E402
+from bert.tools.common import ROOT, cpu_model, git_commit, write_json
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -79,12 +76,7 @@ def metadata() -> dict:
 
 def write(name: str, out: Path | None, rows: list[dict]) -> Path:
     path = out or ROOT / "results" / "bench" / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, **metadata(), "results": rows}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return write_json(path, {"benchmark": name, **metadata(), "results": rows})
 
 
 def report(row: dict) -> None:

@@ -1,4 +1,4 @@
-"""Which MLPerf result logs are whole, timed runs: the log side of scripts/package_results.py.
+"""Which MLPerf result logs are whole, timed runs: the log side of package.py.
 
 A log is a run only if it is complete and not resumed:
 
@@ -8,7 +8,7 @@ A log is a run only if it is complete and not resumed:
   A log without run_stop comes from a run that was killed or is still running.
 - resumed: a run restarted from a checkpoint logs only the part after the restart, so its
   run_stop - run_start is not a time to train. Recognised by any of
-  (a) the trainer's file name for it, `mlperf_resumed_step_<N>.log` (bert/train/trainer.py);
+  (a) the trainer's file name for it, `mlperf_resumed_step_<N>.log` (constants.py);
   (b) an MLLOG event with key RESUMED_FROM_CHECKPOINT, value the step it resumed from, so a
       copy under another name (result_3.txt) is still recognised;
   (c) a first block that starts after 0 samples: a fresh run starts at 0 (this catches logs
@@ -23,31 +23,14 @@ is asked): TOPOLOGY_KEYS, each named after its system-description field.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlperf_logging.compliance_checker import mlp_parser
-
-RULESET = "5.0.0"
-MLLOG_TOKEN = ":::MLLOG"
-
-# The resumed mark, (b) above: POINT_IN_TIME event, value = the step of the checkpoint the run
-# resumed from (int), optional metadata {"samples": samples trained at that step}. The logger
-# (bert/train/mlperf.py) owns MLLOG keys and RESUMED_FROM_CHECKPOINT is read from there, so
-# writer and reader cannot drift apart (the fallback: a checkout where bert is not importable).
-try:
-    from bert.train.mlperf import RESUMED_FROM_CHECKPOINT
-except ImportError:
-    RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
-RESUMED_NAME = re.compile(r"mlperf_resumed_step_(\d+)\.log$")  # the trainer's _log_name
-# How the run was spread over the machine, as the trainer knows it: POINT_IN_TIME events with
-# int, int, str values (accelerators_per_node 0 and accelerator_model_name "N/A" for a CPU run),
-# named after the system-description fields they fill (scripts/system_desc.py).
-TOPOLOGY_KEYS = ("number_of_nodes", "accelerators_per_node", "accelerator_model_name")
-# Files in an output_dir that are never result logs.
-NOT_LOGS = {"compliance_checker.log", "package_checker.log", "rcp_checker.log"}
+from bert.mlperf.constants import (MLLOG_MARKER, NOT_LOGS, RESUMED_FROM_CHECKPOINT,
+                                   RESUMED_NAME, RULESET, TOPOLOGY_KEYS)
 
 
 class LogError(Exception):
@@ -88,13 +71,26 @@ class Run:
         return None
 
 
+def parse_log(path: Path) -> tuple[list, list]:
+    """(lines, errors) of the official parser (mlperf-logging, imported here: writing a log
+    and reading one's JSON lines need none)."""
+    from mlperf_logging.compliance_checker import mlp_parser
+    return mlp_parser.parse_file(str(path), ruleset=RULESET)
+
+
+def mllog_records(text: str) -> list[dict]:
+    """The JSON of every MLLOG line of a log's text, in order (key, value, metadata, ...)."""
+    marker = MLLOG_MARKER + " "
+    return [json.loads(line.split(marker, 1)[1]) for line in text.splitlines() if marker in line]
+
+
 def read_run(path: Path) -> Run:
-    lines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
+    lines, errors = parse_log(path)
     if errors:
         raise LogError(f"{path}: {len(errors)} unparsable MLLOG line(s), first: "
                        f"{errors[0][0][:120]!r}")
     if not lines:
-        raise LogError(f"{path}: no {MLLOG_TOKEN} lines: not an MLPerf result log")
+        raise LogError(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
     first = {}
     for line in lines:
         first.setdefault(line.key, line)
@@ -146,15 +142,16 @@ def _result_index(path: Path) -> int:
     return int(re.sub(r"\D", "", path.stem) or 0)
 
 
-def _has_mllog_lines(path: Path) -> bool:
+def has_mllog_lines(path: Path) -> bool:
+    """Whether `path` holds MLLOG lines (a run's plain stdout log holds none)."""
     with open(path, encoding="latin-1") as f:
-        return any(MLLOG_TOKEN in line for line in f)
+        return any(MLLOG_MARKER in line for line in f)
 
 
 def pick_from_output_dir(folder: Path, allow_aborted: bool) -> tuple[Run, str]:
     """The one complete, non-resumed log of a run's output_dir, and a line saying why."""
     candidates = sorted(p for p in folder.glob("*.log")
-                        if p.is_file() and p.name not in NOT_LOGS and _has_mllog_lines(p))
+                        if p.is_file() and p.name not in NOT_LOGS and has_mllog_lines(p))
     if not candidates:
         raise LogError(f"{folder}: holds no result_*.txt and no MLPerf *.log")
     runs = [read_run(p) for p in candidates]

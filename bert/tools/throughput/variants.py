@@ -25,7 +25,7 @@ from bert.model import BertForPretraining, ModelConfig, pretraining_loss
 from bert.model import fused as ops
 from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
-from scripts.bench.throughput_workload import Workload, hf_config, model_config
+from bert.tools.throughput.workload import Workload, hf_config, model_config
 
 LR = 1e-4  # any constant: the learning rate does not change the work of a step
 WEIGHT_DECAY = 0.01

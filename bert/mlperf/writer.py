@@ -45,6 +45,9 @@ import os
 import sys
 from typing import Any
 
+from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
+                                   NUMBER_OF_NODES, RESUMED_FROM_CHECKPOINT, TOPOLOGY_KEYS)
+
 
 class _Lazy:
     """A module imported on first attribute access. mlperf-logging is needed to write a log,
@@ -82,17 +85,8 @@ def once_keys() -> frozenset[str]:
 
 RUN_STATUSES = ("success", "aborted")  # C.SUCCESS, C.ABORTED
 
-# This project's own keys (POINT_IN_TIME, init phase, once per run); the compliance checker
-# ignores keys it has no rule for, scripts/run_logs.py reads them.
-# A resumed run's mark: value the checkpoint's step, metadata {"samples": samples at that step}.
-RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
-# How the run is spread over the machine, named after the system-description fields they fill
-# (scripts/system_desc.py): int, int, str ("N/A" and 0 accelerators on a CPU run).
-NUMBER_OF_NODES = "number_of_nodes"
-ACCELERATORS_PER_NODE = "accelerators_per_node"
-ACCELERATOR_MODEL_NAME = "accelerator_model_name"
-OWN_ONCE_KEYS = frozenset({RESUMED_FROM_CHECKPOINT, NUMBER_OF_NODES, ACCELERATORS_PER_NODE,
-                           ACCELERATOR_MODEL_NAME})
+# This project's own keys (constants.py), once per run as well.
+OWN_ONCE_KEYS = frozenset({RESUMED_FROM_CHECKPOINT, *TOPOLOGY_KEYS})
 
 # mllog records the caller's file and line in each line's metadata. Frames between its
 # get_caller() and the trainer: _log_helper, start/end/event, _emit, our public method.
@@ -229,7 +223,7 @@ class MLPerfLogger:
             self._emit("event", key, value)
 
     def topology(self, nodes: int, accelerators_per_node: int, accelerator_model: str) -> None:
-        """Where the run ran (init phase); scripts/package_results.py fills the system
+        """Where the run ran (init phase); bert/mlperf/package.py fills the system
         description from it."""
         self._require_init_phase(NUMBER_OF_NODES)
         self._emit("event", NUMBER_OF_NODES, int(nodes))
@@ -238,7 +232,7 @@ class MLPerfLogger:
 
     def resumed_from(self, step: int, samples: int) -> None:
         """Marks the log of a run resumed from a checkpoint (init phase): it times only the
-        part after the resume, so scripts/package_results.py refuses it."""
+        part after the resume, so bert/mlperf/package.py refuses it."""
         self._require_init_phase(RESUMED_FROM_CHECKPOINT)
         self._emit("event", RESUMED_FROM_CHECKPOINT, int(step),
                    metadata={"samples": int(samples)})
@@ -299,7 +293,7 @@ class MLPerfLogger:
 
     def _require(self, earlier: str, key: str) -> None:
         if earlier not in self._logged:
-            raise MLPerfLogError(f"{key} logged before {earlier}; see bert/train/mlperf.py for "
+            raise MLPerfLogError(f"{key} logged before {earlier}; see bert/mlperf/writer.py for "
                                  f"the order")
 
     def _require_init_phase(self, key: str) -> None:

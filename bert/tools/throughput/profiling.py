@@ -19,7 +19,7 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from scripts.bench.throughput_measure import synchronize
+from bert.tools.throughput.measure import synchronize
 
 # First match wins; patterns are matched against the op or kernel name, lower-cased.
 CATEGORIES = (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from scripts.script_utils import cpu_model
+from bert.tools.common import cpu_model
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")

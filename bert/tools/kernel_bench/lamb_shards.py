@@ -1,5 +1,5 @@
 """Inputs of the fused-LAMB benchmark and tests: shards laid out as the sharded optimizer lays
-them out, with random state (scripts/bench/bench_lamb.py, tests/kernels/test_lamb_kernel.py)."""
+them out, with random state (lamb.py, tests/kernels/test_lamb_kernel.py)."""
 from __future__ import annotations
 
 import torch

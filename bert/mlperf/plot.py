@@ -1,0 +1,112 @@
+"""Plot MLPerf BERT runs: eval accuracy against samples trained, and training throughput over
+time (samples/s of each block between evals, so eval time is excluded).
+
+    python scripts/plot_run.py results/run/mlperf.log [MORE_LOGS...] --out run.png
+
+Each curve is labelled by its run folder (results/run_3/mlperf.log: run_3), with as many parent
+folders as it takes to tell the runs apart, and the log's file name when it is not mlperf.log.
+
+Reading the logs needs only mlperf-logging; drawing needs matplotlib (pip install matplotlib).
+Exit status: 0 written, 2 bad input or matplotlib missing.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
+from bert.mlperf.reader import parse_log
+
+
+def read_lines(path: Path) -> list:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such log")
+    lines, errors = parse_log(path)
+    if errors or not lines:
+        raise ValueError(f"{path}: {len(errors)} unparsable MLLOG line(s), {len(lines)} parsed")
+    return lines
+
+
+def eval_curve(lines: list) -> tuple[list[int], list[float]]:
+    """(samples trained, MLM accuracy) at each eval; epoch_num is samples for BERT."""
+    points = [(line.value["metadata"]["epoch_num"], line.value["value"])
+              for line in lines if line.key == "eval_accuracy"]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def block_throughput(lines: list) -> tuple[list[float], list[float]]:
+    """(minutes since run_start at each block's end, samples/s within the block)."""
+    start = next((line.timestamp for line in lines if line.key == "run_start"), None)
+    minutes, rates, opened = [], [], None
+    for line in lines:
+        if line.key == "block_start":
+            opened = line
+        elif line.key == "block_stop" and opened is not None and start is not None:
+            seconds = (line.timestamp - opened.timestamp) / 1000
+            count = opened.value["metadata"].get("epoch_count", 0)
+            if seconds > 0:
+                minutes.append((line.timestamp - start) / 60_000)
+                rates.append(count / seconds)
+            opened = None
+    return minutes, rates
+
+
+def curve_labels(logs: list[Path]) -> list[str]:
+    """One label per log naming its run folder; the shallowest that tells them apart."""
+    resolved = [path.resolve() for path in logs]
+    for depth in range(1, max(len(path.parts) for path in resolved)):
+        labels = [_folder_label(path, depth) for path in resolved]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(path) for path in logs]  # the same log given twice
+
+
+def _folder_label(path: Path, depth: int) -> str:
+    folder = "/".join(path.parent.parts[-depth:])
+    # every run writes mlperf.log, so the folder is the name; a resumed log or a collected
+    # result_N.txt keeps its own name
+    return folder if path.name == LOG_NAME else f"{folder}/{path.name}"
+
+
+def draw(logs: list[Path], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for path, label in zip(logs, curve_labels(logs)):
+        lines = read_lines(path)
+        acc_ax.plot(*eval_curve(lines), marker="o", label=label)
+        rate_ax.plot(*block_throughput(lines), marker=".", label=label)
+    acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
+    acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
+    rate_ax.set(xlabel="minutes since run_start", ylabel="samples/s",
+                title="training throughput per block")
+    for ax in (acc_ax, rate_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("logs", nargs="+", type=Path)
+    parser.add_argument("--out", required=True, type=Path, help="image file, e.g. run.png")
+    args = parser.parse_args(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        print("error: plot_run.py needs matplotlib: pip install matplotlib", file=sys.stderr)
+        return 2
+    try:
+        draw(args.logs, args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,362 @@
+"""The GPU harness: turns one short GPU window into validated kernels and measured throughput.
+
+    python scripts/bench/validate_gpu.py window [--continue SUMMARY] [--dry-run] [--out DIR]
+    python scripts/bench/validate_gpu.py {kernels,throughput,fused} [--dry-run] [--out DIR]
+
+Run it through scripts/bench/validate_gpu.sh, which first installs the wheels carried in .whl/.
+`window` is what to run first whenever a GPU is lent (window.py: one command
+within 420 s, its steps ordered by what they reveal). The three stages below are for a longer
+lease. Each is one device command, planned to end inside BUDGET_S seconds (default 540, under
+the device's 10-minute limit): every step gets its own timeout, cut to what is left of the budget,
+and the summary is rewritten after every step, so a hang costs one step, not the window.
+
+    kernels     build for this GPU's arch with all cores; every GPU test (a missing or failing
+                build FAILS the kernel tests); each kernel microbenchmark eager, then one size
+                against torch.compile
+    throughput  BERT-Large bf16 on the MLPerf length mix without custom kernels: flash_varlen
+                and the unpadded reference against HF padded eager and HF compiled; then the
+                choice among the attention backends (eager and compiled)
+    fused       the same with every fused switch on, with a per-op profile
+
+The output folder (OUT, else --out, else results/gpu-validation/<stage>) receives two files,
+summary.json and logs_<stage>.tar.gz (every log and raw JSON): the device returns 8 at most.
+--dry-run, on a CPU machine, does every step that needs no GPU: the commit, the collection of
+every GPU test with mlperf_logging hidden (the GPU image has none), each benchmark command
+checked against its --help, the summary and the file count. CI runs it (tests/test_validate_gpu.py).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from bert.tools.common import ROOT, git_commit
+from bert.tools.gpu import report as gpu_report
+from bert.tools.gpu import window as gpu_window
+
+STAGES = ("window", "kernels", "throughput", "fused")
+BUDGETS_S = {"window": gpu_window.WINDOW_BUDGET_S, "kernels": 540, "throughput": 540,
+             "fused": 540}
+MAX_FILES = 8  # what the device tool brings back from $OUT
+RESERVE_S = 15  # kept back from the budget for the summary and the tarball
+TEST_TIMEOUT_S = 180  # per GPU test (pytest-timeout)
+PY = sys.executable
+
+# Kernel microbenchmarks: (script, eager arguments, one compiled size or None when the op has no
+# torch.compile competitor), each run under its own timeout.
+MICROBENCH = [
+    ("bench_bias_dropout_residual_layernorm", ["--no-compile"], ["--tokens", "16384"]),
+    ("bench_dense", ["--no-compile"], ["--tokens", "16384"]),
+    ("bench_embedding_backward", ["--no-compile"], None),
+    ("bench_softmax_cross_entropy", ["--no-compile"], ["--rows", "4096"]),
+    ("bench_lamb", ["--no-compile"], ["--world", "8", "--param-dtype", "fp16"]),
+]
+MICROBENCH_TIMEOUT_S = 90
+# BERT-Large bf16 on the MLPerf length mix (bench_throughput.py's defaults on CUDA).
+THROUGHPUT = {
+    "throughput": [
+        ("throughput_flash_varlen", ["--fastest", "flash_varlen", "--variants",
+                                     "fastest,reference,hf_eager", "--hf-compile"], 270),
+        ("throughput_flash_varlen_subset", ["--fastest", "flash_varlen+subset", "--variants",
+                                            "fastest"], 90),
+        ("throughput_backend_choice", ["--fastest", "auto", "--include-unvalidated",
+                                       "--no-fused", "--no-subset", "--variants", "fastest"],
+         170),
+        # torch.compile's fusion of the sublayers, the competitor to the fused kernels; last,
+        # so the budget cuts it first
+        ("throughput_compiled_sublayers", ["--fastest", "flash_varlen+sublayers", "--variants",
+                                           "fastest"], 120),
+    ],
+    "fused": [
+        ("throughput_fused_flash_varlen", ["--fastest", "flash_varlen+fused", "--variants",
+                                           "fastest,reference,hf_eager", "--profile"], 240),
+        ("throughput_fused_flash_varlen_subset", ["--fastest", "flash_varlen+fused+subset",
+                                                  "--variants", "fastest"], 90),
+        ("throughput_fused_grouped_flash", ["--fastest", "grouped_flash+fused", "--variants",
+                                            "fastest"], 120),
+    ],
+}
+
+
+class Harness:
+    """Runs one stage's steps under a budget and keeps summary.json current."""
+
+    def __init__(self, stage: str, out: Path, dry_run: bool, budget_s: float):
+        self.stage, self.out, self.dry_run = stage, out, dry_run
+        self.budget_s, self.reserve_s = budget_s, RESERVE_S
+        self.root, self.py = ROOT, PY
+        self.done: set[str] = set()  # steps an earlier call finished (window --continue)
+        self.deadline = time.monotonic() + budget_s
+        commit = git_commit()
+        if commit == "unknown":
+            # A refusal here would cost a whole device command: record it and go on.
+            print("warning: validate_gpu: no commit to record (no .git, no BERT_COMMIT, no "
+                  ".whl/COMMIT): the records say 'unknown'", file=sys.stderr)
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1", BERT_COMMIT=commit)
+        self.work = Path(tempfile.mkdtemp(prefix=f"gpu-{stage}-"))
+        self.summary = {
+            "stage": stage, "dry_run": dry_run, "commit": self.env["BERT_COMMIT"],
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join([PY, *sys.argv]), "budget_s": budget_s, "steps": [],
+        }
+
+    # -- running -------------------------------------------------------------------------------
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic() - RESERVE_S
+
+    def step(self, name: str, argv: list[str], limit_s: float, env: dict | None = None,
+             planned: list[str] | None = None) -> int:
+        """Run one command with its output in <work>/<name>.log; record it; return its code.
+        `planned`: in a dry run, the command a GPU run would have run instead."""
+        timeout = min(limit_s, self.remaining())
+        record = {"name": name, "command": shlex.join(argv), "log": f"{name}.log"}
+        if planned is not None:
+            record["planned_command"] = shlex.join(planned)
+        if self.remaining() < 5:
+            record.update(status="skipped", reason="out of budget")
+            return self._record(record, 124)
+        start = time.monotonic()
+        with open(self.work / f"{name}.log", "w") as log:
+            code = run_capped(argv, {**self.env, **(env or {})}, log, timeout)
+        record.update(seconds=round(time.monotonic() - start, 1), returncode=code,
+                      status="ok" if code == 0 else "timeout" if code == 124 else "failed")
+        if code == 124:
+            record["timeout_s"] = round(timeout)
+        print(f"[{self.stage}] {name}: {record['status']} ({record['seconds']} s)", flush=True)
+        return self._record(record, code)
+
+    def _record(self, record: dict, code: int) -> int:
+        self.summary["steps"].append(record)
+        self.write()
+        return code
+
+    # -- stages --------------------------------------------------------------------------------
+
+    def device_info(self, cap_s: float = 120) -> None:
+        code = ("import json, torch; c = torch.cuda.is_available(); p = c and "
+                "torch.cuda.get_device_properties(0); b = torch.backends; print(json.dumps({"
+                "'device': p.name if c else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, "
+                "p.minor) if c else None, 'sm_count': p.multi_processor_count if c else None, "
+                "'torch': torch.__version__, 'cuda': torch.version.cuda, 'driver': "
+                "torch._C._cuda_getDriverVersion() if c else None, 'cudnn': "
+                "b.cudnn.version() if c else None, 'sdpa': {'flash': "
+                "b.cuda.is_flash_attention_available(), 'flash_enabled': "
+                "b.cuda.flash_sdp_enabled(), 'efficient_enabled': "
+                "b.cuda.mem_efficient_sdp_enabled(), 'cudnn_enabled': b.cuda.cudnn_sdp_enabled(),"
+                " 'math_enabled': b.cuda.math_sdp_enabled()}, 'cpu_count': "
+                "__import__('os').cpu_count()}))")
+        self.step("device", [PY, "-c", code], cap_s)
+        log = (self.work / "device.log").read_text().strip().splitlines()
+        try:
+            self.summary.update(json.loads(log[-1]))
+        except (IndexError, json.JSONDecodeError):
+            self.summary["device"] = "unknown: the device query failed (device.log)"
+        if not self.dry_run and self.summary.get("capability") is None:
+            raise HarnessError("no CUDA GPU visible to PyTorch (use --dry-run on a CPU machine)")
+
+    def build(self, cap_s: float = 300) -> bool:
+        """Build for this GPU's arch only, with every core; True when the build succeeded."""
+        if self.dry_run:
+            self._record({"name": "build", "status": "skipped", "reason": "dry run"}, 0)
+            return True
+        env = toolchain_env()
+        argv = [PY, "-m", "kernels.build", "--build-dir", "build/kernels",
+                "--arch", self.summary["capability"], "--jobs", str(os.cpu_count() or 1)]
+        return self.step("build", argv, cap_s, env) == 0
+
+    def collect_gpu_tests(self, files: list[str]) -> None:
+        """Dry run: collect every GPU test as the image would (without mlperf_logging), and
+        record any collected file the window's per-file list lacks."""
+        args = ["-m", "gpu", "tests", "-q", "--collect-only", "-p", "no:cacheprovider"]
+        self.step("gpu_tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging", *args],
+                  120)
+        self.summary["tests"] = gpu_report.collected(self.work / "gpu_tests.log")
+        missing = sorted(set(self.summary["tests"]["per_file"]) - set(files))
+        self.summary["test_files"] = files
+        if missing:
+            self.summary["steps"][-1].update(status="failed",
+                                             reason=f"GPU test files not in the window: {missing}")
+            self.write()
+
+    def run_gpu_test_file(self, name: str, path: str, junit: Path, cap_s: float,
+                          require_kernels: bool) -> int:
+        """One GPU test file in its own pytest process (a device fault ends only this file)."""
+        args = ["-m", "gpu", path, "-q", "-rfEs", "-p", "no:cacheprovider",
+                f"--junitxml={junit}"]
+        if pytest_timeout_available():
+            args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
+        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
+        return self.step(name, [PY, "-m", "pytest", *args], cap_s, env)
+
+    def gpu_tests(self, require_kernels: bool) -> None:
+        junit = self.work / "gpu-tests.xml"
+        args = ["-m", "gpu", "tests", "-q", "-rfEs", "-p", "no:cacheprovider",
+                f"--junitxml={junit}"]
+        if self.dry_run:
+            # Collect as the GPU image would: without mlperf_logging.
+            self.step("gpu-tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging",
+                                    "--collect-only", *args], 120)
+            self.summary["tests"] = gpu_report.collected(self.work / "gpu-tests.log")
+            return
+        if pytest_timeout_available():
+            args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
+        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
+        self.step("gpu-tests", [PY, "-m", "pytest", *args], 330, env)
+        self.summary["tests"] = gpu_report.junit_counts(junit)
+
+    def microbenchmarks(self) -> None:
+        rows = {}
+        for script, eager, compiled in MICROBENCH:
+            runs = [(f"{script}", eager)]
+            if compiled is not None:
+                runs.append((f"{script}_compiled", compiled))
+            for name, extra in runs:
+                out = self.work / f"{name}.json"
+                argv = [PY, f"scripts/bench/{script}.py", *extra, "--out", str(out)]
+                if self.check_or_run(name, argv, MICROBENCH_TIMEOUT_S) and out.is_file():
+                    rows[name] = gpu_report.speedups(json.loads(out.read_text()))
+        self.summary["microbench"] = rows
+
+    def throughput(self) -> None:
+        results = {}
+        for name, extra, limit in THROUGHPUT[self.stage]:
+            out = self.work / f"{name}.json"
+            argv = [PY, "scripts/bench_throughput.py", "--model", "large", *extra,
+                    "--json", str(out)]
+            if self.check_or_run(name, argv, limit) and out.is_file():
+                results[name] = gpu_report.throughput(json.loads(out.read_text()))
+        self.summary["throughput"] = results
+        self.summary["targets"] = gpu_report.targets(results)
+
+    def check_or_run(self, name: str, argv: list[str], limit_s: float) -> bool:
+        """Run the command; in a dry run, check that it imports and knows every flag given."""
+        if not self.dry_run:
+            return self.step(name, argv, limit_s) == 0
+        code = self.step(name, argv[:2] + ["--help"], 120, planned=argv)
+        flags = [a for a in argv[2:] if a.startswith("--")]
+        help_text = (self.work / f"{name}.log").read_text()
+        unknown = [f for f in flags if f not in help_text]
+        if unknown:
+            self.summary["steps"][-1].update(status="failed", reason=f"unknown flags {unknown}")
+            self.write()
+        return code == 0 and not unknown
+
+    # -- output --------------------------------------------------------------------------------
+
+    def write(self) -> None:
+        """summary.json and the tarball of every log and raw JSON, both written atomically."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.summary["files"] = sorted(p.name for p in self.work.iterdir())
+        tarball = self.out / f"logs_{self.stage}.tar.gz"
+        with tarfile.open(tarball.with_suffix(".tmp"), "w:gz") as tar:
+            for path in sorted(self.work.iterdir()):
+                tar.add(path, arcname=f"{self.stage}/{path.name}")
+        tarball.with_suffix(".tmp").replace(tarball)
+        summary = self.out / "summary.json"
+        summary.with_suffix(".tmp").write_text(json.dumps(self.summary, indent=2) + "\n")
+        summary.with_suffix(".tmp").replace(summary)
+
+    def finish(self) -> int:
+        failed = [s["name"] for s in self.summary["steps"] if s["status"] not in ("ok", "skipped")]
+        count = sum(1 for p in self.out.rglob("*") if p.is_file())
+        self.summary.update(failed_steps=failed, out_files=count)
+        self.write()
+        shutil.rmtree(self.work, ignore_errors=True)
+        if count > MAX_FILES:
+            print(f"error: {self.out} holds {count} files; the device returns {MAX_FILES}",
+                  file=sys.stderr)
+            return 1
+        print(f"[{self.stage}] wrote {self.out}/summary.json and logs_{self.stage}.tar.gz; "
+              f"failed steps: {', '.join(failed) or 'none'}")
+        return 1 if failed else 0
+
+
+def run_capped(argv: list[str], env: dict, log, timeout: float) -> int:
+    """Run a command in its own process group; past `timeout` the whole group is killed (a
+    pytest's or a build's children too, so nothing outlives its step); 124 then."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return 124
+
+
+class HarnessError(Exception):
+    """Bad setup: one `error:` line, exit status 2."""
+
+
+def pytest_timeout_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pytest_timeout") is not None
+
+
+def toolchain_env() -> dict:
+    """CUDA_HOME as given, else the folder of the nvcc on PATH or in a usual place."""
+    if os.environ.get("CUDA_HOME"):
+        return {}
+    nvcc = shutil.which("nvcc") or next(
+        (str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))), None)
+    if nvcc is None:
+        raise HarnessError("nvcc not found on PATH or under /usr/local/cuda*: set CUDA_HOME")
+    home = Path(nvcc).resolve().parent.parent
+    return {"CUDA_HOME": str(home), "PATH": f"{home / 'bin'}:{os.environ.get('PATH', '')}"}
+
+
+def run_stage(h: Harness, previous: dict | None = None) -> None:
+    if h.stage == "window":
+        gpu_window.run_window(h, previous)
+        return
+    h.device_info()
+    if h.stage == "kernels":
+        built = h.build()
+        h.gpu_tests(require_kernels=True)
+        if built:
+            h.microbenchmarks()
+        else:
+            h._record({"name": "microbench", "status": "skipped", "reason": "build failed"}, 1)
+    elif h.stage == "throughput":
+        h.throughput()
+    else:
+        if h.build():
+            h.throughput()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("stage", choices=STAGES)
+    p.add_argument("--dry-run", action="store_true", help="on a CPU: every step needing no GPU")
+    p.add_argument("--out", type=Path, help="output folder (the OUT variable wins)")
+    p.add_argument("--continue", dest="previous", type=Path, metavar="SUMMARY",
+                   help="window: run only the steps this earlier summary.json did not finish")
+    args = p.parse_args(argv)
+    if args.previous and args.stage != "window":
+        p.error("--continue is for the window stage")
+    out = Path(os.environ.get("OUT") or args.out
+               or ROOT / "results" / "gpu-validation" / args.stage).resolve()
+    budget = float(os.environ.get("BUDGET_S", BUDGETS_S[args.stage]))
+    previous = gpu_window.load_previous(args.previous) if args.previous else None
+    try:
+        h = Harness(args.stage, out, args.dry_run, budget)
+        run_stage(h, previous)
+    except HarnessError as err:
+        print(f"error: validate_gpu: {err}", file=sys.stderr)
+        return 2
+    return h.finish()

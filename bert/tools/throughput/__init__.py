@@ -1,0 +1,2 @@
+"""Training throughput of this project's paths against HuggingFace (bench.py): the workload,
+the variants timed, the meters and the profile."""

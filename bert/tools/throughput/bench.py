@@ -1,0 +1,427 @@
+"""Training throughput of BERT pretraining: this project's paths against HuggingFace, one process.
+
+    python scripts/bench_throughput.py                        # BERT-Large, GPU if there is one
+    python scripts/bench_throughput.py --device cpu --model tiny --profile
+    python scripts/bench_throughput.py --hf-compile --include-unvalidated   # on a GPU
+
+`--model tiny` is the default run's model (configs/tiny_cpu.yaml: hidden 128, 2 layers, its
+vocabulary and 128 positions); the others are BERT shapes with MLPerf's vocabulary
+(bert/tools/throughput/workload.py: MODEL_SIZES). The JSON goes to results/bench/ (git
+ignores it) unless --json names a file; recorded results go to benchmarks/results/ that way.
+
+Every variant runs full training steps (forward, backward, LAMB) on the same synthetic batches
+(REFERENCE 2 length mix, 15% masked up to 76, max length 512), built on the device before any
+timing, in the same precision and from the same initial weights:
+
+    fastest     this project's fastest path: the unpadded model with the best validated options
+                (`--fastest auto` times the candidates for this device and keeps the fastest;
+                with --include-unvalidated on CUDA, also flash_varlen, grouped_flash and, for
+                hidden size 1024, every fused kernel of kernels/ valid for the model at once:
+                not fused_dense_gelu, whose GeLU is tanh while this BERT's is erf, as MLPerf's)
+    reference   the unpadded model with the reference attention (padded_sdpa), not compiled
+    hf_eager    HF BertForPreTraining, padded to each batch's longest sequence, SDPA attention
+    hf_compile  hf_eager under torch.compile (with --hf-compile)
+
+Variants run in rounds: each round times `--steps` steps of every variant, in a rotated order,
+and each figure is the median over `--repeats` rounds, so drifting load on a shared machine
+hits all variants alike. Throughput counts real samples and tokens; MFU divides the useful
+FLOPs (bert/tools/throughput/workload.py: FLOP_FORMULA; padding is not credited) by the
+time and by a large matmul's rate measured in the same process. One JSON file per run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import os
+import re
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bert.model.config import FUSED_HIDDEN_SIZE
+from bert.tools.common import ROOT, git_commit, write_json
+from bert.tools.throughput.measure import (MemoryMeter, device_name, matmul_peak_tflops,
+                                           synchronize, timed_block)
+from bert.tools.throughput.profiling import profile_step
+from bert.tools.throughput.variants import build_hf, build_ours, init_state
+from bert.tools.throughput.workload import (FLOP_FORMULA, MODEL_SIZES, build_workload,
+                                            model_config, train_flops)
+
+VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
+# Attention backends whose results are checked against the reference (tests/test_attention.py, and
+# on a GPU tests/kernels); only these compete for `fastest` unless --include-unvalidated.
+VALIDATED = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa",)}
+UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen", "grouped_flash")}
+# Per device: local batch by model size, timed steps per round, warmup steps, rounds.
+DEFAULTS = {
+    "cpu": {"batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
+            "steps": 3, "warmup": 1,
+            "repeats": 5, "precision": "fp32"},
+    "cuda": {"batch": {"mini": 128, "tiny": 128, "l4_h256": 128, "base": 96, "large": 56},
+             "steps": 20,
+             "warmup": 5,
+             "repeats": 3, "precision": "bf16"},
+}
+GB = 1e9
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    p.add_argument("--model", choices=sorted(MODEL_SIZES), default="large")
+    p.add_argument("--batch", type=int, help="local batch (default: per device and model)")
+    p.add_argument("--steps", type=int, help="timed steps per variant per round")
+    p.add_argument("--warmup", type=int, help="untimed steps per variant first (>= 1)")
+    p.add_argument("--repeats", type=int, help="rounds; figures are medians over rounds")
+    p.add_argument("--num-batches", type=int, help="distinct batches (default: --steps)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), help="default: fp32 on CPU, "
+                   "bf16 (autocast) on CUDA")
+    p.add_argument("--variants", default="fastest,reference,hf_eager",
+                   help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
+    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused]"
+                   "[+subset][+sublayers], e.g. per_sequence or flash_varlen+compile+fused+subset"
+                   " (subset: model.last_layer_subset; sublayers: model.compile_sublayers, "
+                   "not with fused)")
+    p.add_argument("--include-unvalidated", action="store_true",
+                   help="let --fastest auto also try backends and fused kernels not yet "
+                        "validated on this device")
+    p.add_argument("--no-fused", action="store_true",
+                   help="keep the fused kernels out of --fastest auto's candidates")
+    p.add_argument("--no-subset", action="store_true",
+                   help="keep model.last_layer_subset out of --fastest auto's candidates")
+    p.add_argument("--hf-padding", choices=("batch_max", "max_length"), default="batch_max",
+                   help="pad HF batches to the batch's longest sequence or to --max-length")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="longest sequence; the length mix scales with it (default: the "
+                        "model's positions, 512 = MLPerf; 128 for tiny)")
+    p.add_argument("--threads", type=int, help="CPU intra-op threads (default: torch's)")
+    p.add_argument("--profile", action="store_true",
+                   help="record a per-op profile of one step of the fastest variant")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--json", type=Path, help="output file (default: results/bench/..., "
+                   "which git ignores; name benchmarks/results/... to record a result)")
+    return p.parse_args(argv)
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill device-dependent defaults and check the combination."""
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    kind = torch.device(args.device).type
+    if kind not in DEFAULTS:
+        sys.exit(f"--device {args.device}: only cpu and cuda are supported")
+    d = DEFAULTS[kind]
+    args.batch = args.batch or d["batch"][args.model]
+    args.steps = args.steps or d["steps"]
+    args.warmup = d["warmup"] if args.warmup is None else args.warmup
+    args.repeats = args.repeats or d["repeats"]
+    args.num_batches = args.num_batches or args.steps
+    args.precision = args.precision or d["precision"]
+    names = [v for v in args.variants.split(",") if v]
+    if args.hf_compile and "hf_compile" not in names:
+        names.append("hf_compile")
+    unknown = set(names) - set(VARIANTS)
+    if unknown or not names:
+        sys.exit(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
+    positions = model_config(args.model).max_position_embeddings
+    args.max_length = args.max_length or positions
+    if not 20 <= args.max_length <= positions:
+        sys.exit(f"--max-length {args.max_length}: expected 20..{positions} (the model has "
+                 f"{positions} positions; the synthetic length mix needs 20)")
+    if args.warmup < 1:
+        sys.exit("--warmup must be >= 1 (the first step allocates the optimizer state)")
+    args.variant_names = names
+    return args
+
+
+def fastest_candidates(args: argparse.Namespace,
+                       kind: str) -> list[tuple[str, bool, bool, bool, bool]]:
+    """(attention, compile, fused, subset, sublayers) options that compete for the `fastest`
+    variant. `sublayers` (model.compile_sublayers) only when --fastest names it."""
+    # The fused kernels are built for hidden size 1024 only.
+    fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
+    if args.fastest != "auto":
+        attention, *flags = args.fastest.split("+")
+        if not set(flags) <= {"compile", "fused", "subset", "sublayers"}:
+            sys.exit(f"--fastest {args.fastest!r}: expected "
+                     "ATTENTION[+compile][+fused][+subset][+sublayers]")
+        if {"fused", "sublayers"} <= set(flags):
+            sys.exit(f"--fastest {args.fastest!r}: +sublayers compiles what +fused replaces; "
+                     "name one of them")
+        if "fused" in flags and not fusable:
+            sys.exit(f"--fastest {args.fastest!r}: the fused kernels need hidden size "
+                     f"{FUSED_HIDDEN_SIZE} (--model large)")
+        return [(attention, "compile" in flags, "fused" in flags, "subset" in flags,
+                 "sublayers" in flags)]
+    backends = list(VALIDATED[kind])
+    if args.include_unvalidated:
+        backends += UNVALIDATED[kind]
+    # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
+    # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
+    compiles = (False, True) if kind == "cuda" else (False,)
+    fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
+             and not args.no_fused else (False,))
+    # model.last_layer_subset is exact (tests/test_last_layer_subset.py): a candidate unless
+    # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
+    subsets = (False,) if args.no_subset else (False, True)
+    return [(b, c, f, s, False) for b in backends for c in compiles for f in fuses
+            for s in subsets]
+
+
+class Bench:
+    """Builds the variants, runs the rounds and turns the timings into the JSON record."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.device = torch.device(args.device)
+        self.meter = MemoryMeter(self.device)
+        self.workload = build_workload(args.num_batches, args.batch, args.seed, self.device,
+                                       args.hf_padding, args.max_length,
+                                       model_config(args.model).vocab_size)
+        self.state = init_state(args.model, args.seed)
+        self.variants: dict[str, object] = {}
+        self.resident: dict[str, int] = {}
+        self.selection: list[dict] = []
+
+    # -- building ------------------------------------------------------------------------------
+
+    def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False,
+              fused: bool = False, subset: bool = False, sublayers: bool = False):
+        """Build a variant, warm it up, and record the memory it keeps between steps."""
+        a, before = self.args, self._settled_memory()
+        if name.startswith("hf"):
+            variant = build_hf(a.model, compiled, self.state, self.workload, self.device,
+                               a.precision, name)
+        else:
+            variant = build_ours(a.model, attention, compiled, self.state, self.workload,
+                                 self.device, a.precision, name, fused, subset, sublayers)
+        # A compiled variant sees every batch shape once before timing, so no (re)compile
+        # lands inside a timed block.
+        warmup = max(a.warmup, a.num_batches) if compiled or sublayers else a.warmup
+        started = time.perf_counter()
+        for i in range(warmup):
+            variant.step(i)
+        synchronize(self.device)
+        variant.options["warmup_steps"] = warmup
+        # compilation happens here, so compile time is recorded apart from the timed steps
+        variant.options["warmup_seconds"] = round(time.perf_counter() - started, 2)
+        self.resident[name] = self._settled_memory() - before
+        return variant
+
+    def _settled_memory(self) -> int:
+        gc.collect()
+        synchronize(self.device)
+        return self.meter.current()
+
+    def build_fastest(self) -> object:
+        """The fastest candidate, timed for one block each when there is a choice."""
+        candidates = fastest_candidates(self.args, self.device.type)
+        if len(candidates) == 1:
+            return self.build("fastest", *candidates[0])
+        best, best_time, best_resident = None, float("inf"), 0
+        for attention, compiled, fused, subset, sublayers in candidates:
+            choice = {"attention": attention, "compile": compiled, "fused": fused,
+                      "last_layer_subset": subset, "compile_sublayers": sublayers}
+            try:
+                variant = self.build("fastest", attention, compiled, fused, subset, sublayers)
+            except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
+                self.selection.append({**choice, "error": str(err).splitlines()[0]})
+                self._collect()
+                continue
+            wall, _ = timed_block(variant.step, 0, self.args.steps, self.device)
+            self.selection.append({**choice, "seconds_per_step": wall / self.args.steps})
+            if wall < best_time:
+                best, best_time, best_resident = variant, wall, self.resident["fastest"]
+            # Free the slower candidate before the next one is built and measured.
+            variant = None
+            self._collect()
+        self.resident["fastest"] = best_resident
+        return best
+
+    def _collect(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def build_all(self) -> None:
+        for name in self.args.variant_names:
+            if name == "fastest":
+                self.variants[name] = self.build_fastest()
+            elif name == "reference":
+                self.variants[name] = self.build(name, "padded_sdpa", False)
+            else:
+                self.variants[name] = self.build(name, compiled=name == "hf_compile")
+
+    # -- measuring -----------------------------------------------------------------------------
+
+    def run_rounds(self, after_round=None) -> tuple[dict, list[dict]]:
+        """Per variant: wall and CPU seconds per round, and the peak memory over rounds.
+        after_round(timings, peaks): called after each round (the partial JSON)."""
+        names = list(self.variants)
+        timings = {n: {"wall": [], "cpu": [], "peak": 0} for n in names}
+        peaks = []
+        for r in range(self.args.repeats):
+            peaks.append(matmul_peak_tflops(self.device, self.args.precision))
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                self._time_variant(name, timings[name])
+            if after_round is not None:
+                after_round(timings, peaks)
+        return timings, peaks
+
+    def _time_variant(self, name: str, record: dict) -> None:
+        start = self._settled_memory()
+        self.meter.reset_peak()
+        wall, cpu = timed_block(self.variants[name].step, 0, self.args.steps, self.device)
+        # Memory above what every variant keeps resident, plus this variant's own resident part:
+        # what the variant would need alone (input batches excluded).
+        peak = self.meter.peak() - start + self.resident[name]
+        record["wall"].append(wall)
+        record["cpu"].append(cpu)
+        record["peak"] = max(record["peak"], peak)
+
+    # -- reporting -----------------------------------------------------------------------------
+
+    def block_flops(self) -> tuple[float, int, int]:
+        """Useful FLOPs, samples and real tokens of one timed block (batches 0..steps-1)."""
+        w, cfg = self.workload, model_config(self.args.model)
+        idx = [i % len(w.lengths) for i in range(self.args.steps)]
+        flops = sum(train_flops(cfg, w.lengths[i], w.masked[i]) for i in idx)
+        tokens = sum(int(w.lengths[i].sum()) for i in idx)
+        return flops, self.args.steps * self.args.batch, tokens
+
+    def hf_executed_flops_per_step(self) -> float:
+        """What the padded HF model computes per step: every padded position, MLM head included."""
+        w, cfg = self.workload, model_config(self.args.model)
+        total = 0.0
+        for padded in w.padded:
+            b, s = padded["input_ids"].shape
+            total += train_flops(cfg, np.full(b, s), b * s)
+        return total / len(w.padded)
+
+    def variant_record(self, name: str, record: dict, peak_tflops: float) -> dict:
+        flops, samples, tokens = self.block_flops()
+        wall = statistics.median(record["wall"])
+        return {
+            "samples_per_s": samples / wall,
+            "tokens_per_s": tokens / wall,
+            "seconds_per_step": wall / self.args.steps,
+            "useful_tflops_per_s": flops / wall / 1e12,
+            "mfu": flops / wall / (peak_tflops * 1e12),
+            "peak_mem_gb": record["peak"] / GB,
+            "resident_mem_gb": self.resident[name] / GB,
+            "cpu_seconds_per_step": statistics.median(record["cpu"]) / self.args.steps,
+            "samples_per_s_per_round": [samples / t for t in record["wall"]],
+            "options": self.variants[name].options,
+        }
+
+
+def ratios(variants: dict, timings: dict) -> dict:
+    """Speedups: ratio of median throughputs, and the median of per-round paired ratios."""
+    pairs = [("fastest", "hf_eager"), ("fastest", "hf_compile"), ("fastest", "reference"),
+             ("reference", "hf_eager"), ("hf_compile", "hf_eager")]
+    out = {}
+    for a, b in pairs:
+        if a in variants and b in variants:
+            paired = [tb / ta for ta, tb in zip(timings[a]["wall"], timings[b]["wall"])]
+            out[f"{a}/{b}"] = variants[a]["samples_per_s"] / variants[b]["samples_per_s"]
+            out[f"{a}/{b}_paired_median"] = statistics.median(paired)
+    return out
+
+
+def default_path(device: str, model: str, date: dt.datetime) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")
+    # results/ is git-ignored: a run records nothing in the repository unless --json asks
+    return ROOT / "results" / "bench" / f"{slug}_{model}_{date:%Y%m%d-%H%M%S}.json"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = resolve(parse_args(argv))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    date = dt.datetime.now(dt.timezone.utc)
+    load_before = os.getloadavg()[0]  # context for CPU runs on shared machines
+    bench = Bench(args)
+    bench.build_all()
+    name = device_name(bench.device)
+    path = args.json or default_path(name, args.model, date)
+    context = {"argv": argv, "date": date, "load_before": load_before, "device": name}
+
+    def write_partial(timings: dict, peaks: list[dict]) -> None:
+        # Each round's figures are on disk at once: a killed run still leaves what it measured.
+        write_json(path, build_payload(bench, timings, peaks, context, partial=True))
+
+    timings, peaks = bench.run_rounds(write_partial)
+    payload = build_payload(bench, timings, peaks, context, partial=False)
+    write_json(path, payload)
+    if args.profile and "fastest" in bench.variants:
+        # After the figures are written: a profiler failure cannot lose them.
+        payload["profile"] = profile_step(bench.variants["fastest"].step, 0, bench.device)
+        write_json(path, payload)
+    print_summary(payload, path)
+    return payload
+
+
+def build_payload(bench: Bench, timings: dict, peaks: list[dict], context: dict,
+                  partial: bool) -> dict:
+    """The JSON record from the rounds measured so far (`partial`: not all of them yet)."""
+    args, argv = bench.args, context["argv"]
+    peak = max(p["tflops"] for p in peaks)
+    variants = {n: bench.variant_record(n, timings[n], peak) for n in bench.variants}
+    return {
+        "device": context["device"],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "commit": git_commit(),
+        "command": shlex.join([sys.executable, *sys.argv]) if argv is None
+        else shlex.join(["bench_throughput.py", *argv]),
+        "date": context["date"].isoformat(timespec="seconds"),
+        "partial": partial,
+        "rounds_done": len(peaks),
+        "model": args.model,
+        "model_shape": {**dict(zip(("hidden", "layers", "heads", "ffn"),
+                                   MODEL_SIZES[args.model])),
+                        "vocab": model_config(args.model).vocab_size},
+        "precision": args.precision,
+        "batch": args.batch,
+        "max_length": args.max_length,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "threads": torch.get_num_threads() if bench.device.type == "cpu" else None,
+        "load_average_1min": [context["load_before"], os.getloadavg()[0]],  # at start and end
+        "cpu_count": os.cpu_count(),
+        "matmul_peak_tflops": peak,
+        "matmul_peak": peaks,
+        "workload": {**bench.workload.stats(),
+                     "hf_executed_flops_per_step": bench.hf_executed_flops_per_step(),
+                     "useful_flops_per_step": bench.block_flops()[0] / args.steps},
+        "flop_formula": FLOP_FORMULA,
+        "variants": variants,
+        "ratios": ratios(variants, timings),
+        "fastest_selection": bench.selection,
+        "memory_method": bench.meter.method + "; peak_mem_gb = peak during the variant's "
+                         "timed steps minus what the other variants keep resident",
+        "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "
+                  "rotated each round, medians over rounds; batches prebuilt on the device, "
+                  "data pipeline not timed; samples_per_s counts real samples; warmup_seconds "
+                  "(compilation included) apart",
+    }
+
+
+def print_summary(payload: dict, path: Path) -> None:
+    print(f"{payload['device']} | {payload['model']} {payload['precision']} batch "
+          f"{payload['batch']} | matmul peak {payload['matmul_peak_tflops']:.3f} TFLOP/s")
+    for name, v in payload["variants"].items():
+        print(f"  {name:11s} {v['samples_per_s']:9.2f} samples/s {v['tokens_per_s']:11.0f} "
+              f"tokens/s  MFU {v['mfu']:.3f}  peak {v['peak_mem_gb']:.2f} GB  {v['options']}")
+    for key, value in payload["ratios"].items():
+        print(f"  {key}: {value:.2f}x")
+    print(f"wrote {path}")

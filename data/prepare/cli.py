@@ -1,0 +1,236 @@
+"""Prepare the MLPerf BERT data: text shards -> training shards and the eval set.
+
+    python scripts/prepare_data.py all --train-text DIR --eval-text eval.txt --vocab vocab.txt \\
+        --out /data/bert --num-shards 4320 --workers 16
+
+or step by step (each step resumes where it stopped; see data/prepare/__init__.py):
+
+    examples TEXT... --vocab V --out DIR          text shards -> fixed-length HDF5
+    to-varlen FIXED... --out DIR                  fixed-length -> variable-length HDF5
+    reshard INPUT... --out DIR --num-shards N     global shuffle into N part_*.hdf5 shards
+    pick-eval SRC --out FILE [--count 10000]      eval samples picked evenly
+    checksums DIR --write-checksums | --verify    sha256 manifest (DIR/SHA256SUMS)
+    check-distinct DIR_OR_FILES...                fail if two shards start alike
+
+`all` writes OUT/intermediate/{train,eval}/ (fixed-length, gzip), OUT/train/part_*.hdf5,
+OUT/eval/eval_10000.hdf5 and OUT/SHA256SUMS, then checks that the shards are distinct.
+Exit status: 0 done, 1 a check failed (checksums, distinct shards), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from data.prepare.checksums import verify_manifest, write_manifest
+from data.prepare.content_hash import record_content_hashes
+from data.prepare.create_examples import create_examples
+from data.prepare.distinct import duplicate_groups
+from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval
+from data.prepare.instances import ExampleParams
+from data.prepare.reshard import reshard
+from data.prepare.to_varlen import to_varlen
+from data.sources.shards import SHARD_GLOB, DataError
+
+
+TEXT_GLOB = "part-*"  # text shards in a folder: part-00000-of-00500 ...
+
+
+class CheckFailed(Exception):
+    """A verification step found a problem (exit status 1)."""
+
+
+def expand(paths: list[str], pattern: str = "*") -> list[Path]:
+    """Files as given; folders replaced by their non-hidden files matching `pattern`, sorted."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files += sorted(p for p in path.glob(pattern)
+                            if p.is_file() and not p.name.startswith("."))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise DataError(f"{path}: no such file or folder")
+    if not files:
+        raise DataError(f"no input files in {', '.join(paths)}")
+    return files
+
+
+def example_params(args: argparse.Namespace) -> ExampleParams:
+    return ExampleParams(args.max_seq_length, args.max_predictions, args.masked_lm_prob,
+                         args.short_seq_prob, args.dupe_factor, args.seed)
+
+
+# -- subcommands ------------------------------------------------------------------------------
+
+def cmd_examples(args: argparse.Namespace) -> None:
+    create_examples(expand(args.text, TEXT_GLOB), args.out, args.vocab, example_params(args),
+                    args.workers)
+
+
+def cmd_to_varlen(args: argparse.Namespace) -> None:
+    to_varlen(expand(args.inputs, "*.hdf5"), args.out, args.max_seq_length,
+              args.max_predictions, args.workers)
+
+
+def cmd_reshard(args: argparse.Namespace) -> None:
+    reshard(expand(args.inputs, "*.hdf5"), args.out, args.num_shards, args.seed,
+            args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers)
+
+
+def cmd_pick_eval(args: argparse.Namespace) -> None:
+    path = pick_eval(args.src, args.out, args.count, args.max_seq_length, args.max_predictions)
+    print(f"pick-eval: wrote {path} ({args.count} samples)")
+
+
+def cmd_checksums(args: argparse.Namespace) -> None:
+    if args.write_checksums:
+        print(f"checksums: wrote {write_manifest(args.dir, args.pattern, args.workers)}")
+        return
+    problems = verify_manifest(args.dir, args.workers)
+    for line in problems:
+        print(f"FAIL {line}")
+    if problems:
+        raise CheckFailed(f"{len(problems)} checksum problem(s) in {args.dir}")
+    print(f"checksums: every file listed in {Path(args.dir) / 'SHA256SUMS'} matches")
+
+
+def cmd_check_distinct(args: argparse.Namespace) -> None:
+    files = expand(args.paths, SHARD_GLOB)
+    groups = duplicate_groups(files, args.first_k, args.max_seq_length, args.max_predictions)
+    for group in groups:
+        print(f"FAIL identical first {args.first_k} samples: {', '.join(map(str, group))}")
+    if groups:
+        raise CheckFailed(f"{sum(map(len, groups))} shards are copies of another (REFERENCE 2: "
+                          f"identical shards cap MLM accuracy near 0.62)")
+    print(f"check-distinct: {len(files)} shards, all distinct in their first {args.first_k} "
+          f"samples")
+
+
+def cmd_all(args: argparse.Namespace) -> None:
+    out, params = Path(args.out), example_params(args)
+    work = out / "intermediate"
+    fixed_train = create_examples(expand(args.train_text, TEXT_GLOB), work / "train",
+                                  args.vocab, params, args.workers)
+    (fixed_eval,) = create_examples([args.eval_text], work / "eval", args.vocab, params,
+                                    args.workers)
+    shards = reshard(fixed_train, out / "train", args.num_shards, args.seed,
+                     args.shards_per_bucket, args.max_seq_length, args.max_predictions,
+                     args.workers)
+    eval_file = pick_eval(fixed_eval, out / "eval" / f"eval_{args.eval_samples}.hdf5",
+                          args.eval_samples, args.max_seq_length, args.max_predictions)
+    print(f"all: eval set {eval_file}")
+    cmd_check_distinct(argparse.Namespace(paths=[str(p) for p in shards], first_k=args.first_k,
+                                          max_seq_length=args.max_seq_length,
+                                          max_predictions=args.max_predictions))
+    manifest = write_manifest(out, ["train/*.hdf5", "eval/*.hdf5"], args.workers)
+    # content hashes by NVIDIA's method (docs/data_download.md): the eval set's is compared
+    # with the published one
+    print(record_content_hashes(out, eval_file, args.workers))
+    print(f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
+          f"checksums in {manifest}")
+
+
+# -- arguments --------------------------------------------------------------------------------
+
+def _shape_args() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--max-seq-length", type=int, default=512)
+    p.add_argument("--max-predictions", type=int, default=76)
+    return p
+
+
+def _workers_args() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--workers", type=int, default=1, help="processes (one file each)")
+    return p
+
+
+def _example_args() -> argparse.ArgumentParser:
+    d = ExampleParams()
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--vocab", required=True, help="WordPiece vocab.txt (uncased, 30522 tokens)")
+    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
+    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
+    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor)
+    return p
+
+
+def _reshard_args() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--num-shards", type=int, required=True, help="4320 or 2048 for MLPerf")
+    p.add_argument("--shards-per-bucket", type=int, default=32,
+                   help="outputs assembled together; a worker holds about this many shards "
+                        "(MLPerf: 36k samples, ~45 MB in memory each)")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    shape, examples, resharding = _shape_args(), _example_args(), _reshard_args()
+    workers = _workers_args()
+    seed = argparse.ArgumentParser(add_help=False)
+    seed.add_argument("--seed", type=int, default=12345,
+                      help="random_seed of the examples (every shard, as the reference) and of "
+                           "the reshard shuffle")
+
+    p = sub.add_parser("examples", parents=[shape, workers, examples, seed],
+                       help="text -> fixed HDF5")
+    p.add_argument("text", nargs="+", help="text shards, or folders of part-* shards")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_examples)
+    p = sub.add_parser("to-varlen", parents=[shape, workers], help="fixed -> variable length")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_to_varlen)
+    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed],
+                       help="global shuffle")
+    p.add_argument("inputs", nargs="+", help="HDF5 files (either format) or folders")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_reshard)
+    p = sub.add_parser("pick-eval", parents=[shape], help="the fixed eval set")
+    p.add_argument("src", help="processed eval HDF5 (either format)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--count", type=int, default=EVAL_SAMPLES)
+    p.set_defaults(func=cmd_pick_eval)
+    p = sub.add_parser("checksums", parents=[workers], help="sha256 manifest")
+    p.add_argument("dir")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write-checksums", action="store_true")
+    mode.add_argument("--verify", action="store_true")
+    p.add_argument("--pattern", action="append", default=None,
+                   help="files to cover when writing (default **/*.hdf5); repeatable")
+    p.set_defaults(func=cmd_checksums)
+    p = sub.add_parser("check-distinct", parents=[shape], help="no two shards alike")
+    p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
+    p.add_argument("--first-k", type=int, default=16)
+    p.set_defaults(func=cmd_check_distinct)
+    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed],
+                       help="every step")
+    p.add_argument("--train-text", nargs="+", required=True,
+                   help="text shards, or folders of part-* shards")
+    p.add_argument("--eval-text", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES)
+    p.add_argument("--first-k", type=int, default=16)
+    p.set_defaults(func=cmd_all)
+    args = parser.parse_args(argv)
+    if getattr(args, "pattern", False) is None:
+        args.pattern = ["**/*.hdf5"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        args.func(args)
+    except CheckFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (DataError, ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
