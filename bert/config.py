@@ -6,6 +6,7 @@
     schedule    bert/optim/config.py    ScheduleConfig
     run         bert/train/config.py    RunConfig
     eval, checkpoint, log, submission   bert/train/config.py
+    profile     bert/obs/config.py      ProfileConfig
 
 A run's config is a YAML file with these sections plus `--set section.key=value` overrides. The
 loader coerces every value to its field's annotated type (bool, int, float, str, a `Literal`
@@ -30,6 +31,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from bert.model.attention import BACKENDS
+from bert.obs.config import ProfileConfig
 from bert.model.config import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
@@ -56,6 +58,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
     submission: SubmissionConfig = field(default_factory=SubmissionConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
 
     def __post_init__(self) -> None:
         division = self.submission.division

@@ -3,6 +3,7 @@
 MLPerf submission it belongs to (`submission:`). Paths are expanded once, here."""
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -84,9 +85,16 @@ class LogConfig:
     interval_s: float = 10.0  # seconds between progress lines
     quiet: bool = False  # no progress lines (--quiet); the run_stop line is still printed
     record_samples_dir: str = ""  # audit trail: DIR/rank<R>.txt, `step shard index` per sample
+    # the metrics (metrics.jsonl's scalars) also as TensorBoard events in OUTPUT_DIR/tensorboard;
+    # needs the tensorboard package (pip install '.[track]')
+    tensorboard: bool = False
+    all_ranks: bool = False  # every rank logs at info (default: rank 0 only; others warnings)
 
     def __post_init__(self) -> None:
         self.record_samples_dir = os.path.expanduser(self.record_samples_dir)
+        check(not self.tensorboard or importlib.util.find_spec("tensorboard") is not None,
+              "log.tensorboard=true needs the tensorboard package: pip install tensorboard "
+              "(or the project's [track] extra)")
 
 
 @dataclass

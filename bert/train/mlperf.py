@@ -18,6 +18,7 @@ order:
         log.block_start(samples_count, first_epoch_num, epoch_count)
         ... train ...
         log.block_stop(samples_count, first_epoch_num, epoch_count)
+        log.tracked_stats(step, samples_trained, {"throughput": ..., "loss": ..., "lr": ...})
         log.eval_start(samples_trained)
         ... evaluate ...
         log.eval_stop(samples_trained)
@@ -91,6 +92,8 @@ RESUMED_FROM_CHECKPOINT = "resumed_from_checkpoint"
 NUMBER_OF_NODES = "number_of_nodes"
 ACCELERATORS_PER_NODE = "accelerators_per_node"
 ACCELERATOR_MODEL_NAME = "accelerator_model_name"
+# Statistics of the block just trained, at each eval point (value: {throughput, loss, lr}).
+TRACKED_STATS = "tracked_stats"
 OWN_ONCE_KEYS = frozenset({RESUMED_FROM_CHECKPOINT, NUMBER_OF_NODES, ACCELERATORS_PER_NODE,
                            ACCELERATOR_MODEL_NAME})
 
@@ -286,6 +289,14 @@ class MLPerfLogger:
             raise MLPerfLogError(f"run_stop status={status!r}: expected one of {RUN_STATUSES}")
         self._require(C.RUN_START, C.RUN_STOP)
         self._emit("end", C.RUN_STOP, metadata={C.STATUS: status})
+
+    def tracked_stats(self, step: int, samples: int, stats: dict[str, float]) -> None:
+        """Training statistics at an eval point (throughput in samples/s, loss, lr), as
+        NVIDIA's submissions log them; the checker has no rule for the key and passes it."""
+        self._require(C.RUN_START, TRACKED_STATS)
+        value = {k: None if v is None else float(v) for k, v in stats.items()}  # None: not finite
+        self._emit("event", TRACKED_STATS, value,
+                   metadata={"step": int(step), C.SAMPLES_COUNT: int(samples)})
 
     def train_samples(self, samples: int) -> None:
         """Samples trained, when it was not known at hyperparameter time."""
