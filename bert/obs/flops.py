@@ -101,8 +101,10 @@ def measured_matmul_rate(device: torch.device, precision: str) -> tuple[float, s
     if device.type == "cpu":
         dtype = torch.float32 if dtype == torch.float16 else dtype
     n = 4096 if device.type == "cuda" else 512
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
+    # its own generator: the run's random stream (dropout, resume) must not see this
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
     best = float("inf")
     for _ in range(4):
         _sync(device)
