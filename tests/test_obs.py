@@ -270,3 +270,55 @@ def test_file_suffix():
     assert file_suffix(Path("o/mlperf_resumed_step_4.log")) == "_resumed_step_4"
     assert file_suffix(Path("o/mlperf_eval_only.log")) == "_eval_only"
     assert file_suffix(Path("o/other.log")) == "_other"
+
+
+def test_a_step_with_metrics_and_ranges_on_reads_nothing_back(monkeypatch, data_dir,
+                                                              tmp_path):
+    """The trainer's step, its metrics bookkeeping (data wait, tokens, FLOPs), Progress between
+    points and the named ranges: no tensor value is read on the host (tests/test_sync_free.py's
+    proxy for a device sync)."""
+    from bert.obs import ranges
+    from bert.train.trainer import Trainer
+    from test_sync_free import forbid_host_reads
+
+    args = tiny_args(data_dir, tmp_path / "out", **{"log.interval_s": 1000})
+    overrides = [args[i + 1] for i in range(0, len(args), 2)]
+    trainer = Trainer(load_config(ROOT / "configs" / "tiny_cpu.yaml", overrides))
+    pipeline, _ = trainer._open_data()
+    trainer.obs.on_train_start(trainer)
+    trainer.train_step(pipeline)  # first step: the optimizer's state is allocated
+    ranges.set_recording(True)
+    forbid_host_reads(monkeypatch)
+    try:
+        for step in (2, 3):
+            loss = trainer.train_step(pipeline)
+            trainer.progress.step(step, step * GBS, loss, trainer.optim.lr)
+            trainer.obs.on_step_end(trainer, step)
+    finally:
+        monkeypatch.undo()
+        ranges.set_recording(False)
+        trainer._close_data()
+        trainer.obs.close(publish=False)
+    interval = trainer.obs.recorder.interval
+    assert interval.steps == 3 and interval.flops_known and interval.flops > 0
+
+
+def test_plot_run_draws_metrics_jsonl(run_dir, tmp_path, capsys):
+    """scripts/plot_run.py on metrics.jsonl files: one PNG of loss, lr, throughput, accuracy."""
+    pytest.importorskip("matplotlib")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_run", ROOT / "scripts" / "plot_run.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    out, _ = run_dir
+    png = tmp_path / "metrics.png"
+    assert plot.main([str(out / "metrics.jsonl"), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    broken = tmp_path / "broken" / "metrics.jsonl"
+    broken.parent.mkdir()
+    broken.write_text('{"kind": "train", "samples": 8}\nnot json\n')
+    capsys.readouterr()
+    assert plot.main([str(broken), "--out", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == f"error: {broken}: line 2 is not JSON (Expecting value)\n"
+    assert not (tmp_path / "x.png").exists()
