@@ -322,3 +322,19 @@ def test_plot_run_draws_metrics_jsonl(run_dir, tmp_path, capsys):
     assert plot.main([str(broken), "--out", str(tmp_path / "x.png")]) == 2
     assert capsys.readouterr().err == f"error: {broken}: line 2 is not JSON (Expecting value)\n"
     assert not (tmp_path / "x.png").exists()
+
+
+def test_overhead_benchmark_writes_its_record(tmp_path, capsys):
+    """bert/obs/bench_overhead.py end to end at its smallest size (the numbers are the
+    benchmark's, not asserted here)."""
+    from bert.obs.bench_overhead import VARIANTS, main
+
+    out = tmp_path / "overhead.json"
+    assert main(["--rounds", "1", "--steps", "2", "--warmup", "0", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert set(record["variants"]) == set(VARIANTS)
+    assert all(row["steps"] == 2 and row["median_ms"] > 0 for row in record["variants"].values())
+    assert 0 < record["instrumentation_us_per_step"] < 1e4
+    assert {"date", "machine", "code", "command", "settings"} <= set(record)
+    assert main(["--rounds", "0", "--json", str(tmp_path / "no.json")]) == 2
+    assert not (tmp_path / "no.json").exists()

@@ -119,7 +119,7 @@ def code_version() -> dict[str, Any]:
     """The git commit of the checkout this code runs from, else the installed version."""
     try:
         commit = _git("rev-parse", "HEAD")
-        dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(_git("status", "--porcelain"))  # new files count; ignored ones do not
         return {"git_commit": commit, "git_dirty": dirty}
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": None, "package_version": versions()["open-bert-mlperf"]}
