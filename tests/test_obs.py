@@ -338,3 +338,39 @@ def test_overhead_benchmark_writes_its_record(tmp_path, capsys):
     assert {"date", "machine", "code", "command", "settings"} <= set(record)
     assert main(["--rounds", "0", "--json", str(tmp_path / "no.json")]) == 2
     assert not (tmp_path / "no.json").exists()
+
+
+def test_window_ended_early_writes_what_it_recorded_beside_earlier_traces(tmp_path):
+    """A run that stops inside its window (the target reached) still writes the trace, named
+    after the steps it holds; a second run's trace never replaces the first's."""
+    import torch
+
+    from bert.obs import ranges
+    from bert.obs.config import ProfileConfig
+    from bert.obs.profiler import ProfilerWindow
+
+    paths = []
+    for _ in range(2):
+        window = ProfilerWindow(ProfileConfig(start_step=3, steps=10), tmp_path, 0,
+                                torch.device("cpu"), first_step=1)
+        for step in range(1, 5):
+            window.step_begin(step)
+            assert ranges.active() == (step >= 2)  # step 2 warms up
+            with ranges.named("forward"):
+                torch.ones(64, 64) @ torch.ones(64, 64)
+            window.step_end(step)
+        window.close()
+        assert not ranges.active()
+        paths.append(window.trace_path)
+    assert [p.name for p in paths] == ["trace_rank0_steps3-4.json.gz",
+                                       "trace_rank0_steps3-4.1.json.gz"]
+    with gzip.open(paths[0], "rt") as f:
+        events = json.load(f)["traceEvents"]
+    assert sum(e.get("name") == "forward" for e in events) == 2  # steps 3 and 4, not 2
+
+
+def test_profile_keys_are_checked():
+    with pytest.raises(ConfigError, match="profile.start_step=0 must be >= 1"):
+        load_config(None, ["profile.start_step=0"])
+    with pytest.raises(ConfigError, match="profile.steps=-1 must be >= 0"):
+        load_config(None, ["profile.steps=-1"])

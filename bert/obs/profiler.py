@@ -14,6 +14,7 @@ logged when the window closes. A run that ends inside its window writes what it 
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -38,6 +39,7 @@ class ProfilerWindow:
         self.begin = max(first_step, self.first - 1)  # the profiler starts before this step
         self.prof: torch.profiler.profile | None = None
         self.trace_path: Path | None = None
+        self.done = self.first - 1  # the last step recorded so far
         self.summary = ""
         self.enabled = cfg.steps > 0 and first_step <= self.first
         if cfg.steps > 0 and not self.enabled:
@@ -46,7 +48,8 @@ class ProfilerWindow:
 
     @property
     def name(self) -> str:
-        return f"rank{self.rank}_steps{self.first}-{self.last}"
+        """Named after the steps recorded (fewer than asked when the run ended inside)."""
+        return f"rank{self.rank}_steps{self.first}-{self.done}"
 
     def step_begin(self, step: int) -> None:
         if self.enabled and step == self.begin and self.prof is None:
@@ -55,6 +58,7 @@ class ProfilerWindow:
     def step_end(self, step: int) -> None:
         if self.prof is None:
             return
+        self.done = max(self.done, step)
         self.prof.step()
         if step >= self.last:
             self.close()
@@ -76,8 +80,14 @@ class ProfilerWindow:
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        schedule = torch.profiler.schedule(wait=0, warmup=self.first - self.begin,
-                                           active=self.last - self.first + 1, repeat=1)
+        warmup = self.first - self.begin
+        if not warmup:
+            LOG.warning(f"profile: step {self.first} is the run's first: no warm-up step before "
+                        f"the window, so its first step includes the profiler's start-up")
+        with warnings.catch_warnings():  # torch's own warning says the same, on stderr
+            warnings.simplefilter("ignore", UserWarning)
+            schedule = torch.profiler.schedule(wait=0, warmup=warmup,
+                                               active=self.last - self.first + 1, repeat=1)
         self.prof = torch.profiler.profile(activities=activities, schedule=schedule,
                                            on_trace_ready=self._save)
         self.folder.mkdir(parents=True, exist_ok=True)
