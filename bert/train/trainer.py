@@ -20,6 +20,8 @@ The batch geometry (global, local, micro batch, accumulation) is built once, bef
 rendezvous (it needs only the launcher's world size), and
 passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
 every optimizer step; nothing else can reach into the loop (tests inject faults that way).
+What a run leaves beside its log (metrics.jsonl, run.json, TensorBoard events, profiler traces)
+comes from one `Observer` (bert/obs/observer.py), itself such a callback, fed host values only.
 """
 from __future__ import annotations
 
