@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "the MLM accuracy and stop (sets run.eval_only)")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its type and default, then exit")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (YAML; each key's source as a comment: "
+                             "default, file, --set or flag), then exit")
     return parser
 
 
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     args = build_parser().parse_args(argv)
     from bert.config import describe_fields, load_config
     from bert.core.errors import BadInputError
+    from bert.obs.run_record import RunOrigin, config_sources, format_config
     from bert.plan.check import warn_at_start
     from bert.train.launch_env import abort_mpi_job, report_error
     from bert.mlperf.writer import MLPerfLogError
@@ -56,22 +60,19 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     if args.help_config:
         print("\n".join(describe_fields()))
         return 0
-    overrides = args.set + (["log.quiet=true"] if args.quiet else [])
-    if args.record_samples:
-        overrides.append(f"log.record_samples_dir={args.record_samples}")
-    if args.resume:
-        overrides.append(f"checkpoint.resume={args.resume}")
-    if args.eval_only:
-        overrides.append("run.eval_only=true")
+    origin = RunOrigin.from_args(args, argv)  # the overrides --set and the flags stand for
     try:
-        cfg = load_config(args.config, overrides)
+        cfg = load_config(args.config, origin.overrides)
+        if args.print_config:
+            print(format_config(cfg, config_sources(cfg, origin)), end="")
+            return 0
         warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
         # data preparation, outside the timed MLPerf region
         cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data,
                                                                   cfg.model.vocab_size))
         from bert.train.trainer import Trainer
-        trainer = Trainer(cfg, callbacks=callbacks)
+        trainer = Trainer(cfg, callbacks=callbacks, origin=origin)
         result = trainer.train()
     except (BadInputError, MLPerfLogError) as err:
         report_error(str(err), 2)  # once per job, not once per rank
@@ -84,8 +85,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         from bert.train.distributed import shutdown_distributed
         shutdown_distributed()
     if trainer.ctx.is_main:
-        print(f"MLPerf log: {result.log_path}  (check it with: python scripts/check_compliance.py "
-              f"{result.log_path})")
+        trainer.progress.result(f"MLPerf log: {result.log_path}  (check it with: python "
+                                f"scripts/check_compliance.py {result.log_path})")
     return 0 if result.status in ("success", "eval_only") else 1
 
 

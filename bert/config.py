@@ -6,6 +6,7 @@
     schedule    bert/optim/config.py    ScheduleConfig
     run         bert/train/config.py    RunConfig
     eval, checkpoint, log, submission   bert/train/config.py
+    profile     bert/obs/config.py      ProfileConfig
 
 A run's config is a YAML file with these sections plus `--set section.key=value` overrides. Each
 section is a frozen pydantic dataclass (bert/core/settings.py) that declares its fields' types,
@@ -38,6 +39,7 @@ from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfi
                                SubmissionConfig)
 from bert.core.errors import ConfigError, check
 from bert.core.settings import F, expected, section, shown
+from bert.obs.config import ProfileConfig
 from data.config import BatchGeometry, DataConfig
 from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
@@ -57,6 +59,7 @@ class Config:
     checkpoint: CheckpointConfig = F(factory=CheckpointConfig)
     log: LogConfig = F(factory=LogConfig)
     submission: SubmissionConfig = F(factory=SubmissionConfig)
+    profile: ProfileConfig = F(factory=ProfileConfig)
 
     def __post_init__(self) -> None:
         division = self.submission.division

@@ -37,10 +37,11 @@ KEYS = {
             "output_dir", "eval_only"],
     "eval": ["target_mlm_accuracy", "interval_samples", "samples", "batch_size"],
     "checkpoint": ["interval_steps", "keep", "resume"],
-    "log": ["interval_s", "quiet", "record_samples_dir"],
+    "log": ["interval_s", "quiet", "record_samples_dir", "tensorboard", "all_ranks"],
     "submission": ["org", "platform", "division", "status"],
+    "profile": ["start_step", "steps", "dir", "memory_snapshot", "nvtx"],
 }
-CLI_FLAGS = ["--config", "--eval-only", "--help", "--help-config", "--quiet",
+CLI_FLAGS = ["--config", "--eval-only", "--help", "--help-config", "--print-config", "--quiet",
              "--record-samples", "--resume", "--set"]
 
 
@@ -48,7 +49,7 @@ def test_no_new_config_keys():
     keys = [line.split(" ")[0] for line in describe_fields()]
     expected = [f"{section}.{key}" for section, names in KEYS.items() for key in names]
     assert sorted(keys) == sorted(expected)
-    assert len(keys) == 86
+    assert len(keys) == 93
 
 
 def test_moved_keys_still_load_into_their_new_place():

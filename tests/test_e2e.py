@@ -49,6 +49,8 @@ def test_default_run_reaches_target_and_passes_checker(tmp_path):
     accuracies = [float(line.split('"value": ')[1].split(",")[0])
                   for line in log.read_text().splitlines() if '"key": "eval_accuracy"' in line]
     assert accuracies[-1] >= 0.720 > max(accuracies[:-1], default=0.0)
+    # beside the log: the metrics stream and the run record (tests/test_obs.py reads them)
+    assert (out / "metrics.jsonl").stat().st_size > 0 and (out / "run.json").is_file()
 
 
 # -- bad input ----------------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def finished(capsys, data_dir, tmp_path) -> Path:
     out = tmp_path / "out"
     code, _, err = run(capsys, data_dir, out)
     assert code == 1, err  # the tiny budget never reaches the target: run_stop aborted
-    assert names(out) == ["mlperf.log"]
+    # beside the log, the metrics and the run record (bert/obs/), published with it
+    assert names(out) == ["metrics.jsonl", "mlperf.log", "run.json"]
     return out
 
 
@@ -115,7 +116,8 @@ def test_eval_only_leaves_mlperf_log_alone(capsys, data_dir, finished):
     code, out, _ = run(capsys, data_dir, finished, "--eval-only")
     assert code == 0 and "eval-only: MLM accuracy" in out
     assert log.read_bytes() == before
-    assert names(finished) == ["mlperf.log", "mlperf_eval_only.log"]
+    assert names(finished) == ["metrics.jsonl", "metrics_eval_only.jsonl", "mlperf.log",
+                               "mlperf_eval_only.log", "run.json", "run_eval_only.json"]
 
 
 def test_a_finished_run_keeps_the_earlier_log_beside_its_own(capsys, data_dir, finished):
@@ -123,7 +125,10 @@ def test_a_finished_run_keeps_the_earlier_log_beside_its_own(capsys, data_dir, f
     code, out, _ = run(capsys, data_dir, finished, **{"run.seed": 8})
     assert code == 1 and "is kept as" in out
     previous = [n for n in names(finished) if n.endswith(".previous")]
-    assert len(previous) == 1 and (finished / previous[0]).read_bytes() == before
+    # the log, and the metrics and run record that came with it
+    assert sorted(n.split(".")[0] for n in previous) == ["metrics", "mlperf", "run"]
+    log = next(n for n in previous if n.startswith("mlperf.log."))
+    assert (finished / log).read_bytes() == before
     seeds = [r["value"] for r in records(finished / "mlperf.log") if r["key"] == "seed"]
     assert seeds == [8]
 
@@ -228,7 +233,7 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
 def test_quiet_still_reports_how_the_run_ended(capsys, data_dir, tmp_path):
     code, out, _ = run(capsys, data_dir, tmp_path / "out", "--quiet")
     assert code == 1
-    lines = out.splitlines()
+    lines = [line.split(" rank 0 INFO ", 1)[1] for line in out.splitlines()]  # the messages
     assert len(lines) == 2, lines  # the run_stop line and where the log is
     assert lines[0].startswith("run_stop aborted: eval MLM accuracy") and "4 steps" in lines[0]
     assert lines[1].startswith("MLPerf log: ")

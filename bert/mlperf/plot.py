@@ -2,6 +2,10 @@
 time (samples/s of each block between evals, so eval time is excluded).
 
     python scripts/plot_run.py results/run/mlperf.log [MORE_LOGS...] --out run.png
+    python scripts/plot_run.py results/run/metrics.jsonl [MORE...] --out metrics.png
+
+Given metrics.jsonl files (the run's metrics stream), it plots loss, lr, throughput and eval
+accuracy against samples trained instead (bert/obs/metrics_plot.py).
 
 Each curve is labelled by its run folder (results/run_3/mlperf.log: run_3), with as many parent
 folders as it takes to tell the runs apart, and the log's file name when it is not mlperf.log.
@@ -104,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: plot_run.py needs matplotlib: pip install matplotlib", file=sys.stderr)
         return 2
     try:
-        draw(args.logs, args.out)
+        if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams (issue 27)
+            from bert.obs.metrics_plot import draw_metrics
+
+            draw_metrics(args.logs, curve_labels(args.logs), args.out, TARGET)
+        else:
+            draw(args.logs, args.out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

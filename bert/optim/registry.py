@@ -17,7 +17,8 @@ Adding an optimizer is an entry here: its torch.optim class for the replicated p
 
 Both expose: `model` (what to call forward on), `no_sync()` (gradient accumulation),
 `backward(loss)`, `step()` (update, then zero the gradients), `lr()` (host float: the lr of the
-next update, for display), `skipped_steps()` (fp16 overflows so far), `state_dict()`/
+next update, for display), `skipped_steps()` (fp16 overflows so far), `grad_norm()` and
+`loss_scale()` (the last step's, for the metrics record), `state_dict()`/
 `load_state_dict()` (optimizer, schedule and loss scale, for --resume; call on every rank).
 
 A step skipped for fp16 overflow is, for the optimizer, as if it never happened: no parameter
@@ -141,6 +142,15 @@ class Replicated:
     def skipped_steps(self) -> int:
         return self.skipped
 
+    def grad_norm(self) -> float | None:
+        """Host sync: the last step's global gradient norm (LAMB's; None for another class)."""
+        norm = getattr(self.optimizer, "last_grad_norm", None)
+        return None if norm is None else float(norm)
+
+    def loss_scale(self) -> float | None:
+        """Host sync: fp16's loss scale (None without fp16)."""
+        return float(self.grad_scaler.get_scale()) if self.grad_scaler.is_enabled() else None
+
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "grad_scaler": self.grad_scaler.state_dict(), "skipped_steps": self.skipped}
@@ -188,6 +198,14 @@ class Sharded:
     def skipped_steps(self) -> int:
         """Host sync: call at log points only."""
         return int(self.optimizer.skipped_steps)
+
+    def grad_norm(self) -> float:
+        """Host sync: the last step's global gradient norm (unscaled, before clipping)."""
+        return float(self.optimizer.last_grad_norm)
+
+    def loss_scale(self) -> float | None:
+        """Host sync: fp16's loss scale (None without fp16)."""
+        return None if self.loss_scaler is None else float(self.loss_scaler.scale)
 
     def state_dict(self) -> dict:
         """Collective (the shards are gathered): call it on every rank."""

@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
+from bert.obs.ranges import named
 from bert.optim.collectives import ShardComm
 from bert.optim.flat import Bucket, FlatLayout, FlatParams
 from bert.optim.lamb import _check_hparams, _clip_coef
@@ -249,12 +250,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._finish_reduction()
+        with named("exchange"):  # profiler ranges (bert/obs/ranges.py): free when off
+            self._finish_reduction()
         inputs = self._step_inputs()
         for shard in self._shards.values():
             self.update_fn(shard, inputs, self._comm.all_reduce_sum)
         self._advance(inputs.ok)
-        self._gather_params()
+        with named("exchange"):
+            self._gather_params()
         return loss
 
     def _step_inputs(self) -> StepInputs:

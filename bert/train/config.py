@@ -4,9 +4,11 @@ MLPerf submission it belongs to (`submission:`). Paths are expanded once, here
 (bert/core/settings.py: frozen, validated sections)."""
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Literal
 
+from bert.core.errors import check
 from bert.core.settings import ExpandedPath, F, section
 
 SEED_MAX = 2 ** 63 - 1  # torch.manual_seed takes a 64-bit seed
@@ -68,6 +70,15 @@ class LogConfig:
     quiet: bool = F(False, "no progress lines (--quiet); the run_stop line is still printed")
     record_samples_dir: ExpandedPath = F("", "audit trail: DIR/rank<R>.txt, `step shard index` "
                                              "per sample")
+    tensorboard: bool = F(False, "the metrics (metrics.jsonl's scalars) also as TensorBoard "
+                                 "events in OUTPUT_DIR/tensorboard; needs the tensorboard "
+                                 "package (pip install '.[track]')")
+    all_ranks: bool = F(False, "every rank logs at info (default: rank 0 only; others warnings)")
+
+    def __post_init__(self) -> None:
+        check(not self.tensorboard or importlib.util.find_spec("tensorboard") is not None,
+              "log.tensorboard=true needs the tensorboard package: pip install tensorboard "
+              "(or the project's [track] extra)")
 
 
 @section("submission")

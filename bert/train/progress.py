@@ -1,4 +1,5 @@
-"""Human progress lines on rank 0 (MLPerf lines go through bert/mlperf/writer.py, never here).
+"""Human progress lines on rank 0 (MLPerf lines go through bert/mlperf/writer.py, never here),
+through the `logging` setup of bert/obs/logs.py (time, rank, level on every line).
 
 `--quiet` silences the progress lines but not the `result` lines (how the run ended). The time
 left is to the step budget (max_steps) at the mean rate since the start, and says so: the
@@ -7,15 +8,20 @@ target accuracy usually ends the run sooner, and nothing predicts when.
 The step loss stays on the device; it is read only when a progress line is due (every
 `interval_s` seconds), which is the one host-device sync outside eval points. So is the lr: the
 trainer passes the optimizer's `lr` function, called only for a line (the sharded optimizer's
-lr comes from its device step count).
+lr comes from its device step count). `on_point(step, samples, loss, lr)` receives the values
+read at each point (the metrics record, bert/obs/metrics.py); with it, a --quiet run still has
+its points, without lines. `point()` makes one now (the trainer, before each eval).
 """
 from __future__ import annotations
 
-import sys
 import time
 from typing import Callable
 
 import torch
+
+from bert.obs.logs import get_logger
+
+LOG = get_logger("progress")
 
 
 def _duration(seconds: float) -> str:
@@ -27,9 +33,11 @@ class Progress:
     """`enabled`: this rank prints (rank 0 only). `quiet` (--quiet): only `result` lines, the
     outcome of the run, which a quiet run must still report."""
 
-    def __init__(self, enabled: bool, interval_s: float = 10.0, quiet: bool = False):
+    def __init__(self, enabled: bool, interval_s: float = 10.0, quiet: bool = False,
+                 on_point: Callable[[int, int, float, float], None] | None = None):
         self.enabled = enabled
         self.quiet = quiet
+        self.on_point = on_point
         self.interval_s = interval_s
         self.total_samples = 0
         self.total_steps = 0
@@ -40,12 +48,12 @@ class Progress:
 
     def line(self, text: str) -> None:
         if self.enabled and not self.quiet:
-            print(text, file=sys.stdout, flush=True)
+            LOG.info(text)
 
     def result(self, text: str) -> None:
         """A line printed even with --quiet: how the run ended, or what it did to files."""
         if self.enabled:
-            print(text, file=sys.stdout, flush=True)
+            LOG.info(text)
 
     def start(self, total_samples: int, start_samples: int = 0, total_steps: int = 0) -> None:
         """Start the clock for a run of at most `total_samples` samples (`total_steps` steps),
@@ -60,18 +68,26 @@ class Progress:
 
         lr: called only for a line; returns the lr of the next real update (fp16: a skipped
         step leaves it where it was, bert/optim/registry.py)."""
-        if not self.enabled or self.quiet:
+        if not self.enabled or (self.quiet and self.on_point is None):
             return
         self._loss_sum = step_loss if self._loss_sum is None else self._loss_sum + step_loss
         self._loss_steps += 1
-        now = time.time()
-        if now - self._last_time < self.interval_s:
+        if time.time() - self._last_time >= self.interval_s:
+            self.point(step, samples, lr)
+
+    def point(self, step: int, samples: int, lr: Callable[[], float]) -> None:
+        """A point now, over the steps since the last one (none: nothing to report)."""
+        if not self.enabled or self._loss_steps == 0:
             return
+        now = time.time()
         loss = float(self._loss_sum) / self._loss_steps  # host read at log points only
-        rate = (samples - self._last_samples) / (now - self._last_time)
-        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr():.3e} | "
+        lr_now = lr()
+        rate = (samples - self._last_samples) / max(now - self._last_time, 1e-9)
+        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr_now:.3e} | "
                   f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
                   f"{self.eta(samples, now)}")
+        if self.on_point is not None:
+            self.on_point(step, samples, loss, lr_now)
         self._last_time, self._last_samples = now, samples
         self._loss_sum, self._loss_steps = None, 0
 

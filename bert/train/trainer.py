@@ -21,6 +21,8 @@ The batch geometry (global, local, micro batch, accumulation) is built once, bef
 rendezvous (it needs only the launcher's world size), and
 passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
 every optimizer step; nothing else can reach into the loop (tests inject faults that way).
+What a run leaves beside its log (metrics.jsonl, run.json, TensorBoard events, profiler traces)
+comes from one `Observer` (bert/obs/observer.py), itself such a callback, fed host values only.
 """
 from __future__ import annotations
 
@@ -38,6 +40,10 @@ from bert import gpu_status
 from bert.config import Config
 from bert.model import BertForPretraining, num_parameters
 from bert.model.weights import load_into_model, read_checkpoint_file
+from bert.obs.logs import setup_logging
+from bert.obs.observer import Observer, file_suffix
+from bert.obs.ranges import named
+from bert.obs.run_record import RunOrigin
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
 from bert.train.launch_env import launch_layout
@@ -93,9 +99,10 @@ def preflight_data(cfg: Config) -> list[Path]:
 
 class Trainer:
     def __init__(self, cfg: Config, mlperf_log: str | None = None,
-                 callbacks: Sequence[Callback] = ()):
+                 callbacks: Sequence[Callback] = (), origin: RunOrigin | None = None):
+        """origin: how the config was given (file, --set, command line), for run.json."""
         self.cfg = cfg
-        self.callbacks = list(callbacks)
+        setup_logging(launch_layout().rank, cfg.log.all_ranks)
         self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
         # Every check of the inputs comes before the first file is written (the output folder,
         # the MLPerf log): a bad input changes nothing of an earlier run in the same folder.
@@ -105,8 +112,8 @@ class Trainer:
         self.geometry = self.plan.geometry
         self.ctx: DistContext = init_distributed(cfg.run.device)
         self.out_dir = Path(cfg.run.output_dir)
-        self.progress = Progress(enabled=self.ctx.is_main, interval_s=cfg.log.interval_s,
-                                 quiet=cfg.log.quiet)
+        self.progress = Progress(enabled=self.ctx.is_main or cfg.log.all_ranks,
+                                 interval_s=cfg.log.interval_s, quiet=cfg.log.quiet)
         self.resume_from, self.resume_manifest = self._find_resume_point()
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
@@ -120,6 +127,12 @@ class Trainer:
         self.log_path = str(self.log_file.final)
         # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
         self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
+        # metrics.jsonl, run.json, TensorBoard, the profiler window (bert/obs/observer.py)
+        self.obs = Observer(cfg, self.ctx, self.out_dir, file_suffix(self.log_file.final),
+                            origin)
+        if self.ctx.is_main:
+            self.progress.on_point = self.obs.train_point
+        self.callbacks = [self.obs, *callbacks]
         self._init_phase()
 
     # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
@@ -153,6 +166,7 @@ class Trainer:
             f"{self.geometry.global_batch_size} = {self.ctx.world_size} x "
             f"{self.geometry.micro_batch_size} x {self.geometry.gradient_accumulation_steps} "
             f"accum, precision {cfg.run.precision}, seed {self.seed}")
+        self.obs.init_done(self.optim)  # the device's rate (MFU), run.json
         log.init_stop()
 
     def _log_run_facts(self) -> None:
@@ -250,8 +264,11 @@ class Trainer:
 
     def _publish_log(self) -> None:
         """A log with run_stop is complete: it takes its final name, keeping an earlier log
-        found there. One without run_stop stays under its partial name."""
-        if not (self.ctx.is_main and self.mllog.run_stopped):
+        found there. One without run_stop stays under its partial name. The metrics and the
+        run record go with it."""
+        published = self.ctx.is_main and self.mllog.run_stopped
+        self.obs.close(publish=published)
+        if not published:
             return
         self.mllog.close()
         kept = self.log_file.publish()
@@ -290,7 +307,7 @@ class Trainer:
                     callback.on_step_end(self, step)
             log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
                            epoch_count=block_steps * gbs)
-            accuracy = self._eval_point(eval_set, samples)
+            accuracy = self._eval_point(eval_set, samples, step)
             if accuracy >= cfg.eval.target_mlm_accuracy:
                 status = "success"
                 break
@@ -299,6 +316,7 @@ class Trainer:
         log.train_samples(samples)
         log.run_stop(status)
         seconds = time.time() - started
+        self.obs.ended(status, step, samples, accuracy, seconds, self.log_file.final.name)
         if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
         self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
@@ -314,7 +332,7 @@ class Trainer:
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
             make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=self.plan.ranks_per_node, pack=self.pack,
+            ranks_per_node=self.plan.ranks_per_node, pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
             self.pipeline.load_state_dict(self._resume_data)
@@ -336,6 +354,8 @@ class Trainer:
         status = "success" if accuracy >= self.cfg.eval.target_mlm_accuracy else "aborted"
         log.train_samples(0)
         log.run_stop(status)
+        self.obs.ended("eval_only", 0, 0, accuracy, time.time() - started,
+                       self.log_file.final.name)
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
         self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
                              f"{self.cfg.eval.samples or 'all'} eval samples")
@@ -353,7 +373,10 @@ class Trainer:
 
         Returns the step's loss (MLM + NSP, averaged over micro-batches) as a device tensor.
         """
-        micro_batches = pipeline.next_step()
+        with named("data_wait"):
+            waited = time.perf_counter()  # host clock only: what the step waited for its data
+            micro_batches = pipeline.next_step()
+            self.obs.data_ready(time.perf_counter() - waited, micro_batches)
         accum = len(micro_batches)
         step_loss = torch.zeros((), device=self.ctx.device)
         self.model.train()
@@ -362,10 +385,13 @@ class Trainer:
             # Gradients are reduced across ranks only on the last micro-batch.
             last = micro == accum - 1
             with (contextlib.nullcontext() if last else self.optim.no_sync()):
-                loss = self.forward_loss(batch) / accum
-                self.optim.backward(loss)
+                with named("forward"):
+                    loss = self.forward_loss(batch) / accum
+                with named("backward"):
+                    self.optim.backward(loss)
             step_loss += loss.detach()
-        self.optim.step()
+        with named("optimizer"):
+            self.optim.step()
         pipeline.observe_loss(step_loss)  # loss-driven curricula; a queued copy, no host sync
         return step_loss
 
@@ -381,11 +407,18 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.ctx.device.type, dtype=dtype)
 
-    def _eval_point(self, eval_set, samples: int) -> float:
+    def _eval_point(self, eval_set, samples: int, step: int = 0) -> float:
+        self.progress.point(step, samples, self.optim.lr)  # the block's last metrics (host read)
+        stats = self.obs.block_stats(samples)
+        if stats is not None:
+            self.mllog.tracked_stats(step, samples, stats)
         self.mllog.eval_start(samples)
-        accuracy = self.evaluate(eval_set)
+        started = time.perf_counter()
+        with named("eval"):
+            accuracy = self.evaluate(eval_set)
         self.mllog.eval_stop(samples)
         self.mllog.eval_accuracy(accuracy, samples)
+        self.obs.eval_point(step, samples, accuracy, time.perf_counter() - started)
         self.progress.line(f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
                            f"(target {self.cfg.eval.target_mlm_accuracy})")
         return accuracy

@@ -1,0 +1,122 @@
+"""Useful FLOPs of the batches a rank trains, and the device's rate, for MFU.
+
+The count is the one of bert/plan/flops.py, per batch instead of per average sample: a matrix
+product of m x k by k x n is 2mkn FLOPs, backward twice the forward, so per batch
+
+    6 L (4h^2 + 2hF) T  +  12 L h sum(l_i^2)  +  6 M (h^2 + hV)  +  6 B (h^2 + 2h)
+
+(encoder products on the T real tokens; attention scores and context per sequence of length
+l_i; the MLM head on the M masked tokens; pooler and NSP on the B sequences; V the padded
+vocabulary). Padding is never credited; element-wise work is not counted.
+
+T, M and B are shapes the host knows. sum(l_i^2) needs the lengths, which on a GPU run live
+on the device: `SquareSums` takes them on the prefetch thread, where each micro-batch is packed
+on the host, and hands them to the main thread in the same order (the pipeline packs the
+micro-batches of a step in order, and hands steps out in order). Each entry carries its token
+count, checked against the batch the step received: a mismatch stops the attention count
+rather than let it drift.
+
+The rate: on a GPU of a kind bert/plan/gpus.py knows, its datasheet dense bf16 peak; else (the
+CPU, an unknown GPU) a square matmul in the run's precision, timed once at start.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from bert.model.config import ModelConfig
+from bert.plan.gpus import GPUS
+
+
+def batch_flops(cfg: ModelConfig, tokens: int, square_sum: float, masked: int,
+                sequences: int) -> float:
+    """Useful training FLOPs of one packed batch (see the module docstring)."""
+    h, layers, inner = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size
+    return (6.0 * layers * (4 * h * h + 2 * h * inner) * tokens
+            + 12.0 * layers * h * square_sum
+            + 6.0 * masked * (h * h + h * cfg.padded_vocab_size)
+            + 6.0 * sequences * (h * h + 2 * h))
+
+
+class SquareSums:
+    """sum(l_i^2) of each packed micro-batch, from the packing thread to the step (FIFO)."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque = collections.deque()  # (tokens, square sum)
+        self.broken = False
+
+    def wrap(self, pack: Callable) -> Callable:
+        """`pack` that also records the lengths of what it packed (host numpy)."""
+        def pack_and_count(samples):
+            packed = pack(samples)
+            lengths = np.diff(np.asarray(packed.cu_seqlens, dtype=np.int64))
+            self._queue.append((int(lengths.sum()), float((lengths ** 2).sum())))
+            return packed
+        return pack_and_count
+
+    def take(self, batches: Sequence) -> float | None:
+        """The square sum of the micro-batches of one step; None once the order is lost."""
+        total = 0.0
+        for batch in batches:
+            if self.broken or not self._queue:
+                self.broken = True
+                return None
+            tokens, squares = self._queue.popleft()
+            if tokens != batch.num_tokens:
+                self.broken = True
+                return None
+            total += squares
+        return total
+
+
+def device_peak(device: torch.device, precision: str) -> tuple[float, str]:
+    """(peak FLOP/s, where the number comes from) for MFU."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device).lower()
+        for key in sorted(GPUS, key=len, reverse=True):  # a100-80gb before a100
+            if _matches(key, name, device):
+                kind = GPUS[key]
+                return kind.bf16_tflops * 1e12, f"datasheet: {kind.name} dense bf16 " \
+                    f"{kind.bf16_tflops:g} TFLOP/s (bert/plan/gpus.py)"
+    return measured_matmul_rate(device, precision)
+
+
+def _matches(key: str, name: str, device: torch.device) -> bool:
+    model, _, memory = key.partition("-")
+    if model not in name:
+        return False
+    if not memory:
+        return True
+    gib = torch.cuda.get_device_properties(device).total_memory / 2 ** 30
+    return abs(gib - float(memory.removesuffix("gb"))) < 8
+
+
+def measured_matmul_rate(device: torch.device, precision: str) -> tuple[float, str]:
+    """Best of a few square matmuls in the run's precision, timed now (a few 0.1 s)."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    if device.type == "cpu":
+        dtype = torch.float32 if dtype == torch.float16 else dtype
+    n = 4096 if device.type == "cuda" else 512
+    # its own generator: the run's random stream (dropout, resume) must not see this
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=generator)
+    best = float("inf")
+    for _ in range(4):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    rate = 2.0 * n ** 3 / best
+    return rate, (f"measured at start: {n}x{n}x{n} {str(dtype).removeprefix('torch.')} "
+                  f"matmul on {device.type}, best of 4 ({rate / 1e12:.3g} TFLOP/s)")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
