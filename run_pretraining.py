@@ -7,90 +7,18 @@
     python run_pretraining.py --resume auto      # continue from the newest checkpoint
     python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
 
+The program is bert/train/cli.py (installed as the console command `open-bert-train`); this
+file is its front end in a checkout, for torchrun and the launchers in launch/.
+
 Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it, 2 bad input
 (config, data, checkpoint), with one line naming what is wrong.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-DEFAULT_CONFIG = ROOT / "configs" / "tiny_cpu.yaml"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG),
-                        help="YAML config (default: %(default)s)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override one config value; repeatable")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress lines; how the run ended is still printed")
-    parser.add_argument("--record-samples", metavar="DIR",
-                        help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
-                             "sample (sets log.record_samples_dir)")
-    parser.add_argument("--resume", metavar="auto|DIR",
-                        help="continue from the newest complete checkpoint under the run's "
-                             "output dir (auto) or from DIR (sets checkpoint.resume)")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="evaluate the initial weights (run.init_checkpoint) once, report "
-                             "the MLM accuracy and stop (sets run.eval_only)")
-    parser.add_argument("--help-config", action="store_true",
-                        help="list every config key with its type and default, then exit")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config (YAML; each key's source as a comment: "
-                             "default, file, --set or flag), then exit")
-    return parser
-
-
-def main(argv: list[str] | None = None, callbacks=()) -> int:
-    """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
-    args = build_parser().parse_args(argv)
-    from bert.config import describe_fields, load_config
-    from bert.core.errors import BadInputError
-    from bert.obs.run_record import RunOrigin, config_sources, format_config
-    from bert.plan.check import warn_at_start
-    from bert.train.launch_env import abort_mpi_job, report_error
-    from bert.mlperf.writer import MLPerfLogError
-
-    if args.help_config:
-        print("\n".join(describe_fields()))
-        return 0
-    origin = RunOrigin.from_args(args, argv)  # the overrides --set and the flags stand for
-    try:
-        cfg = load_config(args.config, origin.overrides)
-        if args.print_config:
-            print(format_config(cfg, config_sources(cfg, origin)), end="")
-            return 0
-        warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
-        from data.synthetic import ensure_synthetic_data
-        # data preparation, outside the timed MLPerf region
-        cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data,
-                                                                  cfg.model.vocab_size))
-        from bert.train.trainer import Trainer
-        trainer = Trainer(cfg, callbacks=callbacks, origin=origin)
-        result = trainer.train()
-    except (BadInputError, MLPerfLogError) as err:
-        report_error(str(err), 2)  # once per job, not once per rank
-        abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
-        return 2
-    except BaseException as err:
-        abort_mpi_job(1, err)
-        raise
-    finally:
-        from bert.train.distributed import shutdown_distributed
-        shutdown_distributed()
-    if trainer.ctx.is_main:
-        trainer.progress.result(f"MLPerf log: {result.log_path}  (check it with: python "
-                                f"scripts/check_compliance.py {result.log_path})")
-    return 0 if result.status in ("success", "eval_only") else 1
-
+# main(argv, callbacks=...) is this module's too: tests/faults.py and the tests call it here
+from bert.train.cli import command, main  # noqa: F401
 
 if __name__ == "__main__":
-    from bert.train.launch_env import stop_on_sigterm
-    stop_on_sigterm()
-    sys.exit(main())
+    sys.exit(command())

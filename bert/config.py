@@ -16,6 +16,10 @@ rules across its fields); cross-section rules are `Config.__post_init__`'s. Unkn
 values raise `ConfigError` naming the key and value, in one line. Keys that moved
 (`MOVED_KEYS`) are still read, with a warning naming the new key.
 `run_pretraining.py --help-config` lists every key with its type and default.
+
+A config given by a bare name (`tiny_cpu` or `tiny_cpu.yaml`, no folder) that is not a file in
+the current folder is one of the shipped configs (`shipped_configs()`): configs/ of a checkout,
+the same files inside an installed wheel.
 """
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
 
 __all__ = ["BatchGeometry", "Config", "ConfigError", "MOVED_KEYS", "describe_fields",
-           "load_config", "parse_override"]
+           "find_config", "load_config", "parse_override", "shipped_configs"]
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @section("")
@@ -267,11 +272,35 @@ def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return tree
 
 
+def shipped_configs() -> Path:
+    """The folder of the configs that ship with the program: bert/configs/ in an installed wheel
+    (setup.py maps the checkout's configs/ there), else configs/ beside the package (a checkout,
+    an editable install)."""
+    installed = PACKAGE_DIR / "configs"
+    return installed if installed.is_dir() else PACKAGE_DIR.parent / "configs"
+
+
+def find_config(name: str | os.PathLike) -> Path:
+    """`name` itself when it exists or names a folder; else the shipped config of that bare
+    name (with or without .yaml). A bare name that is neither is a ConfigError."""
+    path = Path(name)
+    if path.exists() or len(path.parts) != 1:
+        return path
+    folder = shipped_configs()
+    for candidate in (folder / path.name, folder / f"{path.name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none found"
+    raise ConfigError(f"config {str(name)!r}: no such file here, and no shipped config of "
+                      f"that name (shipped: {shipped})")
+
+
 def load_config(path: str | os.PathLike | None = None,
                 overrides: typing.Sequence[str] = ()) -> Config:
-    """Read a YAML config (or the defaults when `path` is None) and apply `key=value` overrides."""
+    """Read a YAML config (or the defaults when `path` is None; a bare name may be a shipped
+    config: find_config) and apply `key=value` overrides."""
     tree: dict[str, Any] = {}
-    for key, value in flatten(_read_yaml(path) if path is not None else {}).items():
+    for key, value in flatten(_read_yaml(find_config(path)) if path is not None else {}).items():
         _set_dotted(tree, _new_key(key), value)
     for item in overrides:
         key, value = parse_override(item)

@@ -19,6 +19,19 @@ NPROC_PER_NODE="${NPROC_PER_NODE:-$(gpus_on_this_node)}"
 NP=$((NNODES * NPROC_PER_NODE))
 read -r -a MPIRUN_CMD <<< "${MPIRUN:-mpirun}"
 read -r -a EXTRA <<< "${MPI_EXTRA_ARGS:-}"
+# The MPI pieces are the `mpi` extra: without them every rank would fail alike once started.
+if [[ "${DRY_RUN:-0}" != 1 ]]; then
+  if ! command -v "${MPIRUN_CMD[0]}" >/dev/null; then
+    echo "error: mpirun.sh: no ${MPIRUN_CMD[0]} on PATH (pip install 'open-bert-mlperf[mpi]'" \
+      "installs Open MPI's; or set MPIRUN)" >&2
+    exit 2
+  fi
+  if ! "$PYTHON" -c "import mpi4py" 2>/dev/null; then
+    echo "error: mpirun.sh: $PYTHON cannot import mpi4py: pip install 'open-bert-mlperf[mpi]'" \
+      "(on a system with its own MPI: pip install mpi4py)" >&2
+    exit 2
+  fi
+fi
 
 HOSTS=()
 if [[ -n "${HOSTFILE:-}" ]]; then

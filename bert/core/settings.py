@@ -29,9 +29,11 @@ SECTION_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
                             coerce_numbers_to_str=True, validate_default=False)
 MAX_SHOWN = 200  # characters of a value an error line shows (a YAML alias bomb stays short)
 
-# A path as given, with ~ expanded once, here: everything downstream reads it as it is.
+# A path as given, with ~ expanded once, here: everything downstream reads it as it is. The
+# default too (validate_default): "~/.cache/..." read as is would be a folder named "~" in the
+# current one.
 ExpandedPath = Annotated[str, BeforeValidator(
-    lambda v: os.path.expanduser(v) if isinstance(v, str) else v)]
+    lambda v: os.path.expanduser(v) if isinstance(v, str) else v), Field(validate_default=True)]
 
 
 def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | None = None,

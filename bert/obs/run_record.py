@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import yaml
 
-from bert.config import MOVED_KEYS, Config, flatten, parse_override
+from bert.config import MOVED_KEYS, Config, find_config, flatten, parse_override
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = ("numpy", "h5py", "mlperf-logging", "tensorboard", "open-bert-mlperf")
@@ -73,7 +73,7 @@ def config_sources(cfg: Config, origin: RunOrigin | None) -> dict[str, str]:
     if origin is None:
         return {key: "given" for key in sources}  # a Config built in code, not by the loader
     if origin.config_file:
-        tree = yaml.safe_load(Path(origin.config_file).read_text()) or {}
+        tree = yaml.safe_load(find_config(origin.config_file).read_text()) or {}
         for key in flatten(tree):
             sources[_new_key(key)] = "file"
     for label, overrides in (("--set", origin.set_overrides), ("flag", origin.flag_overrides)):
@@ -151,7 +151,9 @@ def build_record(cfg: Config, origin: RunOrigin | None, device: torch.device,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": origin.argv if origin else None,
         "cwd": os.getcwd(),
-        "config_file": origin.config_file if origin else None,
+        # the file a bare shipped-config name stands for (bert.config.find_config)
+        "config_file": (str(find_config(origin.config_file))
+                        if origin and origin.config_file else None),
         "config": {key: {"value": values[key], "source": sources[key]} for key in values},
         "versions": versions(),
         "code": code_version(),

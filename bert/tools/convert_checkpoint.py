@@ -75,7 +75,8 @@ def read_tf_checkpoint(prefix: str) -> dict:
         import tensorflow as tf
     except ImportError:
         raise CheckpointError("reading a TF1 checkpoint needs TensorFlow, used only by this "
-                              "conversion: pip install tensorflow-cpu") from None
+                              "conversion: pip install 'open-bert-mlperf[tf]' (tensorflow-cpu)"
+                              ) from None
     reader = tf.train.load_checkpoint(prefix)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
             if tf_to_hf_name(name) is not None}

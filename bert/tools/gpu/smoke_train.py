@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import runpy
 import shutil
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
 from bert.mlperf.reader import mllog_records
 from bert.tools.common import ROOT, git_commit, write_json
+from bert.train.cli import main as train_main  # run_pretraining.py's and open-bert-train's
 
 STEPS_PER_BLOCK = 4
 # Eval accuracies of the resumed run against the uninterrupted one: bitwise on the CPU; on CUDA
@@ -113,16 +113,10 @@ class ForcedOverflow:
 
 
 # ---- one run -----------------------------------------------------------------------------------
-def entry_point():
-    """run_pretraining.py's main(): a file at the project root, not a module of the package, so
-    it is loaded from its path (the same file the users' command runs)."""
-    return runpy.run_path(str(ROOT / "run_pretraining.py"))["main"]
-
-
 def run(argv: list[str], callbacks=()) -> dict:
     start = time.monotonic()
     try:
-        code = entry_point()(argv, callbacks=callbacks)
+        code = train_main(argv, callbacks=callbacks)
         error = None
     except Exception as err:  # noqa: BLE001 - recorded: the smoke reports, it does not crash
         code, error = 1, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
