@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import reference_instances as reference
+import reference_writer
 import tokenization_oracle as oracle
 from data.prepare.create_examples import create_examples
 from data.prepare.fixed import read_fixed
@@ -131,6 +132,26 @@ def test_instances_equal_the_reference_draw_for_draw(corpus, params):
         np.testing.assert_array_equal(values.astype(np.int64).reshape(-1),
                                       expected[name].reshape(-1), err_msg=name)
     assert rng.getstate() == reference_rng.getstate()
+
+
+def test_reference_records_read_back_as_written(corpus, tmp_path):
+    """The benchmark's reference writer (one Example record per instance) loses nothing, and
+    its reader catches a damaged record."""
+    texts, vocab_file = corpus
+    ids = oracle.load_vocab(vocab_file.read_bytes())
+    docs = oracle.token_documents(texts[1].read_bytes(), oracle.Tokenizer(ids))
+    instances = reference.create_instances(docs, PARAMS, list(ids), random.Random(1))
+    path = tmp_path / "reference.tfrecord"
+    assert reference_writer.write_instances(path, instances, ids, MAX_LEN, MAX_PRED) == len(
+        instances)
+    codec = reference_writer.ExampleCodec()
+    parsed = [codec.parse(data) for data in reference_writer.read_records(path)]
+    assert parsed == [padded_features(inst, ids, MAX_LEN, MAX_PRED) for inst in instances]
+    damaged = bytearray(path.read_bytes())
+    damaged[40] ^= 1
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="checksum"):
+        list(reference_writer.read_records(path))
 
 
 # -- the round trip ----------------------------------------------------------------------------

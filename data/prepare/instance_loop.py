@@ -317,10 +317,15 @@ def _mask(tokens, max_predictions, masked_lm_prob, vocab_size, cls_id, sep_id, m
     candidates = candidates[:c]
     shuffle(state, candidates)
     m = min(c, mask_count_for(len(tokens), max_predictions, masked_lm_prob))
-    chosen = np.sort(candidates[:m])
+    for k in range(m):  # insertion sort: m is small
+        p = candidates[k]
+        j = k
+        while j > 0 and positions[j - 1] > p:
+            positions[j] = positions[j - 1]
+            j -= 1
+        positions[j] = p
     for k in range(m):
-        positions[k] = chosen[k]
-        ids[k] = tokens[chosen[k]]
+        ids[k] = tokens[positions[k]]
     for k in range(m):  # draws in shuffled order, as the reference makes them
         p = candidates[k]
         if uniform(state) < MASK_PROB:

@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare import bert_text  # noqa: E402
 from data.prepare.create_examples import ShardJob, create_examples_file  # noqa: E402
+from data.prepare.fixed import CHUNK_ROWS, write_fixed  # noqa: E402
 from data.prepare.instances import ExampleParams, create_instances  # noqa: E402
 from data.prepare.wordpiece import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
 from scripts.script_utils import cpu_model, git_commit  # noqa: E402
@@ -164,6 +165,27 @@ def project_tokenize_s(text: Path, vocab_file: Path) -> tuple[float, float, list
     return cold, time.process_time() - start, [[s.tolist() for s in doc] for doc in docs]
 
 
+def project_stages_s(text: Path, vocab_file: Path, params: ExampleParams, out: Path) -> dict:
+    """Where the project's time after tokenizing goes: the compiled instance loop, padding
+    the rows (numpy), and the HDF5 writer less its padding (mostly gzip)."""
+    from data.prepare.wordpiece import read_documents
+
+    tokenizer, vocab = load_tokenizer(vocab_file)
+    documents = read_documents(text, tokenizer)
+    start = time.process_time()
+    instances = create_instances(documents, params, vocab, random.Random(params.random_seed))
+    made = time.process_time()
+    for row in range(0, len(instances), CHUNK_ROWS):
+        instances.padded(row, min(len(instances), row + CHUNK_ROWS), params.max_seq_length,
+                         params.max_predictions)
+    padded = time.process_time()
+    write_fixed(out, instances, params.max_seq_length, params.max_predictions)
+    written = time.process_time()
+    out.unlink()
+    return {"stage_instances_s": made - start, "stage_pad_rows_s": padded - made,
+            "stage_hdf5_gzip_write_s": (written - padded) - (padded - made)}
+
+
 def same_output(records: Path, hdf5: Path, params: ExampleParams) -> bool:
     """The reference's records, parsed back, equal the HDF5 rows feature by feature."""
     codec = reference_writer.ExampleCodec()
@@ -218,6 +240,7 @@ def measure(text: Path, vocab_file: Path, params: ExampleParams, work: Path,
         project["tokenize_s"], project["tokenize_warm_caches_s"], docs = project_tokenize_s(
             text, vocab_file)
         project["instances_and_write_s"] = project["total_s"] - project["tokenize_s"]
+        project.update(project_stages_s(text, vocab_file, params, work / "stages.hdf5"))
         references.append(reference)
         projects.append(project)
         (work / "project.hdf5").unlink()
