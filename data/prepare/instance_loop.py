@@ -335,3 +335,24 @@ def _mask(tokens, max_predictions, masked_lm_prob, vocab_size, cls_id, sep_id, m
         else:
             tokens[p] = randint(state, 0, vocab_size - 1)
     return m
+
+
+# --------------------------------------------------------------------------------------------
+# The fixed-length rows
+# --------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def pad_rows(tokens, offset, length, len_a, masked_positions, masked_ids, mask_offset,
+             mask_count, input_ids, input_mask, segment_ids, positions, ids):
+    """Row r of InstanceSet's arrays into row r of the zeroed (n, L) and (n, P) outputs:
+    its tokens, 1 on each, segment 1 after [CLS] A [SEP], its mask positions and ids."""
+    for r in range(len(offset)):
+        start, size, first_b = offset[r], length[r], len_a[r] + 2
+        for c in range(size):
+            input_ids[r, c] = tokens[start + c]
+            input_mask[r, c] = 1
+            segment_ids[r, c] = c >= first_b
+        start = mask_offset[r]
+        for k in range(mask_count[r]):
+            positions[r, k] = masked_positions[start + k]
+            ids[r, k] = masked_ids[start + k]

@@ -12,8 +12,7 @@ test_prepare_exact.py compares).
 
 The draws depend on each other (a rejected draw shifts every later one), so the algorithm runs
 as one compiled loop over the documents with Python's generator carried along (instance_loop.py,
-numba); what draws nothing (padding, segment ids, masks) is numpy in
-`InstanceSet`.
+numba), which also lays out the padded rows.
 """
 from __future__ import annotations
 
@@ -70,30 +69,22 @@ class InstanceSet:
         """Rows start..stop as zero-padded arrays: input_ids (n, L) `id_dtype`, input_mask,
         segment_ids (n, L) int8, masked_lm_positions, masked_lm_ids (n, P) `id_dtype`,
         next_sentence_labels (n,) int8. Ids and positions must fit `id_dtype`."""
+        from data.prepare.instance_loop import pad_rows
+
         rows = slice(start, stop)
-        length, len_a = self.length[rows], self.len_a[rows]
-        columns = np.arange(max_seq_length)
-        real = columns < length[:, None]
-        input_ids = np.zeros(real.shape, dtype=id_dtype)
-        input_ids[real] = self.tokens[ragged_index(self.offset[rows], length)]
-        count = self.mask_count[rows]
-        picked = np.arange(max_predictions) < count[:, None]
-        at = ragged_index(self.mask_offset[rows], count)
-        positions = np.zeros(picked.shape, dtype=id_dtype)
-        positions[picked] = self.masked_positions[at]
-        ids = np.zeros(picked.shape, dtype=id_dtype)
-        ids[picked] = self.masked_ids[at]
-        # A bool array is one byte of 0 or 1 per value: viewed as int8 without a copy.
-        return {"input_ids": input_ids, "input_mask": real.view(np.int8),
-                "segment_ids": (real & (columns >= (len_a + 2)[:, None])).view(np.int8),
-                "masked_lm_positions": positions, "masked_lm_ids": ids,
-                "next_sentence_labels": self.is_random_next[rows].view(np.int8)}
-
-
-def ragged_index(offset: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """The indices offset[0] .. offset[0] + count[0] - 1, then those of row 1, ..."""
-    starts = np.cumsum(count) - count  # where each row begins in the result
-    return np.repeat(offset - starts, count) + np.arange(int(count.sum()))
+        n = len(self.offset[rows])
+        out = {"input_ids": np.zeros((n, max_seq_length), id_dtype),
+               "input_mask": np.zeros((n, max_seq_length), np.int8),
+               "segment_ids": np.zeros((n, max_seq_length), np.int8),
+               "masked_lm_positions": np.zeros((n, max_predictions), id_dtype),
+               "masked_lm_ids": np.zeros((n, max_predictions), id_dtype),
+               "next_sentence_labels": self.is_random_next[rows].astype(np.int8)}
+        # One pass per row in compiled code: a third of the time of numpy's masked writes.
+        pad_rows(self.tokens, self.offset[rows], self.length[rows], self.len_a[rows],
+                 self.masked_positions, self.masked_ids, self.mask_offset[rows],
+                 self.mask_count[rows], out["input_ids"], out["input_mask"],
+                 out["segment_ids"], out["masked_lm_positions"], out["masked_lm_ids"])
+        return out
 
 
 def create_instances(documents: list[Document], params: ExampleParams, vocab: Vocab,

@@ -143,7 +143,8 @@ def run_project(text: Path, vocab_file: Path, out: Path, params: ExampleParams) 
     tables_s = time.process_time() - start
     start = time.process_time()
     _, vocab = load_tokenizer(vocab_file)
-    create_instances([[np.array([5, 6, 7], np.int32)]], params, vocab, random.Random(0))
+    create_instances([[np.array([5, 6, 7], np.int32)]], params, vocab, random.Random(0)).padded(
+        0, 1, params.max_seq_length, params.max_predictions)
     compiled_s = time.process_time() - start
     start = time.process_time()
     _, count, _ = create_examples_file(ShardJob(text, out, vocab_file, params))
@@ -167,8 +168,8 @@ def project_tokenize_s(text: Path, vocab_file: Path) -> tuple[float, float, list
 
 
 def project_stages_s(text: Path, vocab_file: Path, params: ExampleParams, out: Path) -> dict:
-    """Where the project's time after tokenizing goes: the compiled instance loop, padding
-    the rows (numpy), and the HDF5 writer less its padding (mostly gzip)."""
+    """Where the project's time after tokenizing goes: the compiled instance loop, laying out
+    the padded rows, and the HDF5 writer less that layout (mostly gzip)."""
     from data.prepare.wordpiece import read_documents
 
     tokenizer, vocab = load_tokenizer(vocab_file)
@@ -237,7 +238,7 @@ def compile_once() -> None:
     code = ("import random, numpy as np; from data.prepare.instances import ExampleParams, "
             "create_instances; from data.prepare.wordpiece import Vocab; create_instances("
             "[[np.array([5, 6, 7], np.int32)]], ExampleParams(), Vocab(8, 1, 2, 3), "
-            "random.Random(0))")
+            "random.Random(0)).padded(0, 1, 512, 76)")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                          "uncompressed, as the reference writes)",
             "project": "create_examples_file (prepare_data.py examples, one shard): exact "
                        "tokenizer, instances in one numba loop carrying Python's random "
-                       "stream, padded rows in numpy, gzip HDF5 in 16384-row slabs",
+                       "stream, padded rows laid out by numba, gzip HDF5 in 16384-row slabs",
             "identical": "the reference's records parsed back equal the HDF5 datasets "
                          "feature by feature; token ids of every sentence equal"},
         "runs": runs,
