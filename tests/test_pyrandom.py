@@ -1,5 +1,5 @@
-"""data/prepare/instance_loop.py's generator makes the draws of Python's own `random.Random`, bit for bit, and
-leaves the generator where Python's would be."""
+"""The generator in data/prepare/instance_loop.py makes the draws of Python's own
+`random.Random`, bit for bit, and leaves the generator where Python's would be."""
 from __future__ import annotations
 
 import random

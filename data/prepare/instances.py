@@ -108,6 +108,16 @@ def create_instances(documents: list[Document], params: ExampleParams, vocab: Vo
                        positions, ids, mask_offset[final], mask_count[final])
 
 
+def load_compiled_code() -> None:
+    """Load the compiled instance code into this process, compiling it on the first run on
+    a machine (about 5 s of CPU; numba caches it beside the source). A parent calls this
+    before starting workers, so that they load the cache instead of each compiling."""
+    vocab = Vocab(size=8, cls_id=1, sep_id=2, mask_id=3)
+    made = create_instances([[np.array([5, 6, 7], np.int32)]], ExampleParams(), vocab,
+                            random.Random(0))
+    made.padded(0, 1, 8, 1)
+
+
 def flatten(documents: list[Document]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(all token ids (T,) int32, sentence start offsets (S+1,), document start sentence
     indices (D+1,)), both int64."""
