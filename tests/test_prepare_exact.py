@@ -10,15 +10,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
+import reference_instances as reference
+import reference_writer
 import tokenization_oracle as oracle
 from data.prepare.create_examples import create_examples
 from data.prepare.fixed import read_fixed
 from data.prepare.instances import ExampleParams, create_instances
 from data.prepare.wordpiece import Vocab
 from data.sources.shards import DataError
+from reference_writer import padded_features
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "prepare_data.py"
@@ -62,24 +66,28 @@ def corpus(tmp_path_factory):
     return texts, write_vocab(folder / "vocab.txt", texts[0])
 
 
-def expected_instances(text: Path, vocab_file: Path, params: ExampleParams):
+def reference_rows(text: Path, vocab_file: Path, params: ExampleParams,
+                   rng: random.Random | None = None) -> dict[str, np.ndarray]:
+    """The reference's padded feature lists for `text`, stacked: its tokenizer (the oracle),
+    its instance rules on token strings (tests/reference_instances.py), its writer's lists."""
     ids = oracle.load_vocab(vocab_file.read_bytes())
-    docs = oracle.documents(text.read_bytes(), oracle.Tokenizer(ids))
-    documents = [[np.asarray(s, dtype=np.int32) for s in doc] for doc in docs]
-    vocab = Vocab(len(ids), ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])
-    return create_instances(documents, params, vocab, random.Random(params.random_seed))
+    docs = oracle.token_documents(text.read_bytes(), oracle.Tokenizer(ids))
+    rng = rng or random.Random(params.random_seed)
+    instances = reference.create_instances(docs, params, list(ids), rng)
+    rows = [padded_features(inst, ids, params.max_seq_length, params.max_predictions)
+            for inst in instances]
+    return {name: np.array([row[name] for row in rows]) for name in rows[0]}
 
 
 def assert_same_as_oracle(output: Path, text: Path, vocab_file: Path, params: ExampleParams):
+    expected = reference_rows(text, vocab_file, params)
+    with h5py.File(output, "r") as f:
+        assert sorted(f) == sorted(set(expected) - {"masked_lm_weights"})
+        for name in f:
+            np.testing.assert_array_equal(f[name][:], expected[name].reshape(f[name].shape),
+                                          err_msg=name)
     samples = read_fixed(output, params.max_seq_length, params.max_predictions)
-    expected = expected_instances(text, vocab_file, params)
-    assert len(samples) == len(expected)
-    for got, want in zip(samples, expected):
-        np.testing.assert_array_equal(got.input_ids, want.tokens)
-        np.testing.assert_array_equal(got.segment_ids, want.segment_ids)
-        np.testing.assert_array_equal(got.masked_positions, want.masked_positions)
-        np.testing.assert_array_equal(got.masked_ids, want.masked_ids)
-        assert got.nsp_label == int(want.is_random_next)
+    assert len(samples) == len(expected["input_ids"])
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
@@ -96,6 +104,54 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 def no_temporaries(folder: Path) -> bool:
     return not list(folder.rglob(".*.tmp"))
+
+
+# -- the instances, draw for draw ------------------------------------------------------------
+
+@pytest.mark.parametrize("params", [
+    PARAMS,
+    # Short targets, heavy truncation and few predictions: every branch of the rules.
+    ExampleParams(max_seq_length=12, max_predictions=3, short_seq_prob=0.6, dupe_factor=3,
+                  masked_lm_prob=0.3, random_seed=5),
+], ids=["mlperf-like", "short"])
+def test_instances_equal_the_reference_draw_for_draw(corpus, params):
+    """data.prepare.instances (compiled, on ids) against the reference's rules (Python lists
+    of token strings): every padded row, and the generator left in the same state."""
+    texts, vocab_file = corpus
+    ids = oracle.load_vocab(vocab_file.read_bytes())
+    docs = oracle.documents(texts[0].read_bytes(), oracle.Tokenizer(ids))
+    documents = [[np.asarray(s, dtype=np.int32) for s in doc] for doc in docs]
+    vocab = Vocab(len(ids), ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])
+    rng = random.Random(params.random_seed)
+    instances = create_instances(documents, params, vocab, rng)
+    reference_rng = random.Random(params.random_seed)
+    expected = reference_rows(texts[0], vocab_file, params, reference_rng)
+    got = instances.padded(0, len(instances), params.max_seq_length, params.max_predictions)
+    assert len(instances) == len(expected["input_ids"]) > 100
+    for name, values in got.items():
+        np.testing.assert_array_equal(values.astype(np.int64).reshape(-1),
+                                      expected[name].reshape(-1), err_msg=name)
+    assert rng.getstate() == reference_rng.getstate()
+
+
+def test_reference_records_read_back_as_written(corpus, tmp_path):
+    """The benchmark's reference writer (one Example record per instance) loses nothing, and
+    its reader catches a damaged record."""
+    texts, vocab_file = corpus
+    ids = oracle.load_vocab(vocab_file.read_bytes())
+    docs = oracle.token_documents(texts[1].read_bytes(), oracle.Tokenizer(ids))
+    instances = reference.create_instances(docs, PARAMS, list(ids), random.Random(1))
+    path = tmp_path / "reference.tfrecord"
+    assert reference_writer.write_instances(path, instances, ids, MAX_LEN, MAX_PRED) == len(
+        instances)
+    codec = reference_writer.ExampleCodec()
+    parsed = [codec.parse(data) for data in reference_writer.read_records(path)]
+    assert parsed == [padded_features(inst, ids, MAX_LEN, MAX_PRED) for inst in instances]
+    damaged = bytearray(path.read_bytes())
+    damaged[40] ^= 1
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="checksum"):
+        list(reference_writer.read_records(path))
 
 
 # -- the round trip ----------------------------------------------------------------------------

@@ -39,14 +39,23 @@ def read_lines(data: bytes) -> list[str]:
 
 def documents(data: bytes, tokenizer: "Tokenizer") -> list[list[list[int]]]:
     """Section 1: documents of sentences of token ids, as the reference builds them."""
-    docs: list[list[list[int]]] = [[]]
+    return _documents(data, tokenizer.encode)
+
+
+def token_documents(data: bytes, tokenizer: "Tokenizer") -> list[list[list[str]]]:
+    """The same documents as WordPiece token strings, the form the reference keeps them in."""
+    return _documents(data, tokenizer.tokenize)
+
+
+def _documents(data: bytes, tokenize) -> list[list[list]]:
+    docs: list[list[list]] = [[]]
     for line in read_lines(data):
         line = line.strip()
         if not line:
             docs.append([])
-        ids = tokenizer.encode(line)
-        if ids:
-            docs[-1].append(ids)
+        tokens = tokenize(line)
+        if tokens:
+            docs[-1].append(tokens)
     return [doc for doc in docs if doc]
 
 
@@ -162,6 +171,10 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self.ids(basic_tokens(text))
+
+    def tokenize(self, text: str) -> list[str]:
+        """FullTokenizer.tokenize: the WordPiece token strings of one line."""
+        return [piece for word in basic_tokens(text) for piece in wordpiece(word, self.vocab)]
 
     def ids(self, words: list[str]) -> list[int]:
         """The ids of the basic tokenizer's words."""

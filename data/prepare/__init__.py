@@ -5,7 +5,8 @@ The steps, each a module with one job and a subcommand of `scripts/prepare_data.
     examples      text shards -> fixed-length HDF5 (create_examples.py; reading and
                   WordPiece in wordpiece.py, Google's basic tokenizer in bert_text.py, both
                   exact: docs/tokenization.md; Google's instance/masking semantics in
-                  instances.py, the fixed format in fixed.py)
+                  instances.py, draw for draw in a compiled loop in instance_loop.py, the
+                  fixed format in fixed.py)
     to-varlen     fixed-length HDF5 -> the variable-length format of data/sources/shards.py
                   (to_varlen.py)
     reshard       any number of input files -> N shards with a seeded global shuffle in

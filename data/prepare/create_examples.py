@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from data.prepare.fixed import write_fixed
-from data.prepare.instances import ExampleParams, create_instances
+from data.prepare.instances import ExampleParams, create_instances, load_compiled_code
 from data.prepare.parallel import run_parallel
 from data.prepare.wordpiece import load_tokenizer, read_documents
 from data.sources.shards import DataError
@@ -65,6 +65,8 @@ def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     todo = [j for j in jobs if not j.output.exists()]
     if len(todo) < len(jobs):
         log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
+    if workers > 1 and len(todo) > 1:
+        load_compiled_code()  # compiled here once, not in every worker on a first run
     for path, count, seconds in run_parallel(create_examples_file, todo, workers):
         log(f"examples: wrote {path} ({count} samples, {seconds:.1f} s)")
     return [j.output for j in jobs]

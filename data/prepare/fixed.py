@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
-
 import h5py
 import numpy as np
 
 from bert.core.files import atomic_path
 from data.packing import Sample
-from data.prepare.instances import Instance
+from data.prepare.instances import InstanceSet
 from data.sources.shards import DataError, read_samples
 
 FIXED_DTYPES = {
@@ -39,10 +37,14 @@ CHUNK_ROWS = 16384
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def write_fixed(path: str | os.PathLike, instances: Sequence[Instance], max_seq_length: int,
+def write_fixed(path: str | os.PathLike, instances: InstanceSet, max_seq_length: int,
                 max_predictions: int, compression: str | None = "gzip") -> Path:
-    """Write `instances` padded to (L, P), atomically. gzip keeps the ~half padding off disk."""
-    if not instances:
+    """Write `instances` padded to (L, P), atomically. gzip keeps the ~half padding off disk.
+
+    Rows go in slabs of CHUNK_ROWS, one h5py call per dataset and slab: the file's bytes
+    depend on that pattern (HDF5 allocates chunks as they are flushed), so keep it.
+    """
+    if not len(instances):
         raise DataError(f"{path}: no instances to write (empty or unreadable text shard?)")
     n = len(instances)
     shapes = {name: (n, max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}
@@ -53,31 +55,11 @@ def write_fixed(path: str | os.PathLike, instances: Sequence[Instance], max_seq_
                                            compression=compression)
                     for name, dtype in FIXED_DTYPES.items()}
         for start in range(0, n, CHUNK_ROWS):
-            rows = padded_rows(instances[start:start + CHUNK_ROWS], max_seq_length,
-                               max_predictions)
+            stop = min(n, start + CHUNK_ROWS)
+            rows = instances.padded(start, stop, max_seq_length, max_predictions)
             for name, values in rows.items():
-                datasets[name][start:start + len(values)] = values
+                datasets[name][start:stop] = values
     return Path(path)
-
-
-def padded_rows(instances: Sequence[Instance], max_seq_length: int,
-                max_predictions: int) -> dict[str, np.ndarray]:
-    """The fixed-length arrays of a chunk of instances, in the file dtypes."""
-    n = len(instances)
-    rows = {name: np.zeros((n, max_seq_length), dtype=FIXED_DTYPES[name])
-            for name in ("input_ids", "input_mask", "segment_ids")}
-    for name in ("masked_lm_positions", "masked_lm_ids"):
-        rows[name] = np.zeros((n, max_predictions), dtype=FIXED_DTYPES[name])
-    rows["next_sentence_labels"] = np.zeros(n, dtype=FIXED_DTYPES["next_sentence_labels"])
-    for i, inst in enumerate(instances):
-        length, count = len(inst.tokens), len(inst.masked_positions)
-        rows["input_ids"][i, :length] = inst.tokens
-        rows["input_mask"][i, :length] = 1
-        rows["segment_ids"][i, :length] = inst.segment_ids
-        rows["masked_lm_positions"][i, :count] = inst.masked_positions
-        rows["masked_lm_ids"][i, :count] = inst.masked_ids
-        rows["next_sentence_labels"][i] = int(inst.is_random_next)
-    return rows
 
 
 # --------------------------------------------------------------------------------------------
