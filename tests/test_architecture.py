@@ -29,9 +29,11 @@ MAX_SCRIPT_LOGIC_LINES = 100  # any .py under scripts/: code lines, without docs
 FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"},
              "bert.core": {"bert", "data", "kernels"}}
 BOTTOM = "bert.core"  # the one part of bert/ that every package may import
-# Known exceptions, each to go: the data-prep benchmarks move into the package once the branch
-# that speeds up instance creation (which edits them) has landed.
-SCRIPT_EXCEPTIONS = {"scripts/bench/bench_prepare.py", "scripts/bench/compare_tokenizer_library.py"}
+# The data-prep benchmarks time the reference algorithm through the tests' own oracles
+# (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: issue 24 keeps the
+# oracle in the tests, not in the package), so they put tests/ on sys.path; the only two.
+SCRIPT_EXCEPTIONS = {"scripts/bench/bench_prepare.py",
+                     "scripts/bench/compare_tokenizer_library.py"}
 # A fact of the MLPerf log -> whether a string literal states it. Each may appear in one file.
 SHARED_FACTS = {
     "ruleset": lambda text: text == "5.0.0",

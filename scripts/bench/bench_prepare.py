@@ -61,7 +61,7 @@ from data.prepare.fixed import CHUNK_ROWS, write_fixed  # noqa: E402
 from data.prepare.instances import (ExampleParams, create_instances,  # noqa: E402
                                     load_compiled_code)
 from data.prepare.wordpiece import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
-from scripts.script_utils import cpu_model, git_commit  # noqa: E402
+from bert.tools.common import cpu_model, git_commit  # noqa: E402
 import reference_instances  # noqa: E402
 import reference_writer  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
