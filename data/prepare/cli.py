@@ -24,11 +24,12 @@ from pathlib import Path
 
 from data.prepare.checksums import verify_manifest, write_manifest
 from data.prepare.content_hash import record_content_hashes
-from data.prepare.create_examples import create_examples
+from data.prepare.create_examples import create_examples, output_name
+from data.prepare.disk import check_disk, text_estimate, total_size
 from data.prepare.distinct import duplicate_groups
 from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval
 from data.prepare.instances import ExampleParams
-from data.prepare.reshard import reshard
+from data.prepare.reshard import PLAN_NAME as RESHARD_PLAN, reshard
 from data.prepare.to_varlen import to_varlen
 from data.sources.shards import SHARD_GLOB, DataError
 
@@ -66,21 +67,23 @@ def example_params(args: argparse.Namespace) -> ExampleParams:
 
 def cmd_examples(args: argparse.Namespace) -> None:
     create_examples(expand(args.text, TEXT_GLOB), args.out, args.vocab, example_params(args),
-                    args.workers)
+                    args.workers, show_progress=not args.quiet)
 
 
 def cmd_to_varlen(args: argparse.Namespace) -> None:
     to_varlen(expand(args.inputs, "*.hdf5"), args.out, args.max_seq_length,
-              args.max_predictions, args.workers)
+              args.max_predictions, args.workers, show_progress=not args.quiet)
 
 
 def cmd_reshard(args: argparse.Namespace) -> None:
     reshard(expand(args.inputs, "*.hdf5"), args.out, args.num_shards, args.seed,
-            args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers)
+            args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers,
+            show_progress=not args.quiet)
 
 
 def cmd_pick_eval(args: argparse.Namespace) -> None:
-    path = pick_eval(args.src, args.out, args.count, args.max_seq_length, args.max_predictions)
+    path = pick_eval(args.src, args.out, args.count, args.max_seq_length, args.max_predictions,
+                     not args.quiet)
     print(f"pick-eval: wrote {path} ({args.count} samples)")
 
 
@@ -109,17 +112,19 @@ def cmd_check_distinct(args: argparse.Namespace) -> None:
 
 
 def cmd_all(args: argparse.Namespace) -> None:
-    out, params = Path(args.out), example_params(args)
+    out, params, show = Path(args.out), example_params(args), not args.quiet
     work = out / "intermediate"
-    fixed_train = create_examples(expand(args.train_text, TEXT_GLOB), work / "train",
-                                  args.vocab, params, args.workers)
+    train_text = expand(args.train_text, TEXT_GLOB)
+    check_all_space(args, train_text, out)
+    fixed_train = create_examples(train_text, work / "train", args.vocab, params, args.workers,
+                                  show_progress=show)
     (fixed_eval,) = create_examples([args.eval_text], work / "eval", args.vocab, params,
-                                    args.workers)
+                                    args.workers, show_progress=show)
     shards = reshard(fixed_train, out / "train", args.num_shards, args.seed,
                      args.shards_per_bucket, args.max_seq_length, args.max_predictions,
-                     args.workers)
+                     args.workers, show_progress=show)
     eval_file = pick_eval(fixed_eval, out / "eval" / f"eval_{args.eval_samples}.hdf5",
-                          args.eval_samples, args.max_seq_length, args.max_predictions)
+                          args.eval_samples, args.max_seq_length, args.max_predictions, show)
     print(f"all: eval set {eval_file}")
     cmd_check_distinct(argparse.Namespace(paths=[str(p) for p in shards], first_k=args.first_k,
                                           max_seq_length=args.max_seq_length,
@@ -130,6 +135,22 @@ def cmd_all(args: argparse.Namespace) -> None:
     print(record_content_hashes(out, eval_file, args.workers))
     print(f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
           f"checksums in {manifest}")
+
+
+def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path) -> None:
+    """The whole run's disk before its first step: examples not yet made, then (unless the
+    reshard finished) its pieces and shards; each step checks again with its real inputs."""
+    work = out / "intermediate"
+    todo = [t for t in train_text if not (work / "train" / output_name(t)).exists()]
+    eval_text = Path(args.eval_text)
+    todo += [] if (work / "eval" / output_name(eval_text)).exists() else [eval_text]
+    fixed, _ = text_estimate(total_size(todo), args.dupe_factor)
+    _, varlen = text_estimate(total_size(train_text), args.dupe_factor)
+    resharded = (out / "train" / RESHARD_PLAN).exists()
+    check_disk("all", fixed + (0 if resharded else 2 * varlen), out,
+               f"{len(todo)} text files to examples"
+               + ("" if resharded else ", the reshard's pieces and shards")
+               + ", per text byte as measured on the stand-in text", not args.quiet)
 
 
 # -- arguments --------------------------------------------------------------------------------
@@ -144,6 +165,13 @@ def _shape_args() -> argparse.ArgumentParser:
 def _workers_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--workers", type=int, default=1, help="processes (one file each)")
+    return p
+
+
+def _quiet_args() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress or disk-estimate lines on stderr (results still on stdout)")
     return p
 
 
@@ -171,27 +199,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     shape, examples, resharding = _shape_args(), _example_args(), _reshard_args()
-    workers = _workers_args()
+    workers, quiet = _workers_args(), _quiet_args()
     seed = argparse.ArgumentParser(add_help=False)
     seed.add_argument("--seed", type=int, default=12345,
                       help="random_seed of the examples (every shard, as the reference) and of "
                            "the reshard shuffle")
 
-    p = sub.add_parser("examples", parents=[shape, workers, examples, seed],
+    p = sub.add_parser("examples", parents=[shape, workers, examples, seed, quiet],
                        help="text -> fixed HDF5")
     p.add_argument("text", nargs="+", help="text shards, or folders of part-* shards")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_examples)
-    p = sub.add_parser("to-varlen", parents=[shape, workers], help="fixed -> variable length")
+    p = sub.add_parser("to-varlen", parents=[shape, workers, quiet],
+                       help="fixed -> variable length")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_to_varlen)
-    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed],
+    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed, quiet],
                        help="global shuffle")
     p.add_argument("inputs", nargs="+", help="HDF5 files (either format) or folders")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_reshard)
-    p = sub.add_parser("pick-eval", parents=[shape], help="the fixed eval set")
+    p = sub.add_parser("pick-eval", parents=[shape, quiet], help="the fixed eval set")
     p.add_argument("src", help="processed eval HDF5 (either format)")
     p.add_argument("--out", required=True)
     p.add_argument("--count", type=int, default=EVAL_SAMPLES)
@@ -208,7 +237,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
     p.add_argument("--first-k", type=int, default=16)
     p.set_defaults(func=cmd_check_distinct)
-    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed],
+    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed, quiet],
                        help="every step")
     p.add_argument("--train-text", nargs="+", required=True,
                    help="text shards, or folders of part-* shards")

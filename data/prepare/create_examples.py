@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from bert.core.files import remove_stale_temps
+from data.prepare.disk import check_disk, text_estimate
 from data.prepare.fixed import write_fixed
 from data.prepare.instances import ExampleParams, create_instances, load_compiled_code
 from data.prepare.parallel import run_parallel
+from data.prepare.progress import Progress
 from data.prepare.wordpiece import load_tokenizer, read_documents
 from data.sources.shards import DataError
 
@@ -52,11 +55,13 @@ def create_examples_file(job: ShardJob) -> tuple[Path, int, float]:
 
 def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
                     vocab_file: str | os.PathLike, params: ExampleParams = ExampleParams(),
-                    workers: int = 1, log=print) -> list[Path]:
-    """All shards into `out_dir`; returns every output path (made now or earlier)."""
+                    workers: int = 1, log=print, show_progress: bool = True) -> list[Path]:
+    """All shards into `out_dir`; returns every output path (made now or earlier).
+
+    Progress goes to stderr unless `show_progress` is False; the disk check runs first.
+    """
     load_tokenizer(vocab_file)  # a bad vocabulary fails here once, before any folder is made
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params)
             for t in texts]
     names = [j.output.name for j in jobs]
@@ -65,8 +70,22 @@ def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     todo = [j for j in jobs if not j.output.exists()]
     if len(todo) < len(jobs):
         log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
+    text_bytes = {j.output: j.text.stat().st_size for j in todo}
+    check_disk("examples", text_estimate(sum(text_bytes.values()), params.dupe_factor)[0], out,
+               f"{len(todo)} text files, {FIXED_HOW}", show_progress)
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)
     if workers > 1 and len(todo) > 1:
         load_compiled_code()  # compiled here once, not in every worker on a first run
-    for path, count, seconds in run_parallel(create_examples_file, todo, workers):
+    progress = Progress("examples", len(todo), sum(text_bytes.values()), show_progress)
+
+    def finished(result: tuple[Path, int, float]) -> None:
+        path, count, seconds = result
         log(f"examples: wrote {path} ({count} samples, {seconds:.1f} s)")
+        progress.done(count, text_bytes[path])
+
+    run_parallel(create_examples_file, todo, workers, finished)
     return [j.output for j in jobs]
+
+
+FIXED_HOW = "fixed-length gzip HDF5 per text byte as measured on the stand-in text"

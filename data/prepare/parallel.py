@@ -15,15 +15,32 @@ def _init_worker() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int) -> list[R]:
+def _indexed(job: tuple[Callable, int, object]) -> tuple[int, object]:
+    fn, index, task = job
+    return index, fn(task)
+
+
+def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int,
+                 on_result: Callable[[R], None] | None = None) -> list[R]:
     """[fn(t) for t in tasks], in order, on `workers` processes (in-process when workers <= 1).
 
-    Workers are spawned, not forked: a fork after the parent has started threads (tokenizers'
-    pool, torch's OpenMP) can deadlock the child. An exception in any task is raised here.
+    `on_result` is called with each result as soon as its task finishes (in finishing order),
+    which is what lets a step report progress while the others run. Workers are spawned, not
+    forked: a fork after the parent has started threads (tokenizers' pool, torch's OpenMP) can
+    deadlock the child. An exception in any task is raised here.
     """
     tasks = list(tasks)
+    report = on_result or (lambda _: None)
+    results: list = [None] * len(tasks)
     if workers <= 1 or len(tasks) <= 1:
-        return [fn(t) for t in tasks]
+        for index, task in enumerate(tasks):
+            results[index] = fn(task)
+            report(results[index])
+        return results
     ctx = mp.get_context("spawn")
+    jobs = [(fn, index, task) for index, task in enumerate(tasks)]
     with ctx.Pool(min(workers, len(tasks)), initializer=_init_worker) as pool:
-        return pool.map(fn, tasks, chunksize=1)
+        for index, result in pool.imap_unordered(_indexed, jobs, chunksize=1):
+            results[index] = result
+            report(result)
+    return results

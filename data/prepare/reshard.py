@@ -29,9 +29,11 @@ from typing import Sequence
 
 import numpy as np
 
-from bert.core.files import atomic_path, write_text_atomic
+from bert.core.files import atomic_path, remove_stale_temps, write_text_atomic
+from data.prepare.disk import check_disk, content_bytes
 from data.prepare.fixed import count_samples, load_samples
 from data.prepare.parallel import run_parallel
+from data.prepare.progress import Progress
 from data.sources.shards import SHARD_GLOB, DataError, read_samples, write_samples
 from data.synthetic import shard_name
 
@@ -115,12 +117,13 @@ def split_input(task: tuple[ReshardPlan, int]) -> int:
     return len(samples)
 
 
-def assemble_bucket(task: tuple[ReshardPlan, int]) -> list[Path]:
-    """Pass 2 for one bucket: its missing outputs, each permuted. Returns the paths written."""
+def assemble_bucket(task: tuple[ReshardPlan, int]) -> tuple[list[Path], int]:
+    """Pass 2 for one bucket: its missing outputs, each permuted. Returns the paths written
+    and their samples."""
     plan, bucket = task
     todo = [j for j in plan.shards_of(bucket) if not plan.output(j).exists()]
     if not todo:
-        return []
+        return [], 0
     samples, targets = [], []
     for index in range(len(plan.inputs)):
         piece = plan.piece(bucket, index)
@@ -128,35 +131,62 @@ def assemble_bucket(task: tuple[ReshardPlan, int]) -> list[Path]:
             samples += read_samples(piece, plan.max_seq_length, plan.max_predictions)
             targets.append(np.load(piece.with_suffix(".npy")))
     target = np.concatenate(targets)
-    written = []
+    written, count = [], 0
     for shard in todo:
         members = np.flatnonzero(target == shard)
         order = np.random.default_rng([plan.seed, 1, shard]).permutation(members)
         written.append(write_samples(plan.output(shard), [samples[k] for k in order.tolist()]))
-    return written
+        count += len(members)
+    return written, count
 
 
 def reshard(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, num_shards: int,
             seed: int = 12345, shards_per_bucket: int = 32, max_seq_length: int = 512,
-            max_predictions: int = 76, workers: int = 1, log=print) -> list[Path]:
+            max_predictions: int = 76, workers: int = 1, log=print,
+            show_progress: bool = True) -> list[Path]:
     """Write `num_shards` part_XXXXX_of_NNNNN.hdf5 shards of `inputs` (either format)."""
     plan = make_plan(inputs, out_dir, num_shards, seed, shards_per_bucket, max_seq_length,
                      max_predictions)
     out = Path(plan.out_dir)
     outputs = [plan.output(j) for j in range(num_shards)]
     if _finished(plan):
+        shutil.rmtree(out / TMP_NAME, ignore_errors=True)  # killed while cleaning up
         log(f"reshard: {out} already holds these {num_shards} shards")
         return outputs
+    pending = [i for i in range(len(plan.inputs)) if not plan.done_marker(i).exists()]
+    missing = [j for j in range(num_shards) if not outputs[j].exists()]
+    _check_space(plan, pending, len(missing), show_progress)
     _claim(plan, outputs)
-    pending = [(plan, i) for i in range(len(plan.inputs)) if not plan.done_marker(i).exists()]
-    run_parallel(split_input, pending, workers)
+    for folder in [out, *(out / TMP_NAME).glob("bucket_*")]:
+        remove_stale_temps(folder)
+    split = Progress("reshard split", len(pending), sum(plan.counts[i] for i in pending),
+                     show_progress)
+    run_parallel(split_input, [(plan, i) for i in pending], workers,
+                 lambda count: split.done(count, count))
     log(f"reshard: split {len(pending)} inputs into {plan.num_buckets} buckets")
-    for paths in run_parallel(assemble_bucket, [(plan, b) for b in range(plan.num_buckets)],
-                              workers):
+    buckets = sorted({j // plan.shards_per_bucket for j in missing})
+    assemble = Progress("reshard assemble", len(missing), len(missing), show_progress)
+
+    def finished(result: tuple[list[Path], int]) -> None:
+        paths, count = result
         log(f"reshard: wrote {len(paths)} shards" + (f" ({paths[0].name} ...)" if paths else ""))
+        assemble.done(count, len(paths), files=len(paths))
+
+    run_parallel(assemble_bucket, [(plan, b) for b in buckets], workers, finished)
     write_text_atomic(out / PLAN_NAME, json.dumps(asdict(plan), indent=1))
     shutil.rmtree(out / TMP_NAME, ignore_errors=True)
     return outputs
+
+
+def _check_space(plan: ReshardPlan, pending: list[int], missing: int, show: bool) -> None:
+    """Pass 1 writes each pending input's samples again as pieces (plus an int64 target per
+    sample); pass 2 writes the missing shards, each 1/N of the whole."""
+    content = [content_bytes(p) for p in plan.inputs]
+    pieces = sum(content[i] + 8 * plan.counts[i] for i in pending)
+    shards = sum(content) * missing // plan.num_shards
+    check_disk("reshard", pieces + shards, plan.out_dir,
+               f"{len(pending)} inputs split into pieces and {missing} shards written, "
+               f"each the variable-length size of its samples", show)
 
 
 def _finished(plan: ReshardPlan) -> bool:

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from bert.core.files import remove_stale_temps
+from data.prepare.disk import check_disk, content_bytes
 from data.prepare.fixed import read_fixed
 from data.prepare.parallel import run_parallel
+from data.prepare.progress import Progress
 from data.sources.shards import write_samples
 
 
@@ -27,13 +30,23 @@ def convert_file(job: ConvertJob) -> tuple[Path, int]:
 
 def to_varlen(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
               max_seq_length: int = 512, max_predictions: int = 76, workers: int = 1,
-              log=print) -> list[Path]:
+              log=print, show_progress: bool = True) -> list[Path]:
     """Each input to a same-named file in `out_dir`; existing outputs are skipped."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     jobs = [ConvertJob(Path(p), out / Path(p).name, max_seq_length, max_predictions)
             for p in inputs]
     todo = [j for j in jobs if not j.dst.exists()]
-    for path, count in run_parallel(convert_file, todo, workers):
+    sizes = {j.dst: content_bytes(j.src) for j in todo}
+    check_disk("to-varlen", sum(sizes.values()), out,
+               f"{len(todo)} files, their samples' real tokens", show_progress)
+    out.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)
+    progress = Progress("to-varlen", len(todo), sum(sizes.values()), show_progress)
+
+    def finished(result: tuple[Path, int]) -> None:
+        path, count = result
         log(f"to-varlen: wrote {path} ({count} samples)")
+        progress.done(count, sizes[path])
+
+    run_parallel(convert_file, todo, workers, finished)
     return [j.dst for j in jobs]
