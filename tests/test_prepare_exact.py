@@ -6,6 +6,7 @@ and the parameters; bad input ends in one error line with exit status 2.
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,9 +96,13 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+# stderr also carries a step's disk estimate and its progress lines (data/prepare/progress.py)
+PROGRESS_LINE = re.compile(r"^[a-z-]+( [a-z]+)?: (will write about |\d+/\d+ files, )")
+
+
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in proc.stderr.strip().splitlines() if not PROGRESS_LINE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     return lines[0]
 

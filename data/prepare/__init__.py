@@ -18,8 +18,20 @@ The steps, each a module with one job and a subcommand of `scripts/prepare_data.
     check-distinct  no two shards start with the same samples (distinct.py; the known trap of
                   REFERENCE 2: identical shards capped accuracy near 0.62)
 
-Every output is written under a temporary name and renamed when complete, so an interrupted
-step leaves no half-written file and a rerun skips what is already there. Bad input raises
+Every output is written under a hidden temporary name and renamed when complete, so a killed
+step leaves no half-written file under a final name, and rerunning the same command resumes:
+examples and to-varlen skip outputs that exist; reshard skips inputs already split (a
+done-marker each) and shards already written, and refuses a rerun with other inputs or
+parameters; pick-eval, checksums and the content hashes are cheap and redone (same bytes);
+`all` is these in order. A rerun deletes the temporary files of writers no longer running
+(bert.core.files.remove_stale_temps). tests/test_prepare_resume.py kills `all` with SIGKILL
+mid-run and checks that the rerun's files are byte-identical to an uninterrupted run's.
+
+Each step prints progress on stderr, one line per finished file (files done/total, samples,
+rate, ETA: progress.py), and first the bytes it will write; it refuses (DiskSpaceError: exit
+status 2) when the output filesystem lacks them (disk.py says how each is estimated; the
+environment variable BERT_PREPARE_FREE_BYTES fakes the free space for tests). `--quiet`
+silences stderr; stdout keeps the result lines. Bad input raises
 data.sources.shards.DataError naming the file, the field and the value.
 
 (The phase-1 checkpoint's name mappings live with the model: bert/model/weights.py.)

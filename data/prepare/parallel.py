@@ -15,9 +15,14 @@ def _init_worker() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def _indexed(job: tuple[Callable, int, object]) -> tuple[int, object]:
+def _indexed(job: tuple[Callable, int, object]) -> tuple[int, object, Exception | None]:
+    """(index, result, None), or (index, None, the exception): a failed task does not stop
+    the others, as with Pool.map."""
     fn, index, task = job
-    return index, fn(task)
+    try:
+        return index, fn(task), None
+    except Exception as err:  # raised in the parent once every task has finished
+        return index, None, err
 
 
 def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int,
@@ -27,7 +32,8 @@ def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int,
     `on_result` is called with each result as soon as its task finishes (in finishing order),
     which is what lets a step report progress while the others run. Workers are spawned, not
     forked: a fork after the parent has started threads (tokenizers' pool, torch's OpenMP) can
-    deadlock the child. An exception in any task is raised here.
+    deadlock the child. An exception in any task is raised here, after the other tasks have
+    finished (so their outputs are complete); of several, the first task's.
     """
     tasks = list(tasks)
     report = on_result or (lambda _: None)
@@ -39,8 +45,14 @@ def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int,
         return results
     ctx = mp.get_context("spawn")
     jobs = [(fn, index, task) for index, task in enumerate(tasks)]
+    errors: dict[int, Exception] = {}
     with ctx.Pool(min(workers, len(tasks)), initializer=_init_worker) as pool:
-        for index, result in pool.imap_unordered(_indexed, jobs, chunksize=1):
+        for index, result, error in pool.imap_unordered(_indexed, jobs, chunksize=1):
+            if error is not None:
+                errors[index] = error
+                continue
             results[index] = result
             report(result)
+    if errors:
+        raise errors[min(errors)]
     return results
