@@ -6,8 +6,9 @@
     python run_pretraining.py --resume auto      # continue from the newest checkpoint
     python run_pretraining.py --eval-only --set run.init_checkpoint=PATH   # starting accuracy
 
-Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it, 2 bad input
-(config, data, checkpoint), with one line naming what is wrong.
+Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a stalled rank, a
+diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
+143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
 from __future__ import annotations
 
@@ -47,10 +48,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
     args = build_parser().parse_args(argv)
     from bert.config import describe_fields, load_config
-    from bert.core.errors import BadInputError
     from bert.plan.check import warn_at_start
-    from bert.train.launch_env import abort_mpi_job, report_error
-    from bert.train.mlperf import MLPerfLogError
+    from bert.train.exit_status import exit_status
 
     if args.help_config:
         print("\n".join(describe_fields()))
@@ -72,13 +71,11 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         from bert.train.trainer import Trainer
         trainer = Trainer(cfg, callbacks=callbacks)
         result = trainer.train()
-    except (BadInputError, MLPerfLogError) as err:
-        report_error(str(err), 2)  # once per job, not once per rank
-        abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
-        return 2
     except BaseException as err:
-        abort_mpi_job(1, err)
-        raise
+        code = exit_status(err)  # the one `error:` line (once per job), or a signal's status
+        if code is None:
+            raise  # a crash: its traceback is the report
+        return code
     finally:
         from bert.train.distributed import shutdown_distributed
         shutdown_distributed()
@@ -89,6 +86,6 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
 
 
 if __name__ == "__main__":
-    from bert.train.launch_env import stop_on_sigterm
-    stop_on_sigterm()
+    from bert.train.stop_signals import install_stop_handlers
+    install_stop_handlers()  # SIGTERM, SIGINT: stop at the next step boundary
     sys.exit(main())

@@ -58,6 +58,6 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     import run_pretraining
 
-    from bert.train.launch_env import stop_on_sigterm
-    stop_on_sigterm()
+    from bert.train.stop_signals import install_stop_handlers
+    install_stop_handlers()  # SIGTERM, SIGINT: stop at the next step boundary
     sys.exit(run_pretraining.main(sys.argv[1:], callbacks=[Faults()]))

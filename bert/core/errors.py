@@ -20,6 +20,16 @@ class CheckpointError(BadInputError):
     """A checkpoint (init weights, a training checkpoint to resume) that cannot be used."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A training checkpoint whose files cannot be read as written (truncated, overwritten, a
+    key missing): `--resume auto` falls back to an older one (bert/train/resume_pick.py)."""
+
+
+class JobError(RuntimeError):
+    """The job cannot go on for a reason outside this rank (a peer stalled or died, training
+    diverged): one `error:` line naming the rank and the step, exit status 1."""
+
+
 def check(cond: bool, msg: str) -> None:
     """ConfigError(msg) unless `cond`: a config section's validation step."""
     if not cond:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import reprlib
 from typing import Annotated, Any, Callable, Literal, get_args, get_origin
 
 import annotated_types
@@ -64,9 +65,21 @@ def section(name: str):
     return wrap
 
 
+# Bounded at every level, so a value of billions of shared items (a YAML alias bomb) is shown
+# in microseconds: repr() would expand it all first.
+_SHORT_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxtuple = _SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 6
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = MAX_SHOWN
+
+
 def shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + f"... ({len(text)} chars)"
+    """`value`'s repr in at most MAX_SHOWN characters (and as long to compute)."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except ValueError:  # an int beyond Python's 4,300-digit conversion limit
+        text = f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
 def message(prefix: str, cls: type, err: ValidationError) -> str:
@@ -85,9 +98,9 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         known = ", ".join(f.name for f in dataclasses.fields(owner))
         return f"unknown config key {key!r} (known: {known})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{key}={value} must be {bounds(owner, field_name)}"
+        return f"{key}={shown(value)} must be {bounds(owner, field_name)}"
     if kind == "finite_number":
-        return f"{key}={value} must be a finite number"
+        return f"{key}={shown(value)} must be a finite number"
     if kind == "string_too_short":
         return f"{key}={shown(value)} must not be empty"
     annotation = owner.__pydantic_fields__[field_name].annotation if field_name else None

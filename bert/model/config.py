@@ -8,12 +8,11 @@ kernels' twins run the same checks), so a config tested on a CPU also runs on a 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from pathlib import Path
 from typing import Literal
 
 from bert.core.errors import ConfigError, check
+from bert.core.readers import read_json
 from bert.core.settings import ExpandedPath, F, section
 from bert.model.attention import BACKENDS
 from bert.model.fused import FUSED_OPS
@@ -98,13 +97,7 @@ class ModelConfig:
         if not path:
             return values
         path = os.path.expanduser(str(path))
-        try:
-            loaded = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"model.bert_config_file={path!r}: expected a JSON object of "
-                              f"BERT config fields, got {type(loaded).__name__}")
+        loaded = read_json(path, "model.bert_config_file", ConfigError)
         known = {f.name for f in dataclasses.fields(ModelConfig)} - {"bert_config_file"}
         return {**values, **{k: v for k, v in loaded.items() if k in known}}
 

@@ -1,6 +1,6 @@
 """The training run's own configs, one per concern: the run itself (`run:`), evaluation
-(`eval:`), training checkpoints (`checkpoint:`), progress and audit logging (`log:`) and the
-MLPerf submission it belongs to (`submission:`). Paths are expanded once, here
+(`eval:`), training checkpoints (`checkpoint:`), progress and audit logging (`log:`), the
+ranks' process group (`dist:`) and the MLPerf submission it belongs to (`submission:`). Paths are expanded once, here
 (bert/core/settings.py: frozen, validated sections)."""
 from __future__ import annotations
 
@@ -34,6 +34,20 @@ class RunConfig:
     eval_only: bool = F(False, "evaluate the initial model (init_checkpoint) once and stop: the "
                                "starting accuracy (about 0.34085 for the MLPerf phase-1 "
                                "checkpoint, REFERENCE 2); no training data is read")
+    max_nonfinite_steps: int = F(10, "consecutive steps with a non-finite loss after which the "
+                                     "run stops with an error naming the step (diverged); 0: "
+                                     "never (bert/train/step_guard.py)", ge=0)
+
+
+@section("dist")
+class DistConfig:
+    """The ranks' process group (bert/train/distributed.py)."""
+
+    timeout_s: float = F(600.0, "seconds a collective (and the rendezvous) waits for the "
+                                "slowest rank; then the run stops with one error naming the "
+                                "ranks that never came (stalled or dead). Above the longest "
+                                "gap between collectives: a checkpoint save, an eval, the "
+                                "first step's compilation", gt=0, le=7 * 24 * 3600)
 
 
 @section("eval")
