@@ -30,6 +30,11 @@ class JobError(RuntimeError):
     diverged): one `error:` line naming the rank and the step, exit status 1."""
 
 
+class PeerLost(JobError):
+    """A rank stalled or died: the job's collectives cannot complete, nor can this process
+    shut its process group down; it reports and exits at once."""
+
+
 def check(cond: bool, msg: str) -> None:
     """ConfigError(msg) unless `cond`: a config section's validation step."""
     if not cond:

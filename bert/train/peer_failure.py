@@ -3,7 +3,7 @@
 A rank that stalls (frozen, not dead) leaves its peers waiting in the next collective until
 `dist.timeout_s` (set at init_process_group); gloo then raises "Timed out waiting ...", which
 names neither the rank nor the step. A rank that dies gives its peers "Connection closed by
-peer". `explain` turns either into a JobError: every rank whose collective failed leaves its
+peer". `explain` turns either into a PeerLost error: every rank whose collective failed leaves its
 mark in the job's rendezvous store; after a short grace for the others' marks, the ranks
 without a mark are the ones that never came (stalled or dead).
 """
@@ -14,7 +14,7 @@ import time
 
 import torch.distributed as dist
 
-from bert.core.errors import JobError
+from bert.core.errors import PeerLost
 from bert.train.distributed import DistContext
 
 TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
@@ -31,8 +31,8 @@ def _text(err: BaseException) -> str:
     return " ".join(parts)
 
 
-def explain(err: BaseException, ctx: DistContext, step: int, timeout_s: float) -> JobError | None:
-    """A JobError for `err` if it is a collective failed by a peer, else None."""
+def explain(err: BaseException, ctx: DistContext, step: int, timeout_s: float) -> PeerLost | None:
+    """A PeerLost error for `err` if it is a collective failed by a peer, else None."""
     if not ctx.is_distributed or not isinstance(err, RuntimeError):
         return None
     text = _text(err)
@@ -43,10 +43,10 @@ def explain(err: BaseException, ctx: DistContext, step: int, timeout_s: float) -
     who = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if missing
            else "a peer rank")
     if timed_out:
-        return JobError(f"{who} stalled: rank {ctx.rank} waited {timeout_s:g} s "
+        return PeerLost(f"{who} stalled: rank {ctx.rank} waited {timeout_s:g} s "
                         f"(dist.timeout_s) for {'them' if len(missing) > 1 else 'it'} in a "
                         f"collective of step {step}")
-    return JobError(f"{who} died or left the job during step {step} (rank {ctx.rank} lost its "
+    return PeerLost(f"{who} died or left the job during step {step} (rank {ctx.rank} lost its "
                     f"connection)")
 
 

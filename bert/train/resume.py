@@ -194,7 +194,8 @@ def remove_folder(folder: Path) -> None:
     renamed (atomic; the new name is no checkpoint's), then deleted. A kill in between leaves a
     `.deleting` folder, which nothing reads and the next prune removes."""
     doomed = folder.with_name(folder.name + DELETING_SUFFIX)
-    shutil.rmtree(doomed, ignore_errors=True)
+    if doomed.exists():  # left by an earlier interrupted removal
+        shutil.rmtree(doomed, ignore_errors=True)
     try:
         os.replace(folder, doomed)
     except FileNotFoundError:

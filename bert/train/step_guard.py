@@ -17,6 +17,8 @@
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 
@@ -26,7 +28,8 @@ from bert.train.distributed import DistContext
 
 
 class StepGuard:
-    def __init__(self, ctx: DistContext, max_nonfinite_steps: int) -> None:
+    def __init__(self, ctx: DistContext, max_nonfinite_steps: int,
+                 timeout_s: float = 600.0) -> None:
         self.ctx = ctx
         self.limit = max_nonfinite_steps
         self.step_in_progress = 0  # the step the loop is in (named by error messages)
@@ -34,7 +37,8 @@ class StepGuard:
         self._bad_seen = 0  # the newest count read on the host
         self._copy: tuple[torch.Tensor, torch.cuda.Event] | None = None
         # a CPU group of its own: the flags never queue behind the step's NCCL work
-        self._group = dist.new_group(backend="gloo") if ctx.is_distributed else None
+        self._group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+                       if ctx.is_distributed else None)
         self._pending: tuple[dist.Work, torch.Tensor] | None = None
 
     def start(self, step: int) -> None:

@@ -123,7 +123,8 @@ class Trainer:
             self.log_path = str(self.log_file.final)
             # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
             self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
-            self.guard = StepGuard(self.ctx, cfg.run.max_nonfinite_steps)  # signals, NaN
+            self.guard = StepGuard(self.ctx, cfg.run.max_nonfinite_steps,  # signals, NaN
+                                   cfg.dist.timeout_s)
             self._ended_by_itself = False  # run_stop logged by the loop itself
             self._init_phase()
         except BaseException:
@@ -232,8 +233,13 @@ class Trainer:
         self._last_checkpoint_step = step
         self.progress.line(f"checkpoint: {folder}")
 
-    def _interrupt(self, signum: int, step: int, samples: int, accuracy: float) -> None:
-        """Stop at this step boundary for a signal: a checkpoint first if they are on."""
+    def _interrupt(self, signum: int, step: int, samples: int, accuracy: float,
+                   block_samples: int) -> None:
+        """Stop at this step boundary for a signal: the open block closed with what it
+        trained, and a checkpoint if they are on (run_stop comes with the log's end)."""
+        self.mllog.block_stop(samples, first_epoch_num=samples - block_samples,
+                              epoch_count=block_samples)
+        self.mllog.train_samples(samples)
         saved = ""
         if self.cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)
@@ -333,7 +339,7 @@ class Trainer:
                     callback.on_step_end(self, step)
                 signum = self.guard.after_step(step, step_loss)  # agreed by every rank
                 if signum:
-                    self._interrupt(signum, step, samples, accuracy)
+                    self._interrupt(signum, step, samples, accuracy, block_step * gbs)
             log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
                            epoch_count=block_steps * gbs)
             accuracy = self._eval_point(eval_set, samples)
