@@ -96,11 +96,11 @@ ROWS = [
     # values that used to fail deep inside torch or numpy, or train to NaN (issue 26)
     Row("zero_attention_heads", S("model.num_attention_heads", "0"),
         ["model.num_attention_heads=0", "in (0, 4096]"]),
-    Row("negative_threads", S("run.threads", "-1"), ["run.threads=-1", ">= 0"]),
+    Row("negative_threads", S("run.threads", "-1"), ["run.threads=-1", "in [0, 4096]"]),
     Row("nan_initializer_range", S("model.initializer_range", "nan"),
         ["model.initializer_range=nan", "finite"]),
     Row("negative_initializer_range", S("model.initializer_range", "-0.02"),
-        ["model.initializer_range=-0.02", "> 0"]),
+        ["model.initializer_range=-0.02", "in (0, 1e+30]"]),
     Row("seed_beyond_64_bits", S("run.seed", str(2 ** 64)), [f"run.seed={2 ** 64}"]),
     Row("absurd_vocabulary", S("model.vocab_size", "10000000000"),
         ["model.vocab_size=10000000000"]),

@@ -4,8 +4,20 @@ status 2. Each message names the file, key or value at fault."""
 from __future__ import annotations
 
 
+MAX_MESSAGE = 500  # characters: one line a terminal shows, whatever the user typed into it
+
+
 class BadInputError(ValueError):
-    """Bad user input (config, data, checkpoint, log): one `error:` line, exit status 2."""
+    """Bad user input (config, data, checkpoint, log): one `error:` line, exit status 2.
+
+    The message is made one line and at most MAX_MESSAGE characters here, whatever value a
+    rule quoted into it: its start (the key and value) and end (what is expected) are kept."""
+
+    def __init__(self, message: object = "") -> None:
+        text = " ".join(str(message).split())
+        if len(text) > MAX_MESSAGE:
+            text = f"{text[:MAX_MESSAGE * 3 // 5]} [...] {text[-MAX_MESSAGE // 3:]}"
+        super().__init__(text)
 
 
 class ConfigError(BadInputError):

@@ -31,8 +31,14 @@ def _short(err: BaseException) -> str:
     return text if len(text) <= MAX_SHOWN_ERROR else text[:MAX_SHOWN_ERROR] + "..."
 
 
+def _check_path(path: str | os.PathLike, what: str, error: type[BadInputError]) -> None:
+    if "\x00" in str(path):  # every file call fails on it ("embedded null byte")
+        raise error(f"{what} {str(path)!r}: a path cannot hold a NUL character")
+
+
 def read_bytes(path: str | os.PathLike, what: str,
                error: type[BadInputError] = ConfigError) -> bytes:
+    _check_path(path, what, error)
     try:
         return Path(path).read_bytes()
     except IsADirectoryError:
@@ -131,6 +137,7 @@ def read_torch(path: str | os.PathLike, what: str,
     """A torch.save file (ours: pickles of dicts of tensors), loaded on the CPU."""
     import torch
 
+    _check_path(path, what, error)
     if not Path(path).is_file():
         read_bytes(path, what, error)  # the reason, in the readers' words
     try:

@@ -31,8 +31,15 @@ SECTION_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
 MAX_SHOWN = 200  # characters of a value an error line shows (a YAML alias bomb stays short)
 
 # A path as given, with ~ expanded once, here: everything downstream reads it as it is.
-ExpandedPath = Annotated[str, BeforeValidator(
-    lambda v: os.path.expanduser(v) if isinstance(v, str) else v)]
+def _expanded_path(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if "\x00" in value:  # every file call would fail on it ("embedded null byte")
+        raise ValueError("a path cannot hold a NUL character")
+    return os.path.expanduser(value)
+
+
+ExpandedPath = Annotated[str, BeforeValidator(_expanded_path)]
 
 
 def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | None = None,
@@ -89,6 +96,9 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, ConfigError):
             return str(cause)
+        if isinstance(cause, ValueError) and error["loc"]:  # a field validator's own words
+            key = ".".join([prefix, *map(str, error["loc"])]).lstrip(".")
+            return f"{key}={shown(error.get('input'))}: {cause}"
     loc = [str(part) for part in error["loc"]]
     key = ".".join([prefix, *loc]) if prefix else ".".join(loc)
     owner, field_name = owning_class(cls, error["loc"])

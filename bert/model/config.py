@@ -44,9 +44,11 @@ class ModelConfig:
                                             ge=0, lt=1)
     max_position_embeddings: int = F(512, "learned positions; at least data.max_seq_length",
                                      gt=0, le=32768)
-    type_vocab_size: int = F(2, "segment embeddings (sentence A and B)", gt=0, le=1024)
-    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0)
-    layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0)
+    type_vocab_size: int = F(2, "segment embeddings (sentence A and B: the data's segment "
+                                "ids are 0 and 1)", ge=2, le=1024)
+    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0,
+                                 le=1e30)  # within float32
+    layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0, le=1e30)
     pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0,
                                       le=1024)
     attention: str = F("padded_sdpa", "attention backend (bert/model/attention.py), resolved "

@@ -25,7 +25,7 @@ class RunConfig:
     precision: Literal["fp32", "bf16", "fp16"] = F("fp32", "bf16 and fp16 under autocast")
     device: Literal["auto", "cpu", "cuda"] = F("auto", "auto: cuda when PyTorch sees a GPU")
     threads: int = F(0, "torch intra-op threads on CPU; 0: PyTorch's (one per core); README",
-                     ge=0)
+                     ge=0, le=4096)
     cache_cleared: bool = F(False, "the launcher flushed the page cache before this run "
                                    "(logged)")
     init_checkpoint: ExpandedPath = F("", "weights to start from: .pt (ours, NVIDIA), HF "
