@@ -1,7 +1,7 @@
 """The training run's own configs, one per concern: the run itself (`run:`), evaluation
 (`eval:`), training checkpoints (`checkpoint:`), progress and audit logging (`log:`), the
-ranks' process group (`dist:`) and the MLPerf submission it belongs to (`submission:`). Paths are expanded once, here
-(bert/core/settings.py: frozen, validated sections)."""
+ranks' process group (`dist:`) and the MLPerf submission it belongs to (`submission:`). Paths
+are expanded once, here (bert/core/settings.py: frozen, validated sections)."""
 from __future__ import annotations
 
 import math
