@@ -10,8 +10,9 @@
 The program is bert/train/cli.py (installed as the console command `open-bert-train`); this
 file is its front end in a checkout, for torchrun and the launchers in launch/.
 
-Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it, 2 bad input
-(config, data, checkpoint), with one line naming what is wrong.
+Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a stalled rank, a
+diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
+143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     optim       bert/optim/config.py    OptimConfig
     schedule    bert/optim/config.py    ScheduleConfig
     run         bert/train/config.py    RunConfig
-    eval, checkpoint, log, submission   bert/train/config.py
+    eval, checkpoint, log, dist, submission   bert/train/config.py
     profile     bert/obs/config.py      ProfileConfig
 
 A run's config is a YAML file with these sections plus `--set section.key=value` overrides. Each
@@ -32,16 +32,15 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-import yaml
-
 from bert.model.attention import BACKENDS
 from bert.model.config import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
-from bert.train.config import (CheckpointConfig, EvalConfig, LogConfig, RunConfig,
-                               SubmissionConfig)
+from bert.train.config import (CheckpointConfig, DistConfig, EvalConfig, LogConfig,
+                               RunConfig, SubmissionConfig)
 from bert.core.errors import ConfigError, check
+from bert.core.readers import read_yaml
 from bert.core.settings import F, expected, section, shown
 from bert.obs.config import ProfileConfig
 from data.config import BatchGeometry, DataConfig
@@ -63,6 +62,7 @@ class Config:
     eval: EvalConfig = F(factory=EvalConfig)
     checkpoint: CheckpointConfig = F(factory=CheckpointConfig)
     log: LogConfig = F(factory=LogConfig)
+    dist: DistConfig = F(factory=DistConfig)
     submission: SubmissionConfig = F(factory=SubmissionConfig)
     profile: ProfileConfig = F(factory=ProfileConfig)
 
@@ -256,17 +256,7 @@ def parse_override(text: str) -> tuple[str, str]:
 
 
 def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"config file {str(path)!r}: {err.strerror}") from None
-    try:
-        tree = yaml.safe_load(text) or {}
-    except yaml.YAMLError as err:  # its message spans lines: the problem and where, on one
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"config file {str(path)!r}: invalid YAML ({problem}{where})") from None
+    tree = read_yaml(path, "config file") or {}
     if not isinstance(tree, dict):
         raise ConfigError(f"config file {str(path)!r}: top level must be a mapping")
     return tree

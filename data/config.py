@@ -104,7 +104,7 @@ class DataConfig:
                                     "data's own")
     max_seq_length: int = F(512, "longest sample, in tokens; longer ones are a data error",
                             gt=1, le=32767)
-    max_predictions_per_seq: int = F(76, "most masked positions per sample", gt=0)
+    max_predictions_per_seq: int = F(76, "most masked positions per sample", gt=0, le=32767)
     balance: str = F("none", "how samples are dealt to ranks (data/order/strategies.py): none | "
                              "global_presort | serpentine | stratified | "
                              "stratified_local_presort | stratified_local_snake | node_swap | "

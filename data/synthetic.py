@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bert.core.errors import ConfigError
 from bert.core.files import temp_name, write_text_atomic
 from data.order.lengths import sample_lengths
 from data.packing import Sample
@@ -428,6 +429,7 @@ def ensure_synthetic_data(data, vocab_size: int):
     """
     if not data.synthetic.enabled:
         return data
+    _check_config(data, vocab_size)
     params = synthetic_params(data, vocab_size)
     if data.train_dir:
         folder = Path(data.train_dir)
@@ -436,6 +438,19 @@ def ensure_synthetic_data(data, vocab_size: int):
         folder = _cached_folder(Path(data.synthetic.cache_dir), params)
     return dataclasses.replace(data, train_dir=str(folder),
                                eval_file=data.eval_file or str(folder / EVAL_NAME))
+
+
+def _check_config(data, vocab_size: int) -> None:
+    """What the generator refuses, as a ConfigError naming the config key (before any write)."""
+    low, high = FIRST_WORD_ID + 2, np.iinfo(np.int16).max + 1
+    if not low <= vocab_size <= high:
+        raise ConfigError(f"model.vocab_size={vocab_size}: synthetic data "
+                          f"(data.synthetic.enabled=true) needs a vocabulary in [{low}, {high}]")
+    if data.max_seq_length < 4 * MIN_LENGTH:
+        raise ConfigError(f"data.max_seq_length={data.max_seq_length}: synthetic data "
+                          f"(data.synthetic.enabled=true) needs at least {4 * MIN_LENGTH} "
+                          f"tokens (each quarter of its length histogram above "
+                          f"{MIN_LENGTH})")
 
 
 def _check_named_folder(folder: Path, params: dict) -> None:

@@ -93,6 +93,42 @@ ROWS = [
                                        *S("model.hidden_size", "1024"),
                                        *S("model.num_attention_heads", "16")],
         ["model.fused_embedding_backward=true", "run.precision=fp32"]),
+    # values that used to fail deep inside torch or numpy, or train to NaN (issue 26)
+    Row("zero_attention_heads", S("model.num_attention_heads", "0"),
+        ["model.num_attention_heads=0", "in (0, 4096]"]),
+    Row("negative_threads", S("run.threads", "-1"), ["run.threads=-1", "in [0, 4096]"]),
+    Row("nan_initializer_range", S("model.initializer_range", "nan"),
+        ["model.initializer_range=nan", "finite"]),
+    Row("negative_initializer_range", S("model.initializer_range", "-0.02"),
+        ["model.initializer_range=-0.02", "in (0, 1e+30]"]),
+    Row("seed_beyond_64_bits", S("run.seed", str(2 ** 64)), [f"run.seed={2 ** 64}"]),
+    Row("absurd_vocabulary", S("model.vocab_size", "10000000000"),
+        ["model.vocab_size=10000000000"]),
+    Row("infinite_lr", S("optim.lr", "inf"), ["optim.lr=inf", "finite"]),
+    Row("nan_eps", S("optim.eps", "nan"), ["optim.eps=nan", "finite"]),
+    Row("integer_given_as_fraction", S("run.max_steps", "2.5"), ["run.max_steps='2.5'"]),
+    Row("empty_output_dir", S("run.output_dir", ""), ["run.output_dir=''", "empty"]),
+    Row("output_dir_is_a_file", S("run.output_dir", "{inputs}/text.pt"),
+        ["run.output_dir=", "text.pt", "cannot write there"]),
+    Row("config_not_utf8", ["--config", "{inputs}/latin1.yaml"], ["latin1.yaml", "not UTF-8"]),
+    Row("config_is_a_folder", ["--config", "{inputs}/empty"], ["empty", "is a folder"]),
+    *[Row(f"section_given_as_{name}", ["--config", f"{{inputs}}/section_{name}.yaml"],
+          ["submission: expected a mapping of its keys"])
+      for name in ("zero", "list", "false")],
+    Row("yaml_alias_bomb", ["--config", "{inputs}/alias_bomb.yaml"],
+        ["alias_bomb.yaml", "aliases expand to more than"]),
+    Row("synthetic_vocab_refused_by_the_generator",
+        [*S("data.synthetic.enabled", "true"), *S("model.vocab_size", "50"),
+         *S("data.train_dir", ""), *S("data.synthetic.cache_dir", "{rows}/synthetic_cache")],
+        ["model.vocab_size=50", "synthetic data"], must_not_exist="{rows}/synthetic_cache"),
+    Row("absurd_layer_count", S("model.num_hidden_layers", "100000"),
+        ["model.num_hidden_layers=100000"]),
+    Row("bert_config_wrong_shape", S("model.bert_config_file", "{inputs}/bert_config_list.json"),
+        ["bert_config_list.json", "expected a JSON object, got array"]),
+    Row("bert_config_not_utf8", S("model.bert_config_file", "{inputs}/latin1.yaml"),
+        ["latin1.yaml", "not UTF-8"]),
+    Row("bert_config_wrong_value", S("model.bert_config_file", "{inputs}/bert_config_bad.json"),
+        ["model.hidden_size=[1024]"]),
     # -- data ------------------------------------------------------------------------------
     Row("missing_eval_file", S("data.eval_file", "{inputs}/nope.hdf5"),
         ["nope.hdf5", "data.eval_file", "does not exist"]),
@@ -136,6 +172,19 @@ ROWS = [
         ["run.precision='fp32'", "run.precision='bf16'"]),
     Row("resume_other_global_batch", ["--resume", CKPT, *S("run.global_batch_size", "16")],
         ["run.global_batch_size=8", "16"]),
+    # damaged resume state, refused before anything is written (bert/core/readers.py)
+    Row("resume_trainer_not_a_pickle", ["--resume", "{inputs}/ckpt_not_pickle"],
+        ["ckpt_not_pickle/trainer.pt", "cannot read"]),
+    Row("resume_manifest_missing_keys", ["--resume", "{inputs}/ckpt_manifest_keys"],
+        ["ckpt_manifest_keys/manifest.json", "no 'seed'"]),
+    Row("resume_manifest_not_json", ["--resume", "{inputs}/ckpt_manifest_garbage"],
+        ["ckpt_manifest_garbage/manifest.json", "not valid JSON"]),
+    Row("resume_config_wrong_shape", ["--resume", "{inputs}/ckpt_config_list"],
+        ["ckpt_config_list/config.json", "expected a JSON object, got array"]),
+    Row("resume_state_without_model", ["--resume", "{inputs}/ckpt_no_model"],
+        ["ckpt_no_model/trainer.pt", "no 'model'"]),
+    Row("resume_rank_file_truncated", ["--resume", "{inputs}/ckpt_rank_truncated"],
+        ["ckpt_rank_truncated/rank_00000.pt", "cannot read"]),
     # -- scripts ---------------------------------------------------------------------------
     Row("synthetic_into_folder_with_other_shards", ["--out", "{data}"], ["data"],
         target="data.synthetic"),
@@ -205,6 +254,41 @@ def _make_inputs(inputs: Path, data: Path, trainer_pt: Path) -> None:
     for name, field_name in (("bad_input_ids", "input_ids"), ("bad_labels", "masked_lm_ids")):
         shutil.copytree(data, inputs / name)
         _edit_first_value(inputs / name, field_name, 500)
+    _make_config_inputs(inputs)
+    _make_damaged_checkpoints(inputs, trainer_pt.parent)
+
+
+def _make_config_inputs(inputs: Path) -> None:
+    (inputs / "latin1.yaml").write_bytes("run:\n  output_dir: caf\u00e9\n".encode("latin-1"))
+    for name, value in (("zero", "0"), ("list", "[]"), ("false", "false")):
+        (inputs / f"section_{name}.yaml").write_text(f"submission: {value}\n")
+    # 9 levels of 9 aliases: 9**9 (387 million) strings in 1 KB; the value of a real key
+    bomb = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    bomb += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    (inputs / "alias_bomb.yaml").write_text(
+        "submission:\n  org:\n" + "".join(f"    {line}\n" for line in bomb))
+    (inputs / "bert_config_list.json").write_text("[1024, 16]")
+    (inputs / "bert_config_bad.json").write_text('{"hidden_size": [1024]}')
+
+
+def _make_damaged_checkpoints(inputs: Path, ckpt: Path) -> None:
+    """Copies of the earlier run's last checkpoint, each damaged one way."""
+    import torch
+
+    def copy(name: str) -> Path:
+        return Path(shutil.copytree(ckpt, inputs / name))
+
+    (copy("ckpt_not_pickle") / "trainer.pt").write_text("not a pickle\n")
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    (copy("ckpt_manifest_keys") / "manifest.json").write_text(
+        json.dumps({k: v for k, v in manifest.items() if k != "seed"}))
+    (copy("ckpt_manifest_garbage") / "manifest.json").write_text('{"format": "open-')
+    (copy("ckpt_config_list") / "config.json").write_text("[]")
+    state = torch.load(ckpt / "trainer.pt", weights_only=False)
+    del state["model"]
+    torch.save(state, copy("ckpt_no_model") / "trainer.pt")
+    rank = copy("ckpt_rank_truncated") / "rank_00000.pt"
+    rank.write_bytes(rank.read_bytes()[:100])
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +336,7 @@ def assert_one_error(status: int, stdout: str, stderr: str, fragments: list[str]
     assert len(errors) == 1, shown
     for fragment in fragments:
         assert fragment in errors[0], f"{fragment!r} not in: {errors[0]}"
+    assert len(errors[0]) < 600, errors[0][:2000]  # values are shortened (a YAML bomb too)
 
 
 def test_the_table_covers_25_classes():

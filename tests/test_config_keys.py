@@ -30,10 +30,11 @@ KEYS = {
     "schedule": ["total_steps", "warmup_steps", "start_warmup_step", "power"],
     "run": ["global_batch_size", "gradient_accumulation_steps", "max_steps", "max_samples",
             "seed", "precision", "device", "threads", "cache_cleared", "init_checkpoint",
-            "output_dir", "eval_only"],
+            "output_dir", "eval_only", "max_nonfinite_steps"],
     "eval": ["target_mlm_accuracy", "interval_samples", "samples", "batch_size"],
     "checkpoint": ["interval_steps", "keep", "resume"],
     "log": ["interval_s", "quiet", "record_samples_dir", "tensorboard", "all_ranks"],
+    "dist": ["timeout_s"],
     "submission": ["org", "platform", "division", "status"],
     "profile": ["start_step", "steps", "dir", "memory_snapshot", "nvtx"],
 }
@@ -45,7 +46,7 @@ def test_no_new_config_keys():
     keys = [line.split(" ")[0] for line in describe_fields()]
     expected = [f"{section}.{key}" for section, names in KEYS.items() for key in names]
     assert sorted(keys) == sorted(expected)
-    assert len(keys) == 93
+    assert len(keys) == 95
 
 
 def test_moved_keys_still_load_into_their_new_place():

@@ -199,7 +199,8 @@ def test_srun_inside_salloc(cluster, data_dir, tmp_path):
 
 def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
     """Rank 1 dies with SIGKILL after step 8 while rank 0 goes on to its eval: srun's
-    --kill-on-bad-exit ends the step (SIGTERM to rank 0), and rank 0 closes its log."""
+    --kill-on-bad-exit ends the step (SIGTERM to rank 0), and rank 0 closes its log (kept aside
+    as interrupted or failed: mlperf.log is only ever a run that ended by itself)."""
     out = tmp_path / "run"
     code, output, seconds = run(
         cluster, ["salloc", *ALLOCATION, "launch/srun.sh", CONFIG, *set_args(data_dir),
@@ -212,9 +213,13 @@ def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
     # The kill came right after rank 1 handed out its last step (its record's last write).
     since_kill = ended - (out / "samples" / "rank1.txt").stat().st_mtime
     assert since_kill < 60, f"the step ended {since_kill:.0f} s after the kill:\n{output}"
-    events = mllog(out / "mlperf.log")
+    # stopped from outside (SIGTERM, or its peer's loss): the log is kept under its own name
+    [log] = [*out.glob("mlperf.log.*.interrupted"), *out.glob("mlperf.log.*.failed")]
+    assert not (out / "mlperf.log").exists()
+    events = mllog(log)
     assert events[-1]["key"] == "run_stop", f"log not closed; ends with {events[-1]}"
     assert events[-1]["metadata"]["status"] == "aborted"
+    assert events[-1]["metadata"]["stop_reason"]
     assert not values(events, "eval_accuracy")  # stopped in the first block's eval
     assert max(read_rank_files(out / "samples", TASKS)[1]) == KILL_STEP - 1
     left = [cmd for cmd in cluster.leftovers().values() if "run_pretraining.py" in cmd]

@@ -2,7 +2,8 @@
 
 - No log of an earlier run is replaced by a partial one: a run that fails before run_stop
   (missing or bad init checkpoint, truncated trainer.pt, missing rank file) leaves the earlier
-  complete log byte-identical and its own log under a `.partial` name; a run that finishes
+  complete log byte-identical (a damaged checkpoint is refused before any log opens); a run
+  that finishes
   keeps an earlier log beside it (`.previous`); an eval-only run never touches mlperf.log.
 - A resumed run refuses changed training settings with one `error:` line (exit 2), marks its
   log (`resumed_from_checkpoint`), which scripts/package_results.py then refuses; every log
@@ -148,7 +149,8 @@ def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished
     code, _, err = run(capsys, data_dir, finished, "--resume", str(ckpt))
     assert code == 2 and str(ckpt) in one_error(err)
     assert resumed.read_bytes() == before
-    assert len([n for n in names(finished) if n.endswith(".partial")]) == 1
+    # the damage is found before the log opens (bert/train/resume_pick.py): no log at all
+    assert not [n for n in names(finished) if ".partial" in n or n.endswith(".failed")]
 
 
 # -- (3) resume tells the truth -------------------------------------------------------------------

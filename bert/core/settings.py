@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import reprlib
 from typing import Annotated, Any, Callable, Literal, get_args, get_origin
 
 import annotated_types
@@ -32,8 +33,15 @@ MAX_SHOWN = 200  # characters of a value an error line shows (a YAML alias bomb 
 # A path as given, with ~ expanded once, here: everything downstream reads it as it is. The
 # default too (validate_default): "~/.cache/..." read as is would be a folder named "~" in the
 # current one.
-ExpandedPath = Annotated[str, BeforeValidator(
-    lambda v: os.path.expanduser(v) if isinstance(v, str) else v), Field(validate_default=True)]
+def _expanded_path(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if "\x00" in value:  # every file call would fail on it ("embedded null byte")
+        raise ValueError("a path cannot hold a NUL character")
+    return os.path.expanduser(value)
+
+
+ExpandedPath = Annotated[str, BeforeValidator(_expanded_path), Field(validate_default=True)]
 
 
 def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | None = None,
@@ -66,9 +74,21 @@ def section(name: str):
     return wrap
 
 
+# Bounded at every level, so a value of billions of shared items (a YAML alias bomb) is shown
+# in microseconds: repr() would expand it all first.
+_SHORT_REPR = reprlib.Repr()  # keyword arguments need Python 3.12
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxtuple = _SHORT_REPR.maxlist = _SHORT_REPR.maxdict = _SHORT_REPR.maxset = 6
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = _SHORT_REPR.maxlong = MAX_SHOWN
+
+
 def shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + f"... ({len(text)} chars)"
+    """`value`'s repr in at most MAX_SHOWN characters (and as long to compute)."""
+    try:
+        text = _SHORT_REPR.repr(value)
+    except ValueError:  # an int beyond Python's 4,300-digit conversion limit
+        text = f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
 def message(prefix: str, cls: type, err: ValidationError) -> str:
@@ -78,6 +98,9 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, ConfigError):
             return str(cause)
+        if isinstance(cause, ValueError) and error["loc"]:  # a field validator's own words
+            key = ".".join([prefix, *map(str, error["loc"])]).lstrip(".")
+            return f"{key}={shown(error.get('input'))}: {cause}"
     owner, field_name, path = owning_field(cls, error["loc"])
     key = ".".join([prefix, *path]) if prefix else ".".join(path)
     value = error.get("input")
@@ -86,9 +109,9 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         known = ", ".join(f.name for f in dataclasses.fields(owner))
         return f"unknown config key {key!r} (known: {known})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{key}={value} must be {bounds(owner, field_name)}"
+        return f"{key}={shown(value)} must be {bounds(owner, field_name)}"
     if kind == "finite_number":
-        return f"{key}={value} must be a finite number"
+        return f"{key}={shown(value)} must be a finite number"
     if kind == "string_too_short":
         return f"{key}={shown(value)} must not be empty"
     annotation = owner.__pydantic_fields__[field_name].annotation if field_name else None

@@ -43,3 +43,8 @@ def resumed_log_name(step: int) -> str:
 # Statistics of the block just trained, at each eval point (value: {throughput, loss, lr}), as
 # NVIDIA's submissions log them; the compliance checker has no rule for it.
 TRACKED_STATS = "tracked_stats"
+
+# run_stop's metadata on a run stopped from outside its loop (SIGTERM, an error, a diverged
+# loss): why. Its status stays "aborted" (the checker's), and the log is no timed result
+# (bert/mlperf/reader.py refuses it).
+STOP_REASON = "stop_reason"

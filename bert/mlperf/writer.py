@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import logging
 import os
 import sys
 from typing import Any
 
 from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
-                                   NUMBER_OF_NODES, RESUMED_FROM_CHECKPOINT, TOPOLOGY_KEYS,
-                                   TRACKED_STATS)
+                                   NUMBER_OF_NODES, RESUMED_FROM_CHECKPOINT, STOP_REASON,
+                                   TOPOLOGY_KEYS, TRACKED_STATS)
 
 
 class _Lazy:
@@ -277,11 +278,16 @@ class MLPerfLogger:
         self._emit("event", C.EVAL_ACCURACY, float(accuracy),
                    metadata={C.EPOCH_NUM: int(samples_trained)})
 
-    def run_stop(self, status: str) -> None:
+    def run_stop(self, status: str, stop_reason: str | None = None) -> None:
+        """`stop_reason`: set when the run did not end by itself (a signal, an error, a
+        diverged loss): such a log is no timed result (scripts/run_logs.py refuses it)."""
         if status not in RUN_STATUSES:
             raise MLPerfLogError(f"run_stop status={status!r}: expected one of {RUN_STATUSES}")
         self._require(C.RUN_START, C.RUN_STOP)
-        self._emit("end", C.RUN_STOP, metadata={C.STATUS: status})
+        metadata = {C.STATUS: status}
+        if stop_reason is not None:
+            metadata[STOP_REASON] = str(stop_reason)[:300]
+        self._emit("end", C.RUN_STOP, metadata=metadata)
 
     def tracked_stats(self, step: int, samples: int, stats: dict[str, float]) -> None:
         """Training statistics at an eval point (throughput in samples/s, loss, lr), as
@@ -321,6 +327,10 @@ class MLPerfLogger:
                 f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process")
         if (key in once_keys() or key in OWN_ONCE_KEYS) and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
+        try:  # the log is JSON lines: NaN or Infinity would make a line unreadable
+            json.dumps([value, metadata], allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise MLPerfLogError(f"{key}: {value!r} cannot be logged ({err})") from None
         self._logged.add(key)
         if self.writes:
             write = getattr(mllog.get_mllogger(), kind)

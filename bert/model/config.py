@@ -8,12 +8,11 @@ kernels' twins run the same checks), so a config tested on a CPU also runs on a 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-from pathlib import Path
 from typing import Literal
 
 from bert.core.errors import ConfigError, check
+from bert.core.readers import read_json
 from bert.core.settings import ExpandedPath, F, section
 from bert.model.attention import BACKENDS
 from bert.model.fused import FUSED_OPS
@@ -31,21 +30,27 @@ class ModelConfig:
 
     vocab_size: int = F(30522, "real vocabulary; the embedding is padded to a multiple of 8",
                         gt=0, le=32768)  # ids are int16 in the data (REFERENCE 2)
-    hidden_size: int = F(1024, "width of every layer (BERT-Large: 1024)", gt=0)
-    num_hidden_layers: int = F(24, "encoder layers", gt=0)
-    num_attention_heads: int = F(16, "attention heads per layer; must divide hidden_size", gt=0)
-    intermediate_size: int = F(4096, "inner width of each feed-forward block", gt=0)
+    # upper bounds: far above any BERT, low enough that a typo fails here, not in an allocation
+    hidden_size: int = F(1024, "width of every layer (BERT-Large: 1024)", gt=0, le=65536)
+    num_hidden_layers: int = F(24, "encoder layers", gt=0, le=1024)
+    num_attention_heads: int = F(16, "attention heads per layer; must divide hidden_size", gt=0,
+                                 le=4096)
+    intermediate_size: int = F(4096, "inner width of each feed-forward block", gt=0,
+                               le=262144)
     hidden_act: Literal["gelu", "gelu_tanh"] = F("gelu", "gelu (erf) or gelu_tanh")
     hidden_dropout_prob: float = F(0.1, "dropout after the embeddings and every sublayer",
                                    ge=0, lt=1)
     attention_probs_dropout_prob: float = F(0.1, "dropout on the attention probabilities",
                                             ge=0, lt=1)
     max_position_embeddings: int = F(512, "learned positions; at least data.max_seq_length",
-                                     gt=0)
-    type_vocab_size: int = F(2, "segment embeddings (sentence A and B)", gt=0)
-    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0)
-    layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0)
-    pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0)
+                                     gt=0, le=32768)
+    type_vocab_size: int = F(2, "segment embeddings (sentence A and B: the data's segment "
+                                "ids are 0 and 1)", ge=2, le=1024)
+    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0,
+                                 le=1e30)  # within float32
+    layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0, le=1e30)
+    pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0,
+                                      le=1024)
     attention: str = F("padded_sdpa", "attention backend (bert/model/attention.py), resolved "
                        "when the model is built: \"padded_sdpa\" (reference: pads inside "
                        "attention only, exact, CPU and GPU), \"per_sequence\" (CPU: one sequence "
@@ -98,13 +103,7 @@ class ModelConfig:
         if not path:
             return values
         path = os.path.expanduser(str(path))
-        try:
-            loaded = json.loads(Path(path).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ConfigError(f"model.bert_config_file={path!r}: cannot read ({err})") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"model.bert_config_file={path!r}: expected a JSON object of "
-                              f"BERT config fields, got {type(loaded).__name__}")
+        loaded = read_json(path, "model.bert_config_file", ConfigError)
         known = {f.name for f in dataclasses.fields(ModelConfig)} - {"bert_config_file"}
         return {**values, **{k: v for k, v in loaded.items() if k in known}}
 

@@ -7,6 +7,10 @@ from bert.core.errors import check
 from bert.core.settings import F, section
 from bert.optim.registry import OPTIMIZERS
 
+# The optimizer computes in float32 (and fp16/bf16 copies): a hyperparameter beyond this cannot
+# even be stored in a tensor, where it failed as "value cannot be converted without overflow"
+FLOAT32_SAFE = 1e30
+
 
 @section("optim")
 class OptimConfig:
@@ -14,12 +18,12 @@ class OptimConfig:
     the descriptions)."""
 
     name: str = F("lamb", "lamb; adam (AdamW, open division only; needs optim.sharded)")
-    lr: float = F(4.25e-4, "opt_base_learning_rate", gt=0)
+    lr: float = F(4.25e-4, "opt_base_learning_rate", gt=0, le=FLOAT32_SAFE)
     beta1: float = F(0.9, "opt_lamb_beta_1", ge=0, lt=1)
     beta2: float = F(0.999, "opt_lamb_beta_2", ge=0, lt=1)
-    eps: float = F(1e-6, "opt_lamb_epsilon", gt=0)
-    weight_decay: float = F(0.01, "opt_lamb_weight_decay_rate", ge=0)
-    max_grad_norm: float = F(1.0, "global gradient-norm clip", gt=0)
+    eps: float = F(1e-6, "opt_lamb_epsilon", gt=0, le=FLOAT32_SAFE)
+    weight_decay: float = F(0.01, "opt_lamb_weight_decay_rate", ge=0, le=FLOAT32_SAFE)
+    max_grad_norm: float = F(1.0, "global gradient-norm clip", gt=0, le=FLOAT32_SAFE)
     sharded: bool = F(False, "ShardedOptimizer: sharded fp32 state (ZeRO-2), bucketed "
                              "reduce-scatter overlapping the backward, LR and fp16 loss scaling "
                              "on the device. Tested on gloo ranks.")
@@ -61,7 +65,7 @@ class ScheduleConfig:
     warmup_steps: int = F(0, "opt_learning_rate_warmup_steps / num_warmup_steps", ge=0)
     start_warmup_step: int = F(0, "step at which the warmup starts (start_warmup_step)", ge=0)
     power: float = F(1.0, "exponent of the decay (opt_lamb_learning_rate_decay_poly_power)",
-                     gt=0)
+                     gt=0, le=FLOAT32_SAFE)
 
     def __post_init__(self) -> None:
         check(self.warmup_steps <= self.total_steps,

@@ -12,8 +12,9 @@ file, or the bare name of a shipped config (configs/ of the project: tiny_cpu,
 bert_large_1x8xa100_lb56_ga1, ...); a file of that name in the current folder wins. Results go
 to run.output_dir, relative to the current folder (results/tiny_cpu by default).
 
-Exit status: 0 target reached (or eval-only done), 1 stopped without reaching it, 2 bad input
-(config, data, checkpoint), with one line naming what is wrong.
+Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a stalled rank, a
+diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
+143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
 from __future__ import annotations
 
@@ -54,11 +55,9 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
     args = build_parser().parse_args(argv)
     from bert.config import describe_fields, load_config
-    from bert.core.errors import BadInputError
-    from bert.mlperf.writer import MLPerfLogError
     from bert.obs.run_record import RunOrigin, config_sources, format_config
     from bert.plan.check import warn_at_start
-    from bert.train.launch_env import abort_mpi_job, report_error
+    from bert.train.exit_status import exit_status
 
     if args.help_config:
         print("\n".join(describe_fields()))
@@ -77,13 +76,11 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         from bert.train.trainer import Trainer
         trainer = Trainer(cfg, callbacks=callbacks, origin=origin)
         result = trainer.train()
-    except (BadInputError, MLPerfLogError) as err:
-        report_error(str(err), 2)  # once per job, not once per rank
-        abort_mpi_job(2)  # under mpirun, peers blocked in collectives would otherwise hang
-        return 2
     except BaseException as err:
-        abort_mpi_job(1, err)
-        raise
+        code = exit_status(err)  # the one `error:` line (once per job), or a signal's status
+        if code is None:
+            raise  # a crash: its traceback is the report
+        return code
     finally:
         from bert.train.distributed import shutdown_distributed
         shutdown_distributed()
@@ -95,9 +92,10 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
 
 def command() -> int:
     """The `open-bert-train` console command and `python run_pretraining.py`: main() with
-    SIGTERM turned into a clean stop (only a process's main thread may set the handler)."""
-    from bert.train.launch_env import stop_on_sigterm
-    stop_on_sigterm()
+    SIGTERM and SIGINT stopping the run at the next step boundary (only a process's main thread
+    may set the handlers)."""
+    from bert.train.stop_signals import install_stop_handlers
+    install_stop_handlers()
     return main()
 
 

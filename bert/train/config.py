@@ -1,7 +1,7 @@
 """The training run's own configs, one per concern: the run itself (`run:`), evaluation
-(`eval:`), training checkpoints (`checkpoint:`), progress and audit logging (`log:`) and the
-MLPerf submission it belongs to (`submission:`). Paths are expanded once, here
-(bert/core/settings.py: frozen, validated sections)."""
+(`eval:`), training checkpoints (`checkpoint:`), progress and audit logging (`log:`), the
+ranks' process group (`dist:`) and the MLPerf submission it belongs to (`submission:`). Paths
+are expanded once, here (bert/core/settings.py: frozen, validated sections)."""
 from __future__ import annotations
 
 import importlib.util
@@ -27,7 +27,7 @@ class RunConfig:
     precision: Literal["fp32", "bf16", "fp16"] = F("fp32", "bf16 and fp16 under autocast")
     device: Literal["auto", "cpu", "cuda"] = F("auto", "auto: cuda when PyTorch sees a GPU")
     threads: int = F(0, "torch intra-op threads on CPU; 0: PyTorch's (one per core); README",
-                     ge=0)
+                     ge=0, le=4096)
     cache_cleared: bool = F(False, "the launcher flushed the page cache before this run "
                                    "(logged)")
     init_checkpoint: ExpandedPath = F("", "weights to start from: .pt (ours, NVIDIA), HF "
@@ -36,6 +36,20 @@ class RunConfig:
     eval_only: bool = F(False, "evaluate the initial model (init_checkpoint) once and stop: the "
                                "starting accuracy (about 0.34085 for the MLPerf phase-1 "
                                "checkpoint, REFERENCE 2); no training data is read")
+    max_nonfinite_steps: int = F(10, "consecutive steps with a non-finite loss after which the "
+                                     "run stops with an error naming the step (diverged); 0: "
+                                     "never (bert/train/step_guard.py)", ge=0)
+
+
+@section("dist")
+class DistConfig:
+    """The ranks' process group (bert/train/distributed.py)."""
+
+    timeout_s: float = F(600.0, "seconds a collective (and the rendezvous) waits for the "
+                                "slowest rank; then the run stops with one error naming the "
+                                "ranks that never came (stalled or dead). Above the longest "
+                                "gap between collectives: a checkpoint save, an eval, the "
+                                "first step's compilation", gt=0, le=7 * 24 * 3600)
 
 
 @section("eval")

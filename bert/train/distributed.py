@@ -8,6 +8,7 @@ on CUDA, gloo on CPU. Host-side collectives of the data pipeline live in data/co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -46,15 +47,17 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(requested_device: str) -> DistContext:
-    """Start the default process group if the launcher asked for more than one rank."""
+def init_distributed(requested_device: str, timeout_s: float = 600.0) -> DistContext:
+    """Start the default process group if the launcher asked for more than one rank.
+    `timeout_s` (dist.timeout_s): how long a collective waits for the slowest rank."""
     layout = launch_layout()
     device = pick_device(requested_device, layout.local_rank)
     if layout.world_size > 1 and not dist.is_initialized():
         if layout.launcher != "torchrun":
             export_rendezvous(layout)
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
+        dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None,
+                                timeout=timedelta(seconds=timeout_s))
     return DistContext(layout.rank, layout.world_size, layout.local_rank, device,
                        layout.local_world_size)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import sys
 import traceback
@@ -157,11 +156,8 @@ def abort_mpi_job(code: int, err: BaseException | None = None) -> None:
         MPI.COMM_WORLD.Abort(code)
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM (srun ending a step, torchrun its workers) raises SystemExit, so the trainer
-    still closes the MLPerf log with run_stop aborted; once only (then SIGKILL ends it)."""
-    def handler(signum: int, frame) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("run_pretraining.py: SIGTERM; stopping the run", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signum)
-    signal.signal(signal.SIGTERM, handler)
+def peer_reported_error() -> bool:
+    """Whether a rank of this job (on this node) has printed its `error:` line already: what
+    this rank then fails with is a consequence (a peer gone), and stays unprinted."""
+    folder = error_dir()
+    return folder is not None and (folder / STATUS_FILE).exists()

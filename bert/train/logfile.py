@@ -3,18 +3,19 @@
     log = LogFile(out_dir / "mlperf.log")
     MLPerfLogger(str(log.partial), rank)   # written as mlperf.log.<time>-<pid>-<id>.partial
     ... run_stop ...
-    log.publish()                           # renamed to mlperf.log
+    log.publish()                           # a run that ended by itself: renamed to mlperf.log
+    log.keep_aborted("interrupted")         # one stopped from outside: mlperf.log.<...>.interrupted
 
-- A run that stops before run_stop (a bad or missing init checkpoint, a failed resume, a crash
-  or kill in the init phase) leaves its log under its own `.partial` name: an earlier complete
-  mlperf.log stays as it was, and so does an earlier attempt's partial log (the name is per
-  attempt).
-- A run that logged run_stop (success, or aborted: MLPerf scores aborted runs too) publishes its
-  log under the final name; a complete log of an earlier run found there is not replaced but
-  kept beside it as `mlperf.log.<its time>.previous`.
-- Neither of those names ends in `.log`, so bert/mlperf/compliance.py and
+- A run that ends by itself (run_stop success, or aborted at its step budget) publishes its log
+  under the final name; a complete log of an earlier run found there is not replaced but kept
+  beside it as `mlperf.log.<its time>.previous`.
+- A run stopped from outside its loop (a signal, an error after the log opened, a diverged
+  loss) closes its log with run_stop aborted and a stop_reason, and keeps it under its own name,
+  ending `.interrupted` or `.failed`: mlperf.log stays as it was. So does a run killed outright
+  (SIGKILL, a crash in the init phase), whose log stays `.partial`.
+- None of those names ends in `.log`, so bert/mlperf/compliance.py and
   bert/mlperf/package.py, which read `*.log` and `result_*.txt`, never take them for a run,
-  and launch/run_and_time.sh collects `mlperf.log` only from runs that reached run_stop.
+  and launch/run_and_time.sh collects `mlperf.log` only from runs that ended by themselves.
 
 Only the rank that writes the log (rank 0) publishes it.
 """
@@ -58,8 +59,14 @@ class LogFile:
     def __init__(self, final: str | os.PathLike) -> None:
         self.final = Path(final)
         # unique per attempt, even for two attempts of one process in the same second
-        attempt = f"{_stamp()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.partial = self.final.with_name(f"{self.final.name}.{attempt}{PARTIAL_SUFFIX}")
+        self.attempt = f"{self.final.name}.{_stamp()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.partial = self.final.with_name(f"{self.attempt}{PARTIAL_SUFFIX}")
+
+    def keep_aborted(self, how: str) -> Path:
+        """The log of a run stopped from outside, under its own name ending `.<how>`."""
+        kept = self.final.with_name(f"{self.attempt}.{how}")
+        os.rename(self.partial, kept)
+        return kept
 
     def publish(self) -> Path | None:
         """Rename the finished log to its final name; returns where an earlier log found there

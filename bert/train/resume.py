@@ -27,15 +27,17 @@ import json
 import os
 import re
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
 
-from bert.core.errors import CheckpointError
+from bert.core.errors import CheckpointError, DamagedCheckpoint
 from bert.core.files import atomic_path, write_text_atomic
+from bert.core.readers import read_json, read_torch, require_keys
 from bert.train.resume_settings import write_config
 
 FORMAT = "open-bert-train-state"
@@ -45,6 +47,7 @@ VERSION = 2
 MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.pt"
 PARTIAL_SUFFIX = ".partial"
+DELETING_SUFFIX = ".deleting"  # a folder being removed (remove_folder)
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
@@ -61,14 +64,15 @@ class Manifest:
 
     @classmethod
     def read(cls, folder: Path) -> "Manifest":
-        try:
-            values = json.loads((folder / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{folder}: not a complete training checkpoint "
-                                  f"({MANIFEST}: {err})") from None
+        path = folder / MANIFEST
+        values = read_json(path, "checkpoint manifest", DamagedCheckpoint)
         if values.get("format") != FORMAT or values.get("version") != VERSION:
-            raise CheckpointError(f"{folder}: {MANIFEST} is not a {FORMAT} v{VERSION} manifest")
-        return cls(**{k: int(values[k]) for k in cls.__dataclass_fields__})
+            raise DamagedCheckpoint(f"{folder}: {MANIFEST} is not a {FORMAT} v{VERSION} "
+                                    f"manifest")
+        fields = tuple(cls.__dataclass_fields__)
+        require_keys(values, fields, path, "checkpoint manifest", DamagedCheckpoint,
+                     types=dict.fromkeys(fields, int))
+        return cls(**{k: values[k] for k in fields})
 
 
 def checkpoint_root(output_dir: str | os.PathLike) -> Path:
@@ -169,7 +173,7 @@ def save_checkpoint(root: Path, manifest: Manifest, rank: int, trainer_state: di
     _barrier()  # every rank's file is on disk
     if rank == 0:
         write_text_atomic(partial / MANIFEST, manifest.to_json())
-        shutil.rmtree(final, ignore_errors=True)  # a same-step folder from an earlier attempt
+        remove_folder(final)  # a same-step folder from an earlier attempt
         os.replace(partial, final)
         _prune(root, keep)
     _barrier()  # nobody reports the checkpoint before it is complete
@@ -180,25 +184,57 @@ def _prune(root: Path, keep: int) -> None:
     """Keep the newest `keep` complete checkpoints; drop older ones and stale partial folders."""
     complete = complete_checkpoints(root)
     for old in complete[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob(f"step_*{PARTIAL_SUFFIX}"):
+        remove_folder(old)
+    for stale in [*root.glob(f"step_*{PARTIAL_SUFFIX}"), *root.glob(f"step_*{DELETING_SUFFIX}")]:
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def remove_folder(folder: Path) -> None:
+    """Delete a checkpoint folder so that no moment leaves it half there under its name: first
+    renamed (atomic; the new name is no checkpoint's), then deleted. A kill in between leaves a
+    `.deleting` folder, which nothing reads and the next prune removes."""
+    doomed = folder.with_name(folder.name + DELETING_SUFFIX)
+    if doomed.exists():  # left by an earlier interrupted removal
+        shutil.rmtree(doomed, ignore_errors=True)
+    try:
+        os.replace(folder, doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 # -- reading ------------------------------------------------------------------------------------
 
-def _load(path: Path, mmap: bool = False) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except (OSError, RuntimeError, EOFError) as err:
-        raise CheckpointError(f"{path}: cannot read ({err})") from None
-
-
 def load_trainer_state(folder: Path, mmap: bool = False) -> dict:
     """The rank-0 file (model, optimizer, schedule, progress); every rank reads it. `mmap`:
     tensors are mapped, not read (for a look at the config alone)."""
-    return _load(folder / TRAINER_FILE, mmap=mmap)
+    path = folder / TRAINER_FILE
+    state = read_torch(path, "training state", DamagedCheckpoint, mmap=mmap)
+    require_keys(state, ("model", "optimizer", "progress"), path, "training state",
+                 DamagedCheckpoint, types={"model": dict, "optimizer": dict, "progress": dict})
+    require_keys(state["progress"], ("step", "samples", "accuracy"), path,
+                 "training state's progress", DamagedCheckpoint,
+                 types={"step": int, "samples": int, "accuracy": (int, float)})
+    return state
+
+
+@contextmanager
+def checkpoint_fit(path: Path) -> Iterator[None]:
+    """Loading a checkpoint file's states into the model, optimizer, RNG or data pipeline: a
+    state that does not fit them (a tensor of another shape, a missing entry) is a
+    DamagedCheckpoint naming the file."""
+    try:
+        yield
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
+        first = " ".join(str(err).split())[:200]
+        raise DamagedCheckpoint(f"{path}: does not fit what this config builds "
+                                f"({first})") from None
 
 
 def load_rank_state(folder: Path, rank: int) -> dict:
-    return _load(folder / rank_file(rank))
+    path = folder / rank_file(rank)
+    state = read_torch(path, "rank state", DamagedCheckpoint)
+    require_keys(state, ("rng", "pipeline"), path, "rank state", DamagedCheckpoint,
+                 types={"rng": dict, "pipeline": dict})
+    require_keys(state["rng"], ("cpu",), path, "rank state's rng", DamagedCheckpoint)
+    return state

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from bert.config import flatten
-from bert.core.errors import CheckpointError
+from bert.core.errors import CheckpointError, DamagedCheckpoint
 from bert.core.files import write_text_atomic
+from bert.core.readers import read_json
 
 CONFIG_FILE = "config.json"
 
-RESUME_FREE_SECTIONS = ("checkpoint.", "log.", "eval.", "submission.", "model.fused_")
+RESUME_FREE_SECTIONS = ("checkpoint.", "log.", "eval.", "submission.", "model.fused_", "dist.")
 RESUME_FREE_KEYS = frozenset({
     "run.output_dir", "run.device", "run.threads", "run.cache_cleared", "run.init_checkpoint",
-    "run.eval_only", "run.max_steps", "run.max_samples",
+    "run.eval_only", "run.max_steps", "run.max_samples", "run.max_nonfinite_steps",
     "data.train_dir", "data.eval_file", "data.prefetch_depth", "data.synthetic.cache_dir",
     "model.attention", "model.compile_sublayers", "model.bert_config_file",
     "optim.fused_kernel", "optim.bucket_cap_mb",
@@ -42,13 +43,15 @@ def write_config(folder: Path, config: dict) -> None:
 def saved_config(folder: Path) -> dict:
     """The config a checkpoint was trained with (every checkpoint of the current manifest
     version has config.json; older ones are refused by their manifest)."""
-    try:
-        return json.loads((folder / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{folder}: no {CONFIG_FILE} (not a complete checkpoint of this "
-                              f"version)") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{folder / CONFIG_FILE}: cannot read ({err})") from None
+    if not (folder / CONFIG_FILE).exists():
+        raise DamagedCheckpoint(f"{folder}: no {CONFIG_FILE} (not a complete checkpoint of "
+                                f"this version)")
+    saved = read_json(folder / CONFIG_FILE, "checkpoint config", DamagedCheckpoint)
+    sections = [name for name, value in saved.items() if not isinstance(value, dict)]
+    if sections:
+        raise DamagedCheckpoint(f"checkpoint config {str(folder / CONFIG_FILE)!r}: "
+                                f"{sections[0]!r} is not a section (a JSON object)")
+    return saved
 
 
 def changed_settings(saved: dict, given: dict, saved_seed: int) -> list[tuple[str, Any, Any]]:

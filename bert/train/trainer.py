@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
+import weakref
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -51,10 +53,13 @@ from bert.train.run_plan import RunPlan
 from bert.train.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
-from bert.train.resume import (Manifest, check_compatible, checkpoint_root, load_rank_state,
-                               load_trainer_state, resolve_resume, rng_state, save_checkpoint,
-                               set_rng_state)
-from bert.train.resume_settings import check_resume_settings
+from bert.train.resume import (TRAINER_FILE, Manifest, checkpoint_fit, checkpoint_root,
+                               rank_file, rng_state, save_checkpoint, set_rng_state)
+from bert.train.peer_failure import explain
+from bert.train.resume_pick import pick_resume_point
+from bert.train.run_lock import hold_output_dir
+from bert.train.step_guard import StepGuard
+from bert.train.stop_signals import RunInterrupted, stop_reason
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
@@ -110,7 +115,7 @@ class Trainer:
         layout = launch_layout()
         self.plan = RunPlan.build(cfg, layout.world_size, layout.local_world_size)
         self.geometry = self.plan.geometry
-        self.ctx: DistContext = init_distributed(cfg.run.device)
+        self.ctx: DistContext = init_distributed(cfg.run.device, cfg.dist.timeout_s)
         self.out_dir = Path(cfg.run.output_dir)
         self.progress = Progress(enabled=self.ctx.is_main or cfg.log.all_ranks,
                                  interval_s=cfg.log.interval_s, quiet=cfg.log.quiet)
@@ -119,21 +124,28 @@ class Trainer:
         # fails here; not needed when resuming, whose state replaces it
         self._init_state = (read_checkpoint_file(cfg.run.init_checkpoint)
                             if cfg.run.init_checkpoint and not self.resume_from else None)
-        if self.ctx.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        resumed_step = self.resume_manifest.step if self.resume_from else None
-        self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only,
-                                                                       resumed_step))
-        self.log_path = str(self.log_file.final)
-        # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
-        self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
-        # metrics.jsonl, run.json, TensorBoard, the profiler window (bert/obs/observer.py)
-        self.obs = Observer(cfg, self.ctx, self.out_dir, file_suffix(self.log_file.final),
-                            origin)
-        if self.ctx.is_main:
-            self.progress.on_point = self.obs.train_point
-        self.callbacks = [self.obs, *callbacks]
-        self._init_phase()
+        self.lock = hold_output_dir(self.out_dir, self.ctx)  # one run per folder, till train ends
+        weakref.finalize(self, self.lock.release)  # a Trainer dropped untrained (tests)
+        try:
+            resumed_step = self.resume_manifest.step if self.resume_from else None
+            self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only,
+                                                                           resumed_step))
+            self.log_path = str(self.log_file.final)
+            # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
+            self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
+            # metrics.jsonl, run.json, TensorBoard, the profiler window (bert/obs/observer.py)
+            self.obs = Observer(cfg, self.ctx, self.out_dir, file_suffix(self.log_file.final),
+                                origin)
+            if self.ctx.is_main:
+                self.progress.on_point = self.obs.train_point
+            self.callbacks = [self.obs, *callbacks]
+            self.guard = StepGuard(self.ctx, cfg.run.max_nonfinite_steps,  # signals, NaN
+                                   cfg.dist.timeout_s)
+            self._ended_by_itself = False  # run_stop logged by the loop itself
+            self._init_phase()
+        except BaseException:
+            self.lock.release()
+            raise
 
     # -- init phase (timed as MLPerf init: no data may be read here) -------------------------
 
@@ -191,28 +203,25 @@ class Trainer:
         return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
 
     def _find_resume_point(self) -> tuple[Path | None, Manifest | None]:
-        run, resume = self.cfg.run, self.cfg.checkpoint.resume
-        folder = resolve_resume(resume, run.output_dir)
-        if folder is None:
-            if resume == "auto":
-                self.progress.line("resume auto: no complete checkpoint yet, starting fresh")
-            return None, None
-        manifest = Manifest.read(folder)
-        check_compatible(manifest, folder, self.ctx.world_size, self.plan.global_batch_size)
-        # before the log opens: a refused resume writes nothing
-        check_resume_settings(folder, manifest.seed, self.cfg.to_dict())
-        return folder, manifest
+        """Read whole before the log opens: a refused or damaged resume writes nothing."""
+        self._resume_point = pick_resume_point(
+            self.cfg.checkpoint.resume, self.cfg.run.output_dir, self.ctx,
+            self.plan.global_batch_size, self.cfg.to_dict(), self.progress.line)
+        point = self._resume_point
+        return (point.folder, point.manifest) if point else (None, None)
 
     def _restore(self, folder: Path) -> None:
         """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing
         after it draws); the data position waits for the run phase."""
-        trainer_state = load_trainer_state(folder)
-        self.raw_model.load_state_dict(trainer_state["model"])
-        self.optim.load_state_dict(trainer_state["optimizer"])
+        point, self._resume_point = self._resume_point, None  # the states are not kept
+        trainer_state, rank_state = point.trainer_state, point.rank_state
+        with checkpoint_fit(folder / TRAINER_FILE):
+            self.raw_model.load_state_dict(trainer_state["model"])
+            self.optim.load_state_dict(trainer_state["optimizer"])
+        with checkpoint_fit(folder / rank_file(self.ctx.rank)):
+            set_rng_state(rank_state["rng"], self.ctx.device)
         self.start_point = trainer_state["progress"]
-        rank_state = load_rank_state(folder, self.ctx.rank)
         self._resume_data = rank_state["pipeline"]
-        set_rng_state(rank_state["rng"], self.ctx.device)
         self.progress.line(f"resumed from {folder}: step {self.start_point['step']}, "
                            f"{self.start_point['samples']} samples trained")
 
@@ -234,6 +243,23 @@ class Trainer:
         self._last_checkpoint_step = step
         self.progress.line(f"checkpoint: {folder}")
 
+    def _interrupt(self, signum: int, step: int, samples: int, accuracy: float,
+                   block_samples: int) -> None:
+        """Stop at this step boundary for a signal: the open block closed with what it
+        trained, and a checkpoint if they are on (run_stop comes with the log's end)."""
+        self.mllog.block_stop(samples, first_epoch_num=samples - block_samples,
+                              epoch_count=block_samples)
+        self.mllog.train_samples(samples)
+        saved = ""
+        if self.cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
+            self._save_checkpoint(step, samples, accuracy)
+            saved = "; checkpoint saved"
+        elif self.cfg.checkpoint.interval_steps:
+            saved = "; checkpoint of this step already saved"
+        self.progress.result(f"interrupted by {signal.Signals(signum).name} after step "
+                             f"{step}{saved}")
+        raise RunInterrupted(signum, step)
+
     def _checkpoint_due(self, step: int) -> bool:
         interval = self.cfg.checkpoint.interval_steps
         return interval > 0 and step % interval == 0 and step != self._last_checkpoint_step
@@ -249,26 +275,43 @@ class Trainer:
     # -- run phase ---------------------------------------------------------------------------
 
     def train(self) -> TrainResult:
-        """The timed run. An error inside it still closes the log (run_stop aborted)."""
+        """The timed run. Stopped from outside (a signal, an error), it still closes its log
+        (run_stop aborted, with the reason), kept under its own name (bert/train/logfile.py)."""
         try:
             result = self._train()
-        except BaseException:
-            if self.mllog.run_started and not self.mllog.run_stopped:
-                self.mllog.run_stop("aborted")
+        except BaseException as err:
+            failure = explain(err, self.ctx, self.guard.step_in_progress,
+                              self.cfg.dist.timeout_s)
             self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
+            self._end_log(failure or err)
+            if failure is not None:
+                raise failure from None
             raise
         finally:
-            self._publish_log()
+            self.lock.release()
         self._close_data(finish=True)
         return result
 
+    def _end_log(self, err: BaseException) -> None:
+        """The log of a run that failed or was interrupted: kept aborted under its own name,
+        unless the run had ended by itself before (then the error came after its result)."""
+        if self._ended_by_itself:
+            return  # published at its run_stop
+        self.obs.close(publish=False)  # metrics and run record keep their partial names too
+        if self.mllog.run_started and not self.mllog.run_stopped:
+            self.mllog.run_stop("aborted", stop_reason=stop_reason(err))
+        if self.ctx.is_main and self.mllog.run_stopped:
+            self.mllog.close()
+            kept = self.log_file.keep_aborted(
+                "interrupted" if isinstance(err, RunInterrupted) else "failed")
+            self.progress.result(f"this run's MLPerf log: {kept} ({self.log_file.final.name} "
+                                 f"not replaced)")
+
     def _publish_log(self) -> None:
-        """A log with run_stop is complete: it takes its final name, keeping an earlier log
-        found there. One without run_stop stays under its partial name. The metrics and the
-        run record go with it."""
-        published = self.ctx.is_main and self.mllog.run_stopped
-        self.obs.close(publish=published)
-        if not published:
+        """A run that ended by itself: its log takes its final name, keeping an earlier log
+        found there; the metrics and the run record go with it."""
+        self.obs.close(publish=self.ctx.is_main)
+        if not self.ctx.is_main:
             return
         self.mllog.close()
         kept = self.log_file.publish()
@@ -292,6 +335,7 @@ class Trainer:
             callback.on_train_start(self)
         max_steps = plan.max_steps
         self.progress.start(max_steps * gbs, samples, max_steps)
+        self.guard.start(step)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
             block_steps = min(steps_per_block - step % steps_per_block, max_steps - step)
@@ -305,6 +349,9 @@ class Trainer:
                     self._save_checkpoint(step, samples, accuracy)
                 for callback in self.callbacks:
                     callback.on_step_end(self, step)
+                signum = self.guard.after_step(step, step_loss)  # agreed by every rank
+                if signum:
+                    self._interrupt(signum, step, samples, accuracy, block_step * gbs)
             log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
                            epoch_count=block_steps * gbs)
             accuracy = self._eval_point(eval_set, samples, step)
@@ -313,10 +360,13 @@ class Trainer:
                 break
             if self._checkpoint_due(step):
                 self._save_checkpoint(step, samples, accuracy)
+        self.guard.finish()
         log.train_samples(samples)
         log.run_stop(status)
+        self._ended_by_itself = True
         seconds = time.time() - started
         self.obs.ended(status, step, samples, accuracy, seconds, self.log_file.final.name)
+        self._publish_log()
         if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
         self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
@@ -335,7 +385,8 @@ class Trainer:
             ranks_per_node=self.plan.ranks_per_node, pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
-            self.pipeline.load_state_dict(self._resume_data)
+            with checkpoint_fit(self.resume_from / rank_file(ctx.rank)):
+                self.pipeline.load_state_dict(self._resume_data)
         return self.pipeline, self._read_eval_set()
 
     def _read_eval_set(self):
@@ -354,8 +405,10 @@ class Trainer:
         status = "success" if accuracy >= self.cfg.eval.target_mlm_accuracy else "aborted"
         log.train_samples(0)
         log.run_stop(status)
+        self._ended_by_itself = True
         self.obs.ended("eval_only", 0, 0, accuracy, time.time() - started,
                        self.log_file.final.name)
+        self._publish_log()
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
         self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
                              f"{self.cfg.eval.samples or 'all'} eval samples")

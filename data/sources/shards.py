@@ -100,9 +100,11 @@ def _read_columns(path: Path, limit: int | None) -> dict[str, np.ndarray]:
             return {name: f[name][:stop] for name in ALL_FIELDS}
     except DataError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as err:
-        # h5py reports truncated or non-HDF5 files as OSError; keep its reason in the message.
-        raise DataError(f"{path}: cannot read as HDF5 ({err})") from None
+    except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
+        # h5py reports truncated or non-HDF5 files as OSError, damaged internals (a flipped
+        # byte in a heap) as RuntimeError; keep its reason in the message.
+        raise DataError(f"{path}: cannot read as HDF5 ({' '.join(str(err).split())[:200]})") \
+            from None
 
 
 def _check_layout(path: Path, f: h5py.File) -> None:

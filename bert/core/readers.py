@@ -1,0 +1,169 @@
+"""Every file a user hands the program is read here: YAML, JSON and PyTorch pickles.
+
+    tree = read_yaml(path, "config file")                       # ConfigError on any failure
+    manifest = read_json(folder / "manifest.json", "checkpoint manifest", CheckpointError)
+    state = read_torch(folder / "trainer.pt", "training state", CheckpointError)
+    require_keys(state, ("model", "optimizer"), path, "training state", CheckpointError)
+
+Each reader turns every way the file can fail (missing, unreadable, a folder, not UTF-8, not
+YAML/JSON/a pickle, truncated, the wrong shape at the top) into the one bad-input error the
+caller names (`error`, a bert.core.errors class), with the file and what was expected, in one
+line. A YAML file's aliases may not expand beyond MAX_YAML_VALUES values (a few KB of nested
+aliases can stand for billions: the "billion laughs"), and a cycle of aliases is refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from bert.core.errors import BadInputError, ConfigError
+
+MAX_YAML_VALUES = 100_000  # expanded nodes of a config: real ones have a few hundred
+MAX_SHOWN_ERROR = 160  # characters of a library's own error message kept in ours
+
+
+def _short(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= MAX_SHOWN_ERROR else text[:MAX_SHOWN_ERROR] + "..."
+
+
+def _check_path(path: str | os.PathLike, what: str, error: type[BadInputError]) -> None:
+    if "\x00" in str(path):  # every file call fails on it ("embedded null byte")
+        raise error(f"{what} {str(path)!r}: a path cannot hold a NUL character")
+
+
+def read_bytes(path: str | os.PathLike, what: str,
+               error: type[BadInputError] = ConfigError) -> bytes:
+    _check_path(path, what, error)
+    try:
+        return Path(path).read_bytes()
+    except IsADirectoryError:
+        raise error(f"{what} {str(path)!r}: is a folder, not a file") from None
+    except OSError as err:
+        raise error(f"{what} {str(path)!r}: {err.strerror or _short(err)}") from None
+
+
+def read_text(path: str | os.PathLike, what: str,
+              error: type[BadInputError] = ConfigError) -> str:
+    data = read_bytes(path, what, error)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{what} {str(path)!r}: not UTF-8 text (byte {err.start})") from None
+
+
+class _AliasBomb(Exception):
+    pass
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Values `node` stands for once every alias is expanded (shared nodes counted each time
+    they are used). Raises _AliasBomb beyond MAX_YAML_VALUES or on a cycle."""
+    key = id(node)
+    if key in memo:
+        if memo[key] < 0:
+            raise _AliasBomb("an alias refers to a value that contains it")
+        return memo[key]
+    memo[key] = -1  # in progress: meeting it again is a cycle
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    else:
+        children = []
+    size = 1
+    for child in children:
+        size += _expanded_size(child, memo)
+        if size > MAX_YAML_VALUES:
+            raise _AliasBomb(f"its aliases expand to more than {MAX_YAML_VALUES:,} values")
+    memo[key] = size
+    return size
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader that measures the document before building it."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _expanded_size(node, {})
+        return super().construct_document(node)
+
+
+def read_yaml(path: str | os.PathLike, what: str,
+              error: type[BadInputError] = ConfigError) -> Any:
+    """The YAML document in `path` (None when it is empty)."""
+    text = read_text(path, what, error)
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:  # its message spans lines: the problem and where, on one
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise error(f"{what} {str(path)!r}: invalid YAML ({problem}{where})") from None
+    except _AliasBomb as err:
+        raise error(f"{what} {str(path)!r}: refused: {err}") from None
+    except RecursionError:
+        raise error(f"{what} {str(path)!r}: nested too deeply") from None
+    except ValueError as err:  # a value the constructor refuses (an integer of 5,000 digits)
+        raise error(f"{what} {str(path)!r}: {_short(err)}") from None
+
+
+def read_json(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError,
+              expect: type = dict) -> Any:
+    """The JSON value in `path`, which must be an `expect` (an object by default)."""
+    text = read_text(path, what, error)
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as err:
+        raise error(f"{what} {str(path)!r}: not valid JSON ({_short(err)})") from None
+    if not isinstance(value, expect):
+        raise error(f"{what} {str(path)!r}: expected a JSON {_json_name(expect)}, got "
+                    f"{_json_name(type(value))}")
+    return value
+
+
+def _json_name(typ: type) -> str:
+    names = {dict: "object", list: "array", str: "string", int: "number", float: "number",
+             bool: "true/false", type(None): "null"}
+    return names.get(typ, typ.__name__)
+
+
+def read_torch(path: str | os.PathLike, what: str,
+               error: type[BadInputError] = ConfigError, mmap: bool = False,
+               expect: type = dict) -> Any:
+    """A torch.save file (ours: pickles of dicts of tensors), loaded on the CPU."""
+    import torch
+
+    _check_path(path, what, error)
+    if not Path(path).is_file():
+        read_bytes(path, what, error)  # the reason, in the readers' words
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+    except Exception as err:  # noqa: BLE001 - unpickling raises anything; all mean "damaged"
+        raise error(f"{what} {str(path)!r}: cannot read ({type(err).__name__}: "
+                    f"{_short(err)})") from None
+    if not isinstance(value, expect):
+        raise error(f"{what} {str(path)!r}: expected a {expect.__name__}, got "
+                    f"{type(value).__name__}")
+    return value
+
+
+def require_keys(mapping: dict, keys: Iterable[str], path: str | os.PathLike, what: str,
+                 error: type[BadInputError] = ConfigError,
+                 types: dict[str, type | tuple] | None = None) -> None:
+    """`error` naming the first of `keys` missing from `mapping` (or of the wrong type)."""
+    for key in keys:
+        if key not in mapping:
+            raise error(f"{what} {str(path)!r}: no {key!r} (has: "
+                        f"{', '.join(map(str, list(mapping)[:12]))})")
+        want = (types or {}).get(key)
+        if want is not None and (not isinstance(mapping[key], want)
+                                 or isinstance(mapping[key], bool) and bool not in _tuple(want)):
+            raise error(f"{what} {str(path)!r}: {key!r} is a {type(mapping[key]).__name__}")
+
+
+def _tuple(want: type | tuple) -> tuple:
+    return want if isinstance(want, tuple) else (want,)

@@ -1,0 +1,45 @@
+"""How a run that raised ends: its exit status, and the one line the user sees.
+
+    except BaseException as err:
+        code = exit_status(err)      # prints the `error:` line (once per job) when there is one
+        if code is None:
+            raise                    # a crash: its traceback is the report
+
+- a stop signal at a step boundary (RunInterrupted): 128 + N, nothing more to print;
+- bad input (BadInputError, MLPerfLogError): one `error:` line, 2;
+- a job that cannot go on (JobError: a stalled or dead peer, a diverged loss): one line, 1;
+  for a stalled or dead peer (PeerLost) the process then exits at once: shutting down a
+  process group whose peer never answers would wait for it (gloo waits in its destructors);
+- anything else on a rank whose peer already printed its `error:` line: that error is the
+  cause and this one its consequence (a collective whose peer is gone), so 1, silently;
+- anything else: a crash, None (the caller re-raises: the traceback is the report).
+Under mpirun a failed rank aborts the job (bert/train/launch_env.py: abort_mpi_job).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from bert.core.errors import BadInputError, JobError, PeerLost
+from bert.mlperf.writer import MLPerfLogError
+from bert.train.launch_env import abort_mpi_job, peer_reported_error, report_error
+from bert.train.stop_signals import RunInterrupted
+
+
+def exit_status(err: BaseException) -> int | None:
+    if isinstance(err, RunInterrupted):
+        return err.status
+    if isinstance(err, (BadInputError, MLPerfLogError, JobError)):
+        code = 1 if isinstance(err, JobError) else 2
+        report_error(str(err), code)  # once per job, not once per rank
+        abort_mpi_job(code)  # under mpirun, peers blocked in collectives would otherwise hang
+        if isinstance(err, PeerLost):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
+    if peer_reported_error():
+        abort_mpi_job(1)
+        return 1
+    abort_mpi_job(1, err)
+    return None
