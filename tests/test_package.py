@@ -237,7 +237,17 @@ LOG_CASES = {
                                 d / "result_0.txt", "resumed_from_checkpoint", RESUME_STEP),
         f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}", True),
     "no run": (lambda t, d: _drop_run(t["whole"], d / "result_0.txt"), "no run_start", True),
+    # stopped from outside its loop (SIGTERM): refused even as the one aborted run allowed
+    "interrupted": (lambda t, d: _interrupted(t["whole"], d / "result_0.txt"),
+                    "stopped from outside the training loop (interrupted by SIGTERM", True),
 }
+
+
+def _interrupted(src: Path, dst: Path) -> Path:
+    recs = records(src)
+    stop = next(r for r in recs if r["key"] == "run_stop")
+    stop["metadata"]["stop_reason"] = "interrupted by SIGTERM at step 3"
+    return write_records(dst, recs)
 
 
 @pytest.mark.parametrize("case", LOG_CASES)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.mlperf.constants import (MLLOG_MARKER, NOT_LOGS, RESUMED_FROM_CHECKPOINT,
-                                   RESUMED_NAME, RULESET, TOPOLOGY_KEYS)
+                                   RESUMED_NAME, RULESET, STOP_REASON, TOPOLOGY_KEYS)
 
 
 class LogError(Exception):
@@ -50,6 +50,9 @@ class Run:
     global_batch_size: int | None
     resumed: str | None  # why it is a resumed log; None for a fresh run
     topology: dict[str, str] = field(default_factory=dict)  # TOPOLOGY_KEYS found in the log
+    # run_stop's stop_reason: the run was stopped from outside its loop (a signal, an error,
+    # a diverged loss), so it is no timed result, even as the one aborted run MLPerf allows
+    stop_reason: str | None = None
 
     @property
     def converged(self) -> bool:
@@ -62,6 +65,9 @@ class Run:
                     "package the log of an uninterrupted run")
         if not self.has_start:
             return "no run_start: not a training run (an eval-only log?)"
+        if self.stop_reason:
+            return (f"stopped from outside the training loop ({self.stop_reason}): not a timed "
+                    "run, not even as the one aborted run MLPerf allows")
         if self.status == "missing":
             return "incomplete: no run_stop (the run was killed, crashed or is still running)"
         if self.status != "success" and not allow_aborted:
@@ -107,7 +113,8 @@ def read_run(path: Path) -> Run:
                value("submission_org"), value("submission_division"),
                value("submission_status"), value("global_batch_size"),
                resumed_reason(path, first),
-               {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first})
+               {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first},
+               stop.value["metadata"].get(STOP_REASON) if stop else None)
 
 
 def resumed_reason(path: Path, first: dict) -> str | None:
