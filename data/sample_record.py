@@ -8,6 +8,9 @@ Each rank writes DIR/rank<R>.txt with one line per sample it trains:
 leaves a complete record of the steps it handed to the model. A run resumed at step > 0
 appends. Together the rank files answer "was every sample of the global batch trained exactly
 once" (tests/test_data_distributed.py checks exactly that).
+
+A fresh run (no checkpoint.resume) refuses a DIR that already holds rank*.txt files, which it
+would overwrite (check_record_dir, before the run starts); a resumed run appends to them.
 """
 from __future__ import annotations
 
@@ -16,6 +19,19 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 import numpy as np
+
+from bert.core.errors import ConfigError
+
+
+def check_record_dir(folder: str | os.PathLike, resuming: bool) -> None:
+    """Refuse a fresh run's --record-samples DIR holding an earlier run's rank files."""
+    if not folder or resuming:
+        return
+    found = sorted(p.name for p in Path(folder).glob("rank*.txt"))
+    if found:
+        raise ConfigError(f"--record-samples {folder}: already holds {', '.join(found[:3])} "
+                          f"from an earlier run; a fresh run would overwrite them: choose an "
+                          f"empty folder, or resume that run")
 
 
 class SampleRecorder:

@@ -200,6 +200,22 @@ ROWS = [
                                  "{inputs}/vocab.bin", "--out", "{rows}/examples"],
         ["vocab.bin", "not UTF-8"], target="scripts/prepare_data.py",
         must_not_exist="{rows}/examples"),
+    # -- outputs that are not ours (issue 26 item 3) ------------------------------------------
+    Row("prepare_out_is_its_input", ["to-varlen", "{data}", "--out", "{data}"],
+        ["--out", "overlaps the input"], target="scripts/prepare_data.py"),
+    Row("prepare_out_file_exists", ["pick-eval", "{data}/eval.hdf5", "--out", "{inputs}/text.pt"],
+        ["text.pt", "already exists", "--force"], target="scripts/prepare_data.py"),
+    Row("package_system_reaches_outside", ["{run}", "--system", "../../victim", "--out",
+                                           "{rows}/pkg", "--force", "--skip-checks"],
+        ["--system", "../../victim", "plain name"], target="scripts/package_results.py",
+        must_not_exist="{rows}/pkg"),
+    Row("record_samples_over_earlier_run", ["--record-samples", "{inputs}/records"],
+        ["--record-samples", "rank0.txt", "earlier run"]),
+    Row("convert_out_file_exists", ["nvidia", "{inputs}/text.pt", "--out",
+                                    "{inputs}/bad.safetensors"],
+        ["bad.safetensors", "already exists"], target="scripts/convert_checkpoint.py"),
+    Row("hf_export_into_foreign_folder", ["hf-export", CKPT + "/trainer.pt", "--out", "{data}"],
+        ["did not write", "part_"], target="scripts/convert_checkpoint.py"),
     Row("simulate_zero_ranks", ["--ranks", "0"], ["--ranks=0"],
         target="scripts/simulate_balance.py"),
     Row("simulate_ranks_not_whole_nodes", ["--ranks", "12", "--ranks-per-node", "8"],
@@ -245,6 +261,8 @@ def _edit_first_value(folder: Path, name: str, value: int) -> None:
 def _make_inputs(inputs: Path, data: Path, trainer_pt: Path) -> None:
     inputs.mkdir()
     (inputs / "empty").mkdir()
+    (inputs / "records").mkdir()  # an earlier run's --record-samples trail
+    (inputs / "records" / "rank0.txt").write_text("0 part_00000.hdf5 3\n")
     (inputs / "text.pt").write_text("not a checkpoint\n")
     (inputs / "bad.safetensors").write_text("not safetensors either\n")
     (inputs / "truncated.pt").write_bytes(trainer_pt.read_bytes()[:4000])

@@ -50,6 +50,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.files import safe_name
 from bert.mlperf import system_desc
 from bert.mlperf.compliance import Verdict, run_checker
 from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
@@ -242,8 +244,22 @@ def write_marker(out: Path, headline: str, problems: list[str]) -> None:
     marker.write_text(headline + "\n" + "".join(f"- {p}\n" for p in problems))
 
 
+def check_paths(args: argparse.Namespace, out: Path) -> None:
+    """Before anything is read or written: the system name stays one folder under --out (the
+    folder --force replaces), and no input lies in that folder or is the system json."""
+    system = safe_name(args.system, "--system")
+    replaced = [out / "results" / system / BENCHMARK, out / "systems" / f"{system}.json"]
+    for given in [*args.runs, *([args.system_json] if args.system_json else [])]:
+        path = Path(given).resolve()
+        for target in map(Path.resolve, replaced):
+            if path == target or target in path.parents:
+                raise PackageError(f"--out {out}: would replace the input {given}; choose "
+                                   f"another --out or --system")
+
+
 def package(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    check_paths(args, out)
     runs, notes = collect(args.runs, args.allow_aborted)
     for note in notes:
         print(note)
@@ -347,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return package(args)
-    except (PackageError, LogError, system_desc.DescriptionError, OSError) as err:
+    except (PackageError, LogError, system_desc.DescriptionError, BadInputError,
+            OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

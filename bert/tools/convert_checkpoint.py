@@ -31,7 +31,7 @@ from bert.model import BertForPretraining, ModelConfig
 from bert.model.weights import (CheckpointError, load_into_model,
                                 read_checkpoint_file, tf_to_hf_name, tf_to_hf_state_dict,
                                 to_hf_state_dict)
-from bert.core.files import atomic_path, write_text_atomic
+from bert.core.files import atomic_path, check_output, write_text_atomic
 
 # HF config.json activation names -> ours
 HF_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -147,8 +147,26 @@ def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
 
 # -- command line -----------------------------------------------------------------------------
 
+HF_EXPORT_FILES = {"pytorch_model.bin", "model.safetensors", "config.json",
+                   "generation_config.json"}  # what hf-export (or save_pretrained) writes
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """--out is no input, and replaces an existing file, or a folder holding more than an
+    earlier export, only with --force."""
+    inputs = [p for p in (args.src, args.bert_config, args.config) if p]
+    check_output(args.out, inputs, args.force,
+                 folder_ok=_export_file if args.command == "hf-export" else None)
+
+
+def _export_file(name: str) -> bool:
+    """A file an earlier hf-export may have left: its outputs, or a hidden temp file."""
+    return name in HF_EXPORT_FILES or name.startswith(".")
+
+
 def run(args: argparse.Namespace) -> None:
     src, out = Path(args.src), Path(args.out)
+    check_out(args)
     if args.command == "tf":
         arrays = read_tf_checkpoint(args.src)
         state, _ = tf_to_hf_state_dict(arrays)
@@ -169,6 +187,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("command", choices=("tf", "nvidia", "hf-import", "hf-export"))
     parser.add_argument("src", help="checkpoint prefix (tf), file or folder")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --out file (hf-export: a folder of more)")
     parser.add_argument("--bert-config", help="Google/HF bert_config.json for the model shape")
     parser.add_argument("--config", help="project YAML whose model section gives the shape")
     parser.add_argument("--unsafe-load", action="store_true",

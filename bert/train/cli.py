@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         if args.print_config:
             print(format_config(cfg, config_sources(cfg, origin)), end="")
             return 0
+        from data.sample_record import check_record_dir
+        check_record_dir(cfg.log.record_samples_dir, bool(cfg.checkpoint.resume))
         warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
         # data preparation, outside the timed MLPerf region

@@ -14,6 +14,9 @@ or step by step (each step resumes where it stopped; see data/prepare/__init__.p
 
 `all` writes OUT/intermediate/{train,eval}/ (fixed-length, gzip), OUT/train/part_*.hdf5,
 OUT/eval/eval_10000.hdf5 and OUT/SHA256SUMS, then checks that the shards are distinct.
+No step writes into its own input: an --out that is, holds or lies in an input is refused;
+pick-eval replaces an existing --out file only with --force (the folder steps resume into
+their --out, skipping the files already there).
 Exit status: 0 done, 1 a check failed (checksums, distinct shards), 2 bad input.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bert.core.files import check_output
 from data.prepare.checksums import verify_manifest, write_manifest
 from data.prepare.content_hash import record_content_hashes
 from data.prepare.create_examples import create_examples, output_name
@@ -66,22 +70,26 @@ def example_params(args: argparse.Namespace) -> ExampleParams:
 # -- subcommands ------------------------------------------------------------------------------
 
 def cmd_examples(args: argparse.Namespace) -> None:
+    check_output(args.out, [*args.text, args.vocab])  # a folder it resumes into
     create_examples(expand(args.text, TEXT_GLOB), args.out, args.vocab, example_params(args),
                     args.workers, show_progress=not args.quiet)
 
 
 def cmd_to_varlen(args: argparse.Namespace) -> None:
+    check_output(args.out, args.inputs)
     to_varlen(expand(args.inputs, "*.hdf5"), args.out, args.max_seq_length,
               args.max_predictions, args.workers, show_progress=not args.quiet)
 
 
 def cmd_reshard(args: argparse.Namespace) -> None:
+    check_output(args.out, args.inputs)
     reshard(expand(args.inputs, "*.hdf5"), args.out, args.num_shards, args.seed,
             args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers,
             show_progress=not args.quiet)
 
 
 def cmd_pick_eval(args: argparse.Namespace) -> None:
+    check_output(args.out, [args.src], args.force)  # one file: replaced only with --force
     path = pick_eval(args.src, args.out, args.count, args.max_seq_length, args.max_predictions,
                      not args.quiet)
     print(f"pick-eval: wrote {path} ({args.count} samples)")
@@ -113,6 +121,7 @@ def cmd_check_distinct(args: argparse.Namespace) -> None:
 
 def cmd_all(args: argparse.Namespace) -> None:
     out, params, show = Path(args.out), example_params(args), not args.quiet
+    check_output(out, [*args.train_text, args.eval_text, args.vocab])
     work = out / "intermediate"
     train_text = expand(args.train_text, TEXT_GLOB)
     check_all_space(args, train_text, out)
@@ -224,6 +233,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("src", help="processed eval HDF5 (either format)")
     p.add_argument("--out", required=True)
     p.add_argument("--count", type=int, default=EVAL_SAMPLES)
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.set_defaults(func=cmd_pick_eval)
     p = sub.add_parser("checksums", parents=[workers], help="sha256 manifest")
     p.add_argument("dir")
