@@ -38,7 +38,7 @@ from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (CheckpointConfig, DistConfig, EvalConfig, LogConfig,
-                               RunConfig, SubmissionConfig)
+                               RunConfig, SubmissionConfig, run_device_type)
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_yaml
 from bert.core.settings import F, expected, section, shown
@@ -81,16 +81,6 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def run_device_type(requested: str) -> str:
-    """"cpu" or "cuda": what run.device resolves to on this machine ("auto": cuda when PyTorch
-    sees a GPU). run.device=cuda without one is refused later, when the device is picked."""
-    if requested != "auto":
-        return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:

@@ -108,3 +108,13 @@ class SubmissionConfig:
 def mlperf_eval_interval(global_batch_size: int) -> int:
     """Samples between evals by the MLPerf BERT rule: floor(0.05*(230.23*GBS+3e6)/25e3)*25e3."""
     return int(math.floor(0.05 * (230.23 * global_batch_size + 3_000_000) / 25_000) * 25_000)
+
+
+def run_device_type(requested: str) -> str:
+    """"cpu" or "cuda": what run.device resolves to on this machine ("auto": cuda when PyTorch
+    sees a GPU). The config's checks and the device the trainer picks both read it."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -13,8 +13,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from bert.train.launch_env import export_rendezvous, launch_layout
 from bert.core.errors import ConfigError
+from bert.train.config import run_device_type
+from bert.train.launch_env import export_rendezvous, launch_layout
 
 
 @dataclass(frozen=True)
@@ -35,16 +36,14 @@ class DistContext:
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
-    if requested == "cpu":
+    if run_device_type(requested) == "cpu":
         return torch.device("cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # run.device=cuda (auto would have resolved to cpu)
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         raise ConfigError(f"run.device=cuda: PyTorch ({torch.__version__}, {build}) sees no "
                           f"CUDA device; use run.device=cpu or auto")
-    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 def init_distributed(requested_device: str, timeout_s: float = 600.0) -> DistContext:
