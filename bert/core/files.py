@@ -1,6 +1,8 @@
-"""Atomic file writing: a complete file under its final name, or nothing."""
+"""Files: atomic writing (a complete file under its final name, or nothing), output checks,
+and a streaming digest."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import uuid
@@ -102,3 +104,12 @@ def safe_name(name: str, what: str) -> str:
             or os.path.isabs(name)):
         raise ConfigError(f"{what} {name!r}: must be a plain name (no '/', '..' or NUL)")
     return name
+
+
+def file_digest(path: str | os.PathLike, algorithm: str, block: int = 1 << 20) -> str:
+    """The hex digest (hashlib's `algorithm`) of a file, read a block at a time."""
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

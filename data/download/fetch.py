@@ -8,7 +8,6 @@ again (the part is restarted, not appended to).
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import urllib.error
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from bert.core.files import file_digest
 from data.download.errors import DownloadError
 
 BLOCK = 1 << 20
@@ -38,11 +38,7 @@ class _Interrupted(Exception):
 
 
 def md5_file(path: str | os.PathLike) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "md5", BLOCK)
 
 
 def _open(url: str, timeout: float, start: int = 0):

@@ -6,12 +6,11 @@ manifest covers (a stray part_*.hdf5 in the training folder would silently join 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Sequence
 
-from bert.core.files import write_text_atomic
+from bert.core.files import file_digest, write_text_atomic
 from data.prepare.parallel import run_parallel
 
 MANIFEST_NAME = "SHA256SUMS"
@@ -20,11 +19,7 @@ BLOCK = 1 << 20
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path, "sha256", BLOCK)
 
 
 def data_files(folder: Path, patterns: Sequence[str]) -> list[str]:
