@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
 from bert.mlperf.reader import parse_log
+from bert.obs.figures import save_figure
 
 
 def read_lines(path: Path) -> list:
@@ -92,10 +93,7 @@ def draw(logs: list[Path], out: Path) -> None:
     for ax in (acc_ax, rate_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bert.obs.figures import save_figure
+
 PANELS = (  # (record kind, field, axis label)
     ("train", "loss", "training loss"),
     ("train", "lr", "learning rate"),
@@ -56,7 +58,4 @@ def draw_metrics(paths: list[Path], labels: list[str], out: Path, target: float)
         ax.set(xlabel="samples trained", ylabel=label, title=label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
+    save_figure(fig, out)
