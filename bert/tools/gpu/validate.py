@@ -149,19 +149,23 @@ class Harness:
                 "'device': p.name if c else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, "
                 "p.minor) if c else None, 'sm_count': p.multi_processor_count if c else None, "
                 "'torch': torch.__version__, 'cuda': torch.version.cuda, 'driver': "
-                "torch._C._cuda_getDriverVersion() if c else None, 'cudnn': "
+                "(getattr(torch._C, '_cuda_getDriverVersion', None) or (lambda: None))() if c else "
+                "None, 'cudnn': "
                 "b.cudnn.version() if c else None, 'sdpa': {'flash': "
                 "b.cuda.is_flash_attention_available(), 'flash_enabled': "
                 "b.cuda.flash_sdp_enabled(), 'efficient_enabled': "
                 "b.cuda.mem_efficient_sdp_enabled(), 'cudnn_enabled': b.cuda.cudnn_sdp_enabled(),"
                 " 'math_enabled': b.cuda.math_sdp_enabled()}, 'cpu_count': "
                 "__import__('os').cpu_count()}))")
-        self.step("device", [PY, "-c", code], cap_s)
+        failed = self.step("device", [PY, "-c", code], cap_s) != 0
         log = (self.work / "device.log").read_text().strip().splitlines()
         try:
             self.summary.update(json.loads(log[-1]))
         except (IndexError, json.JSONDecodeError):
             self.summary["device"] = "unknown: the device query failed (device.log)"
+        if failed and not self.dry_run:
+            last = log[-1] if log else "no output"
+            raise HarnessError(f"the device query failed: {last} (device.log)")
         if not self.dry_run and self.summary.get("capability") is None:
             raise HarnessError("no CUDA GPU visible to PyTorch (use --dry-run on a CPU machine)")
 
