@@ -5,12 +5,14 @@
 #   scripts/bench/prepare_gpu_carry.sh      # then pass carry=[".whl"] to the device call
 #
 # The GPU image has Python 3.12 with torch, pytest, pytest-timeout, h5py, numpy, pandas, scipy
-# and pyyaml, but no mlperf-logging and no .git (../.library/device/KINDS.md).
+# and pyyaml, but no mlperf-logging, no pydantic (bert/core/settings.py) and no .git
+# (../.library/device/KINDS.md). pydantic's own dependencies travel with it (--no-deps there).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-WHEELS=(mlperf-logging==4.1.68)
+WHEELS=(mlperf-logging==4.1.68 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0
+        typing-inspection==0.4.5 typing-extensions==4.16.0)
 cd "$ROOT"
 mkdir -p .whl
 rm -f .whl/*.whl
