@@ -27,7 +27,7 @@ from bert.model import fused as ops
 from bert.config import ConfigError
 from bert.model.config import FUSED_HIDDEN_SIZE, ModelConfig
 from bert.model import BertForPretraining, FeedForward, pretraining_loss
-from data.packing import Sample, pack_samples
+from data.packing import PackedBatch, Sample, pack_samples
 from kernels.reference import HIDDEN, dropout_keep_mask, unpack_dropout_mask
 from kernels.softmax_cross_entropy import softmax_cross_entropy
 
@@ -71,7 +71,7 @@ def config(flags=(), dropout: float = 0.0, **overrides) -> ModelConfig:
     return ModelConfig(**values, **{flag: True for flag in flags})
 
 
-def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB):
+def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB, **pack_options):
     rng = np.random.default_rng(seed)
     samples = []
     for i, n in enumerate(lengths):
@@ -80,7 +80,17 @@ def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB):
                               (np.arange(n) >= n // 2).astype(np.int8),
                               positions.astype(np.int16),
                               rng.integers(0, vocab, positions.size).astype(np.int16), i % 2))
-    return pack_samples(samples)
+    return pack_samples(samples, **pack_options)
+
+
+GPU_TEST_LENGTHS = (1, 7, 128, 509, 512, 300, 33, 256)
+GPU_TEST_ATTENTIONS = ("padded_sdpa", "grouped_flash")
+
+
+def gpu_test_batch(model: BertForPretraining) -> PackedBatch:
+    """The GPU test's batch, with the host metadata `model` reads (grouped_flash: the length
+    groups), as the data pipeline builds it from `model.pack_options()`."""
+    return make_batch(3, GPU_TEST_LENGTHS, 30522, **model.pack_options())
 
 
 class OpRecorder(TorchDispatchMode):
@@ -353,9 +363,22 @@ def gpu_pass(model, batch, dtype, fused_mlm_loss: bool = False):
             "loss": (mlm + nsp).detach()}, grads
 
 
+@pytest.mark.parametrize("attention", GPU_TEST_ATTENTIONS)
+def test_gpu_test_batch_feeds_every_attention(attention):
+    """On the CPU, the GPU test's batch runs through every attention that test parametrizes
+    (2026-11-26 H100 window: the grouped_flash cases died on a batch built without groups)."""
+    small = dict(vocab_size=30522, intermediate_size=256, max_position_embeddings=512)
+    model = BertForPretraining(config((), attention=attention, **small)).eval()
+    batch = gpu_test_batch(model).to("cpu")
+    with torch.no_grad():
+        mlm_logits, nsp_logits = model(batch)
+    assert mlm_logits.shape[0] == batch.masked_labels.numel()
+    assert nsp_logits.shape == (len(GPU_TEST_LENGTHS), 2)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("flags", [FLAGS, ERF_FLAGS], ids=["all_gelu_tanh", "erf_gelu"])
-@pytest.mark.parametrize("attention", ["padded_sdpa", "grouped_flash"])
+@pytest.mark.parametrize("attention", GPU_TEST_ATTENTIONS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fused_model_on_gpu(dtype, attention, flags):
     """Every fused flag on (with the tanh GeLU), or every flag but fused_dense_gelu (erf GeLU,
@@ -373,7 +396,7 @@ def test_fused_model_on_gpu(dtype, attention, flags):
     fused = BertForPretraining(fused_cfg, device="cuda")
     fused.load_state_dict(reference.state_dict())
     fused.cuda().train()
-    batch = make_batch(3, (1, 7, 128, 509, 512, 300, 33, 256), 30522).to("cuda")
+    batch = gpu_test_batch(fused).to("cuda")
 
     oracle, oracle_grads = gpu_pass(reference, batch, None)
     torch_lp, torch_grads = gpu_pass(reference, batch, dtype)
