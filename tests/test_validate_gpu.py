@@ -132,8 +132,45 @@ def test_junit_counts_per_file(tmp_path):
     assert (counts["collected"], counts["passed"], counts["failed"], counts["skipped"],
             counts["errored"]) == (4, 1, 1, 1, 1)
     assert counts["per_file"]["tests/kernels/test_dense.py"] == {
-        "passed": 1, "failed": 1, "skipped": 0, "errored": 0}
+        "passed": 1, "failed": 1, "skipped": 0, "errored": 0, "crashed": 0}
     assert gpu_report.junit_counts(tmp_path / "missing.xml")["collected"] == 0
+
+
+CRASHING_TESTS = """
+import os, signal
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+def test_a(): pass
+def test_b(): assert 1 == 2, "a plain failure"
+def test_c(): os.kill(os.getpid(), signal.SIGSEGV)
+def test_d(): pass
+def test_e(): os.kill(os.getpid(), signal.SIGSEGV)
+def test_f(): pass
+"""
+
+
+def test_a_crashing_test_costs_only_itself(tmp_path):
+    """The 2026-11-26 H100 window lost five kernel files' verdicts to one segfault each: now the
+    file runs again past the test that died, and every test keeps its own verdict."""
+    test_file = tmp_path / "tests" / "test_crashing.py"
+    test_file.parent.mkdir()
+    test_file.write_text(CRASHING_TESTS)
+    harness = validate_gpu.Harness("window", tmp_path / "out", dry_run=False, budget_s=240)
+    tests = harness.run_gpu_test_file("tests_test_crashing", str(test_file),
+                                      harness.work / "j.xml", 200, require_kernels=False)
+    outcomes = {nodeid.split("::")[-1]: test["outcome"] for nodeid, test in tests.items()}
+    assert outcomes == {"test_a": "passed", "test_b": "failed", "test_c": "crashed",
+                        "test_d": "passed", "test_e": "crashed", "test_f": "passed"}
+    assert [s["name"] for s in harness.summary["steps"]] == [
+        "tests_test_crashing", "tests_test_crashing_after_crash_1",
+        "tests_test_crashing_after_crash_2"]
+    assert gpu_report.journal_counts(tests) == {"passed": 3, "failed": 1, "skipped": 0,
+                                                "errored": 0, "crashed": 2}
+    failures = gpu_report.journal_failures(tests)
+    assert "a plain failure" in failures[next(n for n in failures if n.endswith("test_b"))]
+    assert sum(text.startswith("crashed") for text in failures.values()) == 2
 
 
 def test_speedups_and_targets():

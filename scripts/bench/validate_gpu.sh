@@ -19,9 +19,12 @@ cd "$ROOT"
 # subprocesses) imports the project from here.
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-# Wheels the bare GPU image lacks (mlperf-logging at least) travel in .whl/; install them
-# into a private folder so nothing of the image's own site-packages changes.
-if compgen -G ".whl/*.whl" >/dev/null; then
+# Wheels the bare GPU image lacks (mlperf-logging, pydantic) travel in .whl/; install them
+# into a private folder so nothing of the image's own site-packages changes. They are built for
+# the image's Python (3.12): a dry run here uses this machine's own packages instead.
+dry_run=0
+for arg in "$@"; do [[ "$arg" == "--dry-run" ]] && dry_run=1; done
+if (( ! dry_run )) && compgen -G ".whl/*.whl" >/dev/null; then
   site="${TMPDIR:-/tmp}/bert-carried-site"
   if ! "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$site" .whl/*.whl; then

@@ -7,7 +7,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from bert.tools.common import ROOT
-OUTCOMES = ("passed", "failed", "skipped", "errored")
+OUTCOMES = ("passed", "failed", "skipped", "errored", "crashed")  # crashed: journal only
+FAILURE_LINES = 12  # of a failed test's text kept in summary.json (the log has it all)
 # Issue 12's targets for one H100, bf16, BERT-Large on the MLPerf length mix.
 TARGETS = {"fastest_samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 
@@ -36,6 +37,24 @@ def junit_counts(xml: Path) -> dict:
     files = {name: {k: counts[k] for k in OUTCOMES} for name, counts in sorted(per_file.items())}
     return {"collected": sum(totals.values()), **{k: totals[k] for k in OUTCOMES},
             "per_file": files}
+
+
+def journal_counts(tests: dict[str, dict]) -> dict[str, int]:
+    """One file's counts from its test journal (bert.tools.gpu.test_journal.read_journal)."""
+    counts = Counter(test["outcome"] for test in tests.values())
+    return {k: counts[k] for k in OUTCOMES}
+
+
+def journal_failures(tests: dict[str, dict]) -> dict[str, str]:
+    """nodeid -> the end of its failure text, for every test that failed, errored or crashed."""
+    failures = {}
+    for nodeid, test in tests.items():
+        if test["outcome"] == "crashed":
+            failures[nodeid] = "crashed: the pytest process died in this test (see the log)"
+        elif test["outcome"] in ("failed", "errored"):
+            lines = test.get("longrepr", "").strip().splitlines()
+            failures[nodeid] = "\n".join(lines[-FAILURE_LINES:])
+    return failures
 
 
 def outcome(case: ET.Element) -> str:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from bert.tools.common import ROOT, git_commit
 from bert.tools.gpu import report as gpu_report
+from bert.tools.gpu import test_journal
 from bert.tools.gpu import window as gpu_window
 
 STAGES = ("window", "kernels", "throughput", "fused")
@@ -62,6 +63,7 @@ MICROBENCH = [
     ("bench_lamb", ["--no-compile"], ["--world", "8", "--param-dtype", "fp16"]),
 ]
 MICROBENCH_TIMEOUT_S = 90
+MAX_CRASH_RERUNS = 3  # a GPU test file that keeps dying is not worth the whole window
 # BERT-Large bf16 on the MLPerf length mix (bench_throughput.py's defaults on CUDA).
 THROUGHPUT = {
     "throughput": [
@@ -194,14 +196,33 @@ class Harness:
             self.write()
 
     def run_gpu_test_file(self, name: str, path: str, junit: Path, cap_s: float,
-                          require_kernels: bool) -> int:
-        """One GPU test file in its own pytest process (a device fault ends only this file)."""
-        args = ["-m", "gpu", path, "-q", "-rfEs", "-p", "no:cacheprovider",
-                f"--junitxml={junit}"]
-        if pytest_timeout_available():
-            args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
-        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
-        return self.step(name, [PY, "-m", "pytest", *args], cap_s, env)
+                          require_kernels: bool) -> dict[str, dict]:
+        """One GPU test file in its own pytest process, each test journaled as it ends
+        (bert.tools.gpu.test_journal). When the process dies in a test (a device fault), that
+        test is recorded as crashed and the file runs again without it and without the tests
+        that already have a verdict, at most MAX_CRASH_RERUNS times within `cap_s`.
+        Returns the journal: nodeid -> outcome (and the failure text)."""
+        journal = self.work / f"{name}.journal.jsonl"
+        deadline = time.monotonic() + cap_s
+        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0",
+               test_journal.JOURNAL_ENV: str(journal)}
+        for attempt in range(MAX_CRASH_RERUNS + 1):
+            finished = test_journal.read_journal(journal)
+            args = ["-m", "gpu", path, "-q", "-rfEs", "-p", "no:cacheprovider",
+                    "-p", "bert.tools.gpu.test_journal", f"--junitxml={junit}",
+                    *(f"--deselect={nodeid}" for nodeid in finished)]
+            if pytest_timeout_available():
+                args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
+            step_name = name if attempt == 0 else f"{name}_after_crash_{attempt}"
+            code = self.step(step_name, [PY, "-m", "pytest", *args],
+                             deadline - time.monotonic(), env)
+            crashed = [nodeid for nodeid, test in test_journal.read_journal(journal).items()
+                       if test["outcome"] == "crashed" and nodeid not in finished]
+            # Ended by itself (0 all passed, 1 some failed, 5 none left), timed out, or died
+            # outside any test: nothing a rerun would add.
+            if code in (0, 1, 5, 124) or not crashed or time.monotonic() >= deadline:
+                break
+        return test_journal.read_journal(journal)
 
     def gpu_tests(self, require_kernels: bool) -> None:
         junit = self.work / "gpu-tests.xml"

@@ -122,11 +122,12 @@ def gpu_tests(h, step: Step) -> None:
         if name in h.done:  # passed in the first call (--continue)
             continue
         junit = h.work / f"{name}.xml"
-        h.run_gpu_test_file(name, path, junit, TEST_FILE_CAP_S,
-                            require_kernels=h.summary.get("kernels_built", False))
-        per_file = gpu_report.junit_counts(junit)["per_file"]
-        h.summary.setdefault("tests_per_file", {}).update(
-            per_file or {path: {"note": "no JUnit file: timed out or crashed (see its log)"}})
+        tests = h.run_gpu_test_file(name, path, junit, TEST_FILE_CAP_S,
+                                    require_kernels=h.summary.get("kernels_built", False))
+        h.summary.setdefault("tests_per_file", {})[path] = (
+            gpu_report.journal_counts(tests) if tests
+            else {"note": "no test reported: pytest did not start them (see its log)"})
+        h.summary.setdefault("test_failures", {}).update(gpu_report.journal_failures(tests))
         h.summary["tests"] = gpu_report.totals(h.summary["tests_per_file"])
         h.write()
 
