@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernels.raise_check import check_library_raises
 from kernels._library import (DEFAULT_BUILD_DIR, LIB_NAME, OPS, RAW_OPS, library_path,
                               registered_ops)
 
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = registered_ops()
         if len(ops) != len(RAW_OPS):
             raise RuntimeError(f"library built but only registered {ops}")
+        check_library_raises(Path(path))
     except Exception as err:  # noqa: BLE001 - report any build failure as exit status 1
         print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}",
               file=sys.stderr)

@@ -60,3 +60,17 @@ def test_cpu_fallback_runs_reference_even_without_a_build(monkeypatch):
     y = torch.ops.bert_kernels.bdrln_forward(x, torch.zeros(1024), x, torch.ones(1024),
                                              torch.zeros(1024), 0.0, 1e-5, 0, 0)[0]
     torch.testing.assert_close(y, torch.nn.functional.layer_norm(2 * x, (1024,), eps=1e-5))
+
+
+def test_raise_check_fails_a_library_that_cannot_raise(tmp_path, capsys):
+    """kernels.build refuses a library whose rejected inputs do not become RuntimeError (the
+    2026-11-26 H100 build died with a segfault instead): here the 'library' cannot even load,
+    so the child exits 1, and the error names what happened and prints the diagnostics."""
+    from kernels.raise_check import check_library_raises
+
+    not_a_library = tmp_path / "bert_kernels_cuda.so"
+    not_a_library.write_bytes(b"not an ELF file")
+    with pytest.raises(RuntimeError, match="does not raise on a rejected input: the check "
+                                           "exited 1"):
+        check_library_raises(not_a_library)
+    assert "kernels.raise_check diagnostics:" in capsys.readouterr().err
