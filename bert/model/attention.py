@@ -261,11 +261,15 @@ def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tens
     return _padded_sdpa_subset(q, k, v, batch, dropout_p)
 
 
+# H100, torch 2.11: tests/test_attention.py::test_cuda_backend_on_gpu passed for both (fp16, bf16)
+WINDOW_2026_11_26 = "benchmarks/results/gpu/2026-11-26_window"
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),
     AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset, reference=True),
-    AttentionBackend("flash_varlen", _flash_varlen, _flash_varlen_subset),
-    AttentionBackend("grouped_flash", grouped_attention, _grouped_subset, attention_groups=True),
+    AttentionBackend("flash_varlen", _flash_varlen, _flash_varlen_subset,
+                     gpu_validated=WINDOW_2026_11_26),
+    AttentionBackend("grouped_flash", grouped_attention, _grouped_subset, attention_groups=True,
+                     gpu_validated=WINDOW_2026_11_26),
 )}
 
 
