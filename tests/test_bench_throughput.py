@@ -97,3 +97,38 @@ def test_results_go_to_the_ignored_folder_unless_asked():
     path = default_path("AMD EPYC", "tiny", dt.datetime(2026, 1, 2, 3, 4, 5))
     assert path.parent == ROOT / "results" / "bench"  # .gitignore: /results/
     assert subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT).returncode in (0, 128)
+
+
+@pytest.mark.parametrize("kind", ["sharded"])
+def test_optimizer_kinds_do_the_same_lamb_step(kind):
+    """`+sharded` changes how the LAMB step runs (flat buffers), not what it computes: after
+    two steps from the same weights and gradients, every parameter equals the foreach LAMB's
+    (fp32 on the CPU; the fused kernels' own GPU tests hold `fusedlamb` to the same math)."""
+    import torch
+
+    from bert.tools.throughput.variants import make_optimizer
+
+    def trained(optimizer_kind: str) -> dict:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32),
+                                    torch.nn.Linear(32, 4))
+        optimizer = make_optimizer(model, optimizer_kind, torch.device("cpu"))
+        data = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        for _ in range(2):
+            optimizer.zero_grad(set_to_none=True)
+            model(data).square().mean().backward()
+            optimizer.step()
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    reference, other = trained("lamb"), trained(kind)
+    for name, value in reference.items():
+        torch.testing.assert_close(other[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_unknown_optimizer_kind_is_refused():
+    import torch
+
+    from bert.tools.throughput.variants import make_optimizer
+
+    with pytest.raises(ValueError, match="expected one of"):
+        make_optimizer(torch.nn.Linear(2, 2), "adamw", torch.device("cpu"))

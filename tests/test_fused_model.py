@@ -432,26 +432,37 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     def candidates(kind, *argv):
         return bench.fastest_candidates(bench.parse_args(list(argv)), kind)
 
-    assert not any(fused for _, _, fused, _, _ in candidates("cuda", "--model", "large"))
-    assert not any(fused for _, _, fused, _, _ in candidates("cpu", "--include-unvalidated"))
-    assert not any(fused for _, _, fused, _, _ in candidates("cuda", "--include-unvalidated",
-                                                          "--model", "base"))
+    assert not any(c.fused for c in candidates("cuda", "--model", "large"))
+    assert not any(c.fused for c in candidates("cpu", "--include-unvalidated"))
+    assert not any(c.fused for c in candidates("cuda", "--include-unvalidated", "--model", "base"))
     unvalidated = candidates("cuda", "--include-unvalidated", "--model", "large")
-    assert ("grouped_flash", False, True, False, False) in unvalidated
-    assert ("padded_sdpa", True, True, True, False) in unvalidated
-    assert "grouped_flash" not in {a for a, *_ in candidates("cuda", "--model", "large")}
+    assert ("grouped_flash", False, True, False, False, "lamb") in unvalidated
+    assert ("padded_sdpa", True, True, True, False, "lamb") in unvalidated
+    # the attention backends validated in the 2026-11-26 H100 window compete without the option
+    assert {c.attention for c in candidates("cuda", "--model", "large")} == {
+        "padded_sdpa", "flash_varlen", "grouped_flash"}
     assert candidates("cuda", "--fastest", "grouped_flash+fused") == [
-        ("grouped_flash", False, True, False, False)]
+        ("grouped_flash", False, True, False, False, "lamb")]
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
-        ("per_sequence", False, False, True, False)]
+        ("per_sequence", False, False, True, False, "lamb")]
     # The last-layer subset is exact, so it always competes, with and without.
-    assert {s for *_, s, _ in candidates("cpu")} == {False, True}
+    assert {c.subset for c in candidates("cpu")} == {False, True}
     # Compiled sublayers (model.compile_sublayers) compete only when named, never with +fused.
-    assert not any(c for *_, c in candidates("cuda", "--include-unvalidated", "--model", "large"))
+    assert not any(c.sublayers for c in candidates("cuda", "--include-unvalidated", "--model",
+                                                   "large"))
     assert candidates("cuda", "--fastest", "flash_varlen+sublayers") == [
-        ("flash_varlen", False, False, False, True)]
+        ("flash_varlen", False, False, False, True, "lamb")]
     with pytest.raises(SystemExit, match="sublayers compiles what"):
         candidates("cuda", "--fastest", "flash_varlen+fused+sublayers")
+    # The optimizer: named only; the sharded one with or without its kernels, not both.
+    assert {c.optimizer for c in candidates("cuda", "--include-unvalidated")} == {"lamb"}
+    assert candidates("cuda", "--fastest", "flash_varlen+fused+fusedlamb")[0].optimizer == \
+        "fusedlamb"
+    assert candidates("cpu", "--fastest", "per_sequence+sharded")[0].optimizer == "sharded"
+    with pytest.raises(SystemExit, match="fusedlamb is the sharded optimizer"):
+        candidates("cuda", "--fastest", "flash_varlen+sharded+fusedlamb")
+    with pytest.raises(SystemExit, match="ATTENTION one of"):
+        candidates("cuda", "--fastest", "flashy+fused")
 
 
 def test_bench_fused_variant_turns_on_only_valid_flags():

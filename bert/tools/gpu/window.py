@@ -16,10 +16,13 @@ every step, so whatever finished comes back even if the call is killed.
                    exact resume, no host sync in the step, the compliance checker
     d  throughput_eager   BERT-Large bf16, the unpadded model (flash_varlen) against HF padded
                    eager in one process, whole step with LAMB; JSON after every round
-    e  build, then the GPU tests one pytest process per file (fused model and attention
-                   first), so a device fault ends one file, not the rest
-    f  with what is left: the fused switches' throughput with a per-op profile (after the
-                   JSON), then HF compiled and compile_sublayers, each under its own cap
+    e  build (which fails a library that cannot raise: kernels/raise_check.py), then the GPU
+                   tests one pytest process per file (fused model and attention first), each
+                   test journaled: a test that kills its process is recorded as crashed and
+                   the file goes on past it
+    f  with what is left: the fused switches' throughput with the fused LAMB and a per-op
+                   profile (after the JSON), then HF compiled, the sharded optimizer without
+                   kernels, and compile_sublayers, each under its own cap
 
 Steps a-e are the plan: their caps, plus a minimum for the tests, fit the budget (the dry run
 checks it: tests/test_validate_gpu.py). The f steps only fill what is left.
@@ -48,7 +51,7 @@ FIRST_TEST_FILES = ("tests/test_fused_model.py", "tests/test_attention.py",
                     "tests/kernels/test_lamb_kernel.py")
 # Files copied to $OUT beside summary.json and the log tarball (the device returns 8 at most).
 RECORD_FILES = ("sdpa_probe.json", "smoke.json", "throughput_eager.json",
-                "throughput_fused.json", "throughput_compiled.json")
+                "throughput_fused.json", "throughput_compiled.json", "throughput_sharded.json")
 
 
 @dataclass(frozen=True)
@@ -142,12 +145,17 @@ STEPS = (
     Step("build", 90, True, build),
     Step("gpu_tests", 0, True, gpu_tests),  # per file, TEST_FILE_CAP_S each, MIN_TESTS_S kept
     Step("throughput_fused", 120, False, throughput(
-        "throughput_fused", ["--fastest", "flash_varlen+fused", "--variants",
+        "throughput_fused", ["--fastest", "flash_varlen+fused+fusedlamb", "--variants",
                              "fastest,hf_eager", "--repeats", "2", "--steps", "10",
                              "--include-unvalidated", "--profile"])),
     Step("throughput_compiled", 150, False, throughput(
         "throughput_compiled", ["--fastest", "flash_varlen", "--variants",
                                 "fastest,hf_compile", "--repeats", "2", "--steps", "10"])),
+    # the optimizer without custom kernels: ShardedOptimizer's flat LAMB (the foreach LAMB
+    # took about a fifth of the step on 2026-11-26)
+    Step("throughput_sharded", 60, False, throughput(
+        "throughput_sharded", ["--fastest", "flash_varlen+sharded", "--variants", "fastest",
+                               "--repeats", "2", "--steps", "10"])),
     Step("throughput_sublayers", 120, False, throughput(
         "throughput_sublayers", ["--fastest", "flash_varlen+sublayers", "--variants",
                                  "fastest", "--repeats", "2", "--steps", "10"])),

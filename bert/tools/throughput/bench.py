@@ -14,10 +14,13 @@ Every variant runs full training steps (forward, backward, LAMB) on the same syn
 timing, in the same precision and from the same initial weights:
 
     fastest     this project's fastest path: the unpadded model with the best validated options
-                (`--fastest auto` times the candidates for this device and keeps the fastest;
-                with --include-unvalidated on CUDA, also flash_varlen, grouped_flash and, for
-                hidden size 1024, every fused kernel of kernels/ valid for the model at once:
-                not fused_dense_gelu, whose GeLU is tanh while this BERT's is erf, as MLPerf's)
+                (`--fastest auto` times the candidates for this device and keeps the fastest:
+                the attention backends a GPU window validated (flash_varlen, grouped_flash on
+                CUDA since 2026-11-26); with --include-unvalidated on CUDA, also, for hidden
+                size 1024, every fused kernel of kernels/ valid for the model at once: not
+                fused_dense_gelu, whose GeLU is tanh while this BERT's is erf, as MLPerf's.
+                The optimizer is LAMB on torch's foreach ops unless --fastest names +sharded
+                or +fusedlamb)
     reference   the unpadded model with the reference attention (padded_sdpa), not compiled
     hf_eager    HF BertForPreTraining, padded to each batch's longest sequence, SDPA attention
     hf_compile  hf_eager under torch.compile (with --hf-compile)
@@ -40,10 +43,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from bert.model.attention import BACKENDS
 from bert.model.config import FUSED_HIDDEN_SIZE
 from bert.tools.common import ROOT, git_commit, write_json
 from bert.tools.throughput.measure import (MemoryMeter, device_name, matmul_peak_tflops,
@@ -54,10 +59,29 @@ from bert.tools.throughput.workload import (FLOP_FORMULA, MODEL_SIZES, build_wor
                                             model_config, train_flops)
 
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
-# Attention backends whose results are checked against the reference (tests/test_attention.py, and
-# on a GPU tests/kernels); only these compete for `fastest` unless --include-unvalidated.
-VALIDATED = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa",)}
-UNVALIDATED = {"cpu": (), "cuda": ("flash_varlen", "grouped_flash")}
+# Attention backends for `fastest`: the reference ones, plus those whose GPU tests passed in a
+# window (their records, bert/model/attention.py); the others only with --include-unvalidated.
+ATTENTION_CANDIDATES = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa", "flash_varlen",
+                                                           "grouped_flash")}
+FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb")
+
+
+class Candidate(NamedTuple):
+    """One set of options for the `fastest` variant (bench_throughput's --fastest syntax:
+    ATTENTION[+FLAG...]; sharded/fusedlamb pick the optimizer, variants.OPTIMIZER_KINDS)."""
+    attention: str
+    compile: bool = False
+    fused: bool = False
+    subset: bool = False
+    sublayers: bool = False
+    optimizer: str = "lamb"
+
+
+def validated(kind: str, attention: str) -> bool:
+    backend = BACKENDS[attention]
+    return backend.reference or (kind == "cuda" and backend.gpu_validated is not None)
+
+
 # Per device: local batch by model size, timed steps per round, warmup steps, rounds.
 DEFAULTS = {
     "cpu": {"batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
@@ -86,9 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"comma-separated subset of {','.join(VARIANTS)}")
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
     p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused]"
-                   "[+subset][+sublayers], e.g. per_sequence or flash_varlen+compile+fused+subset"
-                   " (subset: model.last_layer_subset; sublayers: model.compile_sublayers, "
-                   "not with fused)")
+                   "[+subset][+sublayers][+sharded|+fusedlamb], e.g. per_sequence or "
+                   "flash_varlen+compile+fused+subset (subset: model.last_layer_subset; "
+                   "sublayers: model.compile_sublayers, not with fused; sharded: the "
+                   "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels)")
     p.add_argument("--include-unvalidated", action="store_true",
                    help="let --fastest auto also try backends and fused kernels not yet "
                         "validated on this device")
@@ -141,28 +166,15 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def fastest_candidates(args: argparse.Namespace,
-                       kind: str) -> list[tuple[str, bool, bool, bool, bool]]:
-    """(attention, compile, fused, subset, sublayers) options that compete for the `fastest`
-    variant. `sublayers` (model.compile_sublayers) only when --fastest names it."""
+def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
+    """The option sets that compete for the `fastest` variant. `sublayers`
+    (model.compile_sublayers) and the sharded optimizers only when --fastest names them."""
     # The fused kernels are built for hidden size 1024 only.
     fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
     if args.fastest != "auto":
-        attention, *flags = args.fastest.split("+")
-        if not set(flags) <= {"compile", "fused", "subset", "sublayers"}:
-            sys.exit(f"--fastest {args.fastest!r}: expected "
-                     "ATTENTION[+compile][+fused][+subset][+sublayers]")
-        if {"fused", "sublayers"} <= set(flags):
-            sys.exit(f"--fastest {args.fastest!r}: +sublayers compiles what +fused replaces; "
-                     "name one of them")
-        if "fused" in flags and not fusable:
-            sys.exit(f"--fastest {args.fastest!r}: the fused kernels need hidden size "
-                     f"{FUSED_HIDDEN_SIZE} (--model large)")
-        return [(attention, "compile" in flags, "fused" in flags, "subset" in flags,
-                 "sublayers" in flags)]
-    backends = list(VALIDATED[kind])
-    if args.include_unvalidated:
-        backends += UNVALIDATED[kind]
+        return [named_candidate(args.fastest, fusable)]
+    backends = [b for b in ATTENTION_CANDIDATES[kind]
+                if validated(kind, b) or args.include_unvalidated]
     # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
     # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
     compiles = (False, True) if kind == "cuda" else (False,)
@@ -171,8 +183,27 @@ def fastest_candidates(args: argparse.Namespace,
     # model.last_layer_subset is exact (tests/test_last_layer_subset.py): a candidate unless
     # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
     subsets = (False,) if args.no_subset else (False, True)
-    return [(b, c, f, s, False) for b in backends for c in compiles for f in fuses
+    return [Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses
             for s in subsets]
+
+
+def named_candidate(spec: str, fusable: bool) -> Candidate:
+    attention, *flags = spec.split("+")
+    if attention not in BACKENDS or not set(flags) <= set(FLAGS):
+        sys.exit(f"--fastest {spec!r}: expected ATTENTION[+FLAG...], ATTENTION one of "
+                 f"{sorted(BACKENDS)}, FLAG one of {', '.join(FLAGS)}")
+    if {"fused", "sublayers"} <= set(flags):
+        sys.exit(f"--fastest {spec!r}: +sublayers compiles what +fused replaces; "
+                 "name one of them")
+    if {"sharded", "fusedlamb"} <= set(flags):
+        sys.exit(f"--fastest {spec!r}: +fusedlamb is the sharded optimizer with its kernels; "
+                 "name one of them")
+    if "fused" in flags and not fusable:
+        sys.exit(f"--fastest {spec!r}: the fused kernels need hidden size "
+                 f"{FUSED_HIDDEN_SIZE} (--model large)")
+    optimizer = next((flag for flag in ("sharded", "fusedlamb") if flag in flags), "lamb")
+    return Candidate(attention, "compile" in flags, "fused" in flags, "subset" in flags,
+                     "sublayers" in flags, optimizer)
 
 
 class Bench:
@@ -192,19 +223,20 @@ class Bench:
 
     # -- building ------------------------------------------------------------------------------
 
-    def build(self, name: str, attention: str = "padded_sdpa", compiled: bool = False,
-              fused: bool = False, subset: bool = False, sublayers: bool = False):
+    def build(self, name: str, options: Candidate = Candidate("padded_sdpa")):
         """Build a variant, warm it up, and record the memory it keeps between steps."""
         a, before = self.args, self._settled_memory()
         if name.startswith("hf"):
-            variant = build_hf(a.model, compiled, self.state, self.workload, self.device,
+            variant = build_hf(a.model, options.compile, self.state, self.workload, self.device,
                                a.precision, name)
         else:
-            variant = build_ours(a.model, attention, compiled, self.state, self.workload,
-                                 self.device, a.precision, name, fused, subset, sublayers)
+            variant = build_ours(a.model, options.attention, options.compile, self.state,
+                                 self.workload, self.device, a.precision, name, options.fused,
+                                 options.subset, options.sublayers, options.optimizer)
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
-        warmup = max(a.warmup, a.num_batches) if compiled or sublayers else a.warmup
+        compiled = options.compile or options.sublayers
+        warmup = max(a.warmup, a.num_batches) if compiled else a.warmup
         started = time.perf_counter()
         for i in range(warmup):
             variant.step(i)
@@ -224,13 +256,15 @@ class Bench:
         """The fastest candidate, timed for one block each when there is a choice."""
         candidates = fastest_candidates(self.args, self.device.type)
         if len(candidates) == 1:
-            return self.build("fastest", *candidates[0])
+            return self.build("fastest", candidates[0])
         best, best_time, best_resident = None, float("inf"), 0
-        for attention, compiled, fused, subset, sublayers in candidates:
-            choice = {"attention": attention, "compile": compiled, "fused": fused,
-                      "last_layer_subset": subset, "compile_sublayers": sublayers}
+        for candidate in candidates:
+            choice = {"attention": candidate.attention, "compile": candidate.compile,
+                      "fused": candidate.fused, "last_layer_subset": candidate.subset,
+                      "compile_sublayers": candidate.sublayers,
+                      "optimizer": candidate.optimizer}
             try:
-                variant = self.build("fastest", attention, compiled, fused, subset, sublayers)
+                variant = self.build("fastest", candidate)
             except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
                 self.selection.append({**choice, "error": str(err).splitlines()[0]})
                 self._collect()
@@ -255,9 +289,10 @@ class Bench:
             if name == "fastest":
                 self.variants[name] = self.build_fastest()
             elif name == "reference":
-                self.variants[name] = self.build(name, "padded_sdpa", False)
+                self.variants[name] = self.build(name, Candidate("padded_sdpa"))
             else:
-                self.variants[name] = self.build(name, compiled=name == "hf_compile")
+                self.variants[name] = self.build(name, Candidate("padded_sdpa",
+                                                                 compile=name == "hf_compile"))
 
     # -- measuring -----------------------------------------------------------------------------
 
