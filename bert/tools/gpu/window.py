@@ -20,7 +20,9 @@ every step, so whatever finished comes back even if the call is killed.
                    tests one pytest process per file (fused model and attention first), each
                    test journaled: a test that kills its process is recorded as crashed and
                    the file goes on past it
-    f  with what is left: the fused switches' throughput with the fused LAMB and a per-op
+    f  with what is left: the fused switches trained against the reference (train_compare:
+                   200 steps, the final MLM accuracies within 0.005; JSON and a plot), the
+                   fused switches' throughput with the fused LAMB and a per-op
                    profile (after the JSON), then HF compiled, the sharded optimizer without
                    kernels, and compile_sublayers, each under its own cap
 
@@ -51,7 +53,7 @@ FIRST_TEST_FILES = ("tests/test_fused_model.py", "tests/test_attention.py",
                     "tests/kernels/test_lamb_kernel.py")
 # Files copied to $OUT beside summary.json and the log tarball (the device returns 8 at most).
 RECORD_FILES = ("sdpa_probe.json", "smoke.json", "throughput_eager.json",
-                "throughput_fused.json", "throughput_compiled.json", "throughput_sharded.json")
+                "throughput_fused.json", "throughput_compiled.json", "train_compare.json")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,15 @@ def smoke(h, step: Step) -> None:
         record = json.loads(out.read_text())
         h.summary["smoke"] = {name: check["passed"] for name, check in
                               record.get("checks", {}).items()}
+
+
+def train_compare(h, step: Step) -> None:
+    out = h.work / "train_compare.json"
+    h.check_or_run(step.name, [h.py, "scripts/bench/train_compare.py", "--device", "cuda",
+                               "--out", str(out), "--plot", str(h.work / "train_compare.png")],
+                   step.cap_s)
+    if out.is_file():
+        h.summary["train_compare"] = json.loads(out.read_text()).get("comparison")
 
 
 def throughput(name: str, extra: list[str]):
@@ -144,6 +155,8 @@ STEPS = (
                              "--repeats", "3", "--steps", "10"])),
     Step("build", 90, True, build),
     Step("gpu_tests", 0, True, gpu_tests),  # per file, TEST_FILE_CAP_S each, MIN_TESTS_S kept
+    # issue 22: the fused switches train like the reference (200 steps, same seed and data)
+    Step("train_compare", 90, False, train_compare),
     Step("throughput_fused", 120, False, throughput(
         "throughput_fused", ["--fastest", "flash_varlen+fused+fusedlamb", "--variants",
                              "fastest,hf_eager", "--repeats", "2", "--steps", "10",
