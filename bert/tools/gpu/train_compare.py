@@ -68,7 +68,8 @@ def run_args(device: str, work: Path, name: str, steps: int, extra: dict) -> lis
     shape = SHAPES[device]
     values = {**shape, **extra, "run.device": device, "run.seed": 4321,
               "run.output_dir": str(work / name), "optim.sharded": "true",
-              "run.max_steps": steps, "eval.interval_samples": steps * shape["run.global_batch_size"],
+              "run.max_steps": steps,
+              "eval.interval_samples": steps * shape["run.global_batch_size"],
               "eval.samples": 512, "eval.target_mlm_accuracy": 1.0, "log.interval_s": 0,
               "data.synthetic.enabled": "true", "data.synthetic.cache_dir": str(work / "cache"),
               "data.synthetic.num_shards": 2, "data.synthetic.samples_per_shard": 2048,
