@@ -211,6 +211,11 @@ ROWS = [
         must_not_exist="{rows}/pkg"),
     Row("record_samples_over_earlier_run", ["--record-samples", "{inputs}/records"],
         ["--record-samples", "rank0.txt", "earlier run"]),
+    # `--resume auto` with no checkpoint yet is a fresh start: it must not overwrite them either
+    Row("record_samples_resume_auto_without_checkpoint",
+        ["--record-samples", "{inputs}/records", "--resume", "auto",
+         *S("run.output_dir", "{rows}/fresh")],
+        ["--record-samples", "rank0.txt", "earlier run"]),
     Row("convert_out_file_exists", ["nvidia", "{inputs}/text.pt", "--out",
                                     "{inputs}/bad.safetensors"],
         ["bad.safetensors", "already exists"], target="scripts/convert_checkpoint.py"),
