@@ -405,6 +405,28 @@ def test_existing_package_needs_force(tmp_path):
     assert package(*args, "--force").returncode == 0
 
 
+def test_a_hand_edited_system_description_is_kept_without_force(tmp_path):
+    """systems/<system>.json is shared by a system's benchmarks and often edited by hand: a
+    package of the bert results alone must not replace a different one without --force."""
+    runs = make_runs(tmp_path / "runs")
+    out = tmp_path / "o"
+    args = (str(runs), "--system", "s", "--out", str(out), "--skip-checks")
+    assert package(*args).returncode == 0
+    system_json = out / "systems" / "s.json"
+    shutil.rmtree(out / "results")  # the bert results go, the description stays
+    assert package(*args).returncode == 0  # the same description: rewritten as is
+    shutil.rmtree(out / "results")
+    desc = json.loads(system_json.read_text())
+    desc["sw_notes"] = "hand-edited: driver 580, NCCL 2.27"
+    edited = json.dumps(desc, indent=2)
+    system_json.write_text(edited)
+    refused = package(*args)
+    assert_refused(refused, "s.json", "already exists", "--force")
+    assert system_json.read_text() == edited and not (out / "results").exists()
+    assert package(*args, "--force").returncode == 0
+    assert "hand-edited" not in system_json.read_text()
+
+
 def _break_compliance(path: Path) -> Path:
     """A converged log the checker fails: cache_clear (required, REFERENCE 1) removed."""
     return write_records(path, [r for r in records(path) if r["key"] != "cache_clear"])

@@ -110,6 +110,23 @@ def lay_out(runs: list[Run], out: Path, system: str, force: bool) -> list[Path]:
             for i, run in enumerate(runs)]
 
 
+def check_system_json(out: Path, system: str, desc: dict, force: bool) -> None:
+    """Before anything is written: a submission tree's systems/<system>.json is shared by every
+    benchmark of that system and often edited by hand; replace a different one only with
+    --force (the same content is rewritten as is)."""
+    path = out / "systems" / f"{system}.json"
+    if force or not path.exists():
+        return
+    try:
+        same = json.loads(path.read_text()) == json.loads(json.dumps(desc))  # as written
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        same = False
+    if not same:
+        raise PackageError(f"{path} already exists with another description; pass --force to "
+                           f"replace it, or give its fields with --system-json and a copy of "
+                           f"it (they win)")
+
+
 def write_system(out: Path, system: str, desc: dict) -> Path:
     path = out / "systems" / f"{system}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,6 +281,7 @@ def package(args: argparse.Namespace) -> int:
     for note in notes:
         print(note)
     desc, where = system_desc.describe(args, runs, system_desc.local_cuda())
+    check_system_json(out, args.system, desc, args.force)
     copies = lay_out(runs, out, args.system, args.force)
     system_json = write_system(out, args.system, desc)
     print(f"package: {len(copies)} logs in {copies[0].parent}, system description "
