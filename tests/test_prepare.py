@@ -215,6 +215,25 @@ def test_checksums_detect_corruption_missing_and_stray_files(prepared, tmp_path)
     assert "part_00009_of_00010.hdf5: not in the manifest" in proc.stdout
 
 
+def test_write_checksums_keeps_an_existing_manifest_without_force(prepared, tmp_path):
+    """The manifest records the data as prepared: rewriting it over a corrupted shard would
+    bless the corruption, so --write-checksums refuses an existing one without --force."""
+    data = tmp_path / "data"
+    shutil.copytree(prepared / "train", data / "train")
+    assert run_script("checksums", str(data), "--write-checksums").returncode == 0
+    manifest = (data / "SHA256SUMS").read_text()
+    victim = data / "train" / "part_00001_of_00004.hdf5"
+    victim.write_bytes(victim.read_bytes()[:-1] + b"x")
+    proc = run_script("checksums", str(data), "--write-checksums")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+    assert "already exists" in proc.stderr and "--force" in proc.stderr
+    assert (data / "SHA256SUMS").read_text() == manifest
+    assert run_script("checksums", str(data), "--verify").returncode == 1  # still caught
+    assert run_script("checksums", str(data), "--write-checksums", "--force").returncode == 0
+    assert (data / "SHA256SUMS").read_text() != manifest
+
+
 def test_duplicate_shards_are_detected(prepared, tmp_path):
     assert run_script("check-distinct", str(prepared / "train"),
                       "--max-seq-length", str(MAX_LEN),

@@ -9,7 +9,8 @@ or step by step (each step resumes where it stopped; see data/prepare/__init__.p
     to-varlen FIXED... --out DIR                  fixed-length -> variable-length HDF5
     reshard INPUT... --out DIR --num-shards N     global shuffle into N part_*.hdf5 shards
     pick-eval SRC --out FILE [--count 10000]      eval samples picked evenly
-    checksums DIR --write-checksums | --verify    sha256 manifest (DIR/SHA256SUMS)
+    checksums DIR --write-checksums | --verify    sha256 manifest (DIR/SHA256SUMS; an existing
+                                                  one is rewritten only with --force)
     check-distinct DIR_OR_FILES...                fail if two shards start alike
 
 `all` writes OUT/intermediate/{train,eval}/ (fixed-length, gzip), OUT/train/part_*.hdf5,
@@ -25,8 +26,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bert.core.errors import ConfigError
 from bert.core.files import check_output
-from data.prepare.checksums import verify_manifest, write_manifest
+from data.prepare.checksums import MANIFEST_NAME, verify_manifest, write_manifest
 from data.prepare.content_hash import record_content_hashes
 from data.prepare.create_examples import create_examples, output_name
 from data.prepare.disk import check_disk, text_estimate, total_size
@@ -97,6 +99,13 @@ def cmd_pick_eval(args: argparse.Namespace) -> None:
 
 def cmd_checksums(args: argparse.Namespace) -> None:
     if args.write_checksums:
+        # the manifest is the record of the data as prepared: rewriting it would bless any
+        # file changed since, so an existing one is replaced only with --force
+        manifest = Path(args.dir) / MANIFEST_NAME
+        if manifest.exists() and not args.force:
+            raise ConfigError(f"{manifest}: already exists; check the data against it with "
+                              f"--verify, or pass --force to rewrite it from the files as they "
+                              f"are now")
         print(f"checksums: wrote {write_manifest(args.dir, args.pattern, args.workers)}")
         return
     problems = verify_manifest(args.dir, args.workers)
@@ -242,6 +251,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--verify", action="store_true")
     p.add_argument("--pattern", action="append", default=None,
                    help="files to cover when writing (default **/*.hdf5); repeatable")
+    p.add_argument("--force", action="store_true",
+                   help="--write-checksums: replace an existing SHA256SUMS")
     p.set_defaults(func=cmd_checksums)
     p = sub.add_parser("check-distinct", parents=[shape], help="no two shards alike")
     p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
