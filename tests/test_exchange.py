@@ -112,3 +112,30 @@ def test_world_without_any_comm_is_an_error(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(RuntimeError, match="no way to exchange"):
         make_host_comm(2)
+
+
+def test_gloo_host_comm_waits_as_long_as_dist_timeout_s(monkeypatch):
+    """A new gloo group does not inherit init_process_group's timeout (torch's default for it
+    is 30 minutes): the data pipeline's groups, the world's and the node groups split from it,
+    are made with the run's dist.timeout_s, so a lost rank ends the run in that time."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    for name in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    made = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(dist, "new_group", lambda **kw: made.append(kw) or object())
+
+    def all_gather_object(out, obj, group=None):  # every rank answers color 0 or 1
+        out[:] = [0, 0, 1, 1]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    comm = make_host_comm(4, 12.5)
+    node = comm.split(0)
+    assert node.ranks == [0, 1] and node.timeout_s == 12.5
+    assert [kw["timeout"] for kw in made] == [timedelta(seconds=12.5)] * 3
+    assert all(kw["backend"] == "gloo" for kw in made)

@@ -381,7 +381,8 @@ class Trainer:
         ctx = self.ctx
         self.pipeline = TrainPipeline(
             self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
-            make_host_comm(ctx.world_size), record_dir=self.cfg.log.record_samples_dir or None,
+            make_host_comm(ctx.world_size, self.cfg.dist.timeout_s),
+            record_dir=self.cfg.log.record_samples_dir or None,
             ranks_per_node=self.plan.ranks_per_node, pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:

@@ -25,6 +25,7 @@ The step exchange, `allgather_batch`, first all-gathers the fixed-size per-sampl
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Sequence
 
 import numpy as np
@@ -131,21 +132,24 @@ class MPIComm(HostComm):
 class GlooComm(HostComm):
     """A gloo process group; `ranks` are the global ranks of its members, in order."""
 
-    def __init__(self, group, ranks: Sequence[int]):
+    def __init__(self, group, ranks: Sequence[int], timeout_s: float | None = None):
         import torch.distributed as dist
 
         self.group = group
         self.ranks = list(ranks)
         self.rank = self.ranks.index(dist.get_rank())
         self.size = len(self.ranks)
+        self.timeout_s = timeout_s
 
     @classmethod
-    def world(cls) -> "GlooComm":
-        """A new gloo group over all ranks (collective: every rank must call it)."""
+    def world(cls, timeout_s: float | None = None) -> "GlooComm":
+        """A new gloo group over all ranks (collective: every rank must call it).
+        timeout_s: how long its collectives wait for the slowest rank (the run's
+        dist.timeout_s); None: torch's default for a new group (30 minutes)."""
         import torch.distributed as dist
 
         ranks = list(range(dist.get_world_size()))
-        return cls(dist.new_group(ranks=ranks, backend="gloo"), ranks)
+        return cls(_new_gloo_group(ranks, timeout_s), ranks, timeout_s)
 
     def allgather_obj(self, obj: Any) -> list:
         import torch.distributed as dist
@@ -182,9 +186,9 @@ class GlooComm(HostComm):
         mine = None
         for c in sorted(set(colors)):
             members = [r for r, rc in zip(self.ranks, colors) if rc == c]
-            group = dist.new_group(ranks=members, backend="gloo")
+            group = _new_gloo_group(members, self.timeout_s)
             if c == color:
-                mine = GlooComm(group, members)
+                mine = GlooComm(group, members, self.timeout_s)
         return mine
 
     def alltoallv(self, send, send_counts, recv_counts):
@@ -199,10 +203,19 @@ class GlooComm(HostComm):
         return out.numpy()
 
 
-def make_host_comm(world_size: int) -> HostComm:
+def _new_gloo_group(ranks: list[int], timeout_s: float | None):
+    import torch.distributed as dist
+
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+    return dist.new_group(ranks=ranks, backend="gloo", timeout=timeout)
+
+
+def make_host_comm(world_size: int, timeout_s: float | None = None) -> HostComm:
     """The host comm for this job: MPI when MPI started it, else gloo, else local.
 
-    Collective when world_size > 1 (every rank must call it at the same point).
+    Collective when world_size > 1 (every rank must call it at the same point). timeout_s
+    bounds gloo's waits (a new group does not inherit init_process_group's timeout); MPI's
+    collectives have none, its launcher ends a job whose rank died.
     """
     if world_size == 1:
         return LocalComm()
@@ -217,7 +230,7 @@ def make_host_comm(world_size: int) -> HostComm:
     if not dist.is_initialized():
         raise RuntimeError(f"world size {world_size} without MPI or an initialized "
                            f"torch.distributed process group: no way to exchange data")
-    return GlooComm.world()
+    return GlooComm.world(timeout_s)
 
 
 def allgather_batch(comm: HostComm, samples, origin: np.ndarray) -> GlobalBatch:
