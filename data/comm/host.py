@@ -180,8 +180,6 @@ class GlooComm(HostComm):
     def split(self, color: int) -> "GlooComm":
         """Sub-groups by color. Every rank of the default group must call this (torch creates
         each group collectively), so only split a world-wide GlooComm."""
-        import torch.distributed as dist
-
         colors = self.allgather_obj(int(color))
         mine = None
         for c in sorted(set(colors)):
