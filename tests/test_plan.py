@@ -182,3 +182,28 @@ def test_package_reference_names_the_rcp():
 def test_prediction_of_published_results_within_15_percent(row):
     comparison = published.predict(row)
     assert abs(comparison.error) < 0.15, (row, comparison.predicted_minutes)
+
+
+def test_published_rows_are_the_logs_figures():
+    """Every row's figures are those of the ten logs read (docs/data/published_bert_runs.json):
+    the olympic mean of the runs' minutes, the median per-GPU throughput, the batch."""
+    import json
+    import statistics
+
+    from bert.tools.common import ROOT
+
+    runs_file = json.loads((ROOT / published.RUNS_FILE).read_text())
+    assert len(published.PUBLISHED) >= 5  # issue 29: at least five published results
+    for row in published.PUBLISHED:
+        repo_folder = row.source.split("@")[0], row.source.split(":", 1)[1]
+        record = next(r for r in runs_file if (r["repo"], r["bert_folder"]) == repo_folder)
+        runs = record["runs"]
+        assert len(runs) == 10 and all(run["status"] == "success" for run in runs)
+        minutes = sorted(run["minutes"] for run in runs)
+        assert row.minutes == pytest.approx(statistics.mean(minutes[1:-1]), abs=1e-3)
+        rates = [run["throughput_reported"] or run["samples"] / (run["minutes"] * 60)
+                 for run in runs]
+        assert row.per_gpu_samples_per_s == pytest.approx(
+            statistics.median(rates) / record["gpus"], abs=0.01)
+        assert (row.gpus, row.global_batch_size) == (record["gpus"],
+                                                     record["global_batch_size"])
