@@ -207,3 +207,21 @@ def test_published_rows_are_the_logs_figures():
             statistics.median(rates) / record["gpus"], abs=0.01)
         assert (row.gpus, row.global_batch_size) == (record["gpus"],
                                                      record["global_batch_size"])
+
+
+def test_own_gpu_records_set_the_default_efficiency():
+    """Where this program has a GPU record, the planner predicts this program (issue 29 item 4):
+    the h100 default comes from the window's throughput JSON, read here, not retyped."""
+    import json
+
+    from bert.plan import gpus
+    from bert.tools.common import ROOT
+
+    h100 = gpus.lookup("h100")
+    record_path = ROOT / h100.own_source.rsplit(": ", 1)[1]
+    fastest = json.loads(record_path.read_text())["variants"]["fastest"]
+    assert h100.own_samples_per_s == pytest.approx(fastest["samples_per_s"], abs=0.01)
+    assert fastest["options"]["fused_flags"] == [] and fastest["options"]["precision"] == "bf16"
+    assert h100.throughput_basis() == (h100.own_samples_per_s, h100.own_source)
+    # kinds without a record of ours fall back to the published throughput
+    assert gpus.lookup("a100-80gb").throughput_basis()[0] == 305.0

@@ -119,8 +119,8 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
         f"{kind.memory_gib:g} GiB, {kind.bf16_tflops:g} TFLOP/s bf16 dense, {a.precision}, "
         f"optimizer {'sharded' if a.sharded else 'replicated'}",
         f"assumed: efficiency {rates.efficiency:.3f} of the peak"
-        + (f" (implied by {kind.published_samples_per_s:g} samples/s per GPU, {kind.source})"
-           if a.efficiency is None else " (given)")
+        + (f" (implied by {kind.throughput_basis()[0]:g} samples/s per GPU, "
+           f"{kind.throughput_basis()[1]})" if a.efficiency is None else " (given)")
         + f"; gradient link {rates.link_gbs:g} GB/s; init {a.init_minutes:g} min (not scored)",
         "",
         f"{'GBS':>7} {'micro':>9} {'lr':>9} {'steps':>6} {'GiB':>6} {'worst':>6} "
@@ -176,7 +176,8 @@ def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions
                         "bf16_tflops": cluster.kind.bf16_tflops},
             "assumptions": {"precision": a.precision, "sharded": a.sharded,
                             "efficiency": rates.efficiency,
-                            "efficiency_source": cluster.kind.source if a.efficiency is None
+                            "efficiency_source": cluster.kind.throughput_basis()[1]
+                            if a.efficiency is None
                             else "given", "link_gbs": rates.link_gbs,
                             "init_minutes": a.init_minutes},
             "candidates": [one(c) for c in candidates]}

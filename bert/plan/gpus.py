@@ -21,6 +21,17 @@ class GPUKind:
     network_gbs: float  # per-GPU inter-node network bandwidth, GB/s (one NIC per GPU)
     published_samples_per_s: float | None  # per-GPU MLPerf BERT training throughput
     source: str  # where the throughput comes from
+    # this program's own measured per-GPU throughput (BERT-Large bf16, a GPU window's record,
+    # validated paths only): the planner's default where it exists, since it predicts a run of
+    # this program, not of the best submission
+    own_samples_per_s: float | None = None
+    own_source: str = ""
+
+    def throughput_basis(self) -> tuple[float | None, str]:
+        """(per-GPU samples/s, where it comes from) the default efficiency is implied by."""
+        if self.own_samples_per_s:
+            return self.own_samples_per_s, self.own_source
+        return self.published_samples_per_s, self.source
 
     @property
     def link_note(self) -> str:
@@ -36,7 +47,9 @@ GPUS: dict[str, GPUKind] = {
     "a100-80gb": GPUKind("a100-80gb", 80.0, 312.0, 300.0, 25.0, 305.0,
                          "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)"),
     "h100": GPUKind("h100", 79.6, 989.0, 450.0, 50.0, 973.0,
-                    "REFERENCE 7: H100 971-975 samples/s per GPU (MLPerf v3.0/v4.0, FP8)"),
+                    "REFERENCE 7: H100 971-975 samples/s per GPU (MLPerf v3.0/v4.0, FP8)",
+                    524.37, "this program on one H100, bf16, flash_varlen, no custom kernels: "
+                            "benchmarks/results/gpu/2026-11-26_window/throughput_eager.json"),
     "h200": GPUKind("h200", 140.4, 989.0, 450.0, 50.0, 1032.0,
                     "REFERENCE 7: H200 1,032 samples/s per GPU (MLPerf v4.1, FP8)"),
     "b200": GPUKind("b200", 179.0, 2250.0, 900.0, 50.0, 1471.0,

@@ -43,7 +43,7 @@ class Cluster:
 class Assumptions:
     precision: str = "bf16"
     sharded: bool = False  # optim.sharded
-    efficiency: float | None = None  # None: implied by the published throughput
+    efficiency: float | None = None  # None: implied by the kind's throughput_basis()
     init_minutes: float = 3.0  # initialization (not scored), assumption
     eval_batch: int = 128  # eval.batch_size
     eval_samples: int = 10_000
@@ -75,12 +75,12 @@ class Candidate:
 def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions) -> timing.Rates:
     efficiency = assumptions.efficiency
     if efficiency is None:
-        if not cluster.kind.published_samples_per_s:
-            raise PlanError(f"--gpu {cluster.kind.name}: no published throughput to derive an "
-                            f"efficiency from; give --efficiency (e.g. 0.3)")
+        per_gpu, _ = cluster.kind.throughput_basis()
+        if not per_gpu:
+            raise PlanError(f"--gpu {cluster.kind.name}: no measured or published throughput to "
+                            f"derive an efficiency from; give --efficiency (e.g. 0.3)")
         efficiency = timing.implied_efficiency(
-            cluster.kind.published_samples_per_s,
-            flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops)
+            per_gpu, flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops)
     if not 0 < efficiency <= 1:
         raise PlanError(f"--efficiency {efficiency}: must be in (0, 1]")
     return timing.Rates(cluster.kind.bf16_tflops, efficiency, cluster.link_gbs)
