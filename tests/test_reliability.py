@@ -240,6 +240,31 @@ def test_a_nonfinite_loss_stops_the_run(capsys, data_dir, finished):
     assert stop["key"] == "run_stop" and "diverged" in stop["metadata"]["stop_reason"]
 
 
+def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(capsys, data_dir, finished,
+                                                                    monkeypatch):
+    """The disk under the output fills mid-run (ENOSPC at the checkpoint after step 1): one
+    error line naming the file and what to do, exit 1, the earlier mlperf.log untouched, the
+    run's own log kept as failed (issue 26: a full output folder was a traceback)."""
+    import errno
+
+    before = (finished / "mlperf.log").read_bytes()
+
+    def full(obj, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(resume, "atomic_torch_save", full)
+    values = settings(data_dir, finished, **{"run.max_steps": 4,
+                                             "checkpoint.interval_steps": 1})
+    code, out, err = run_main(capsys, values)
+    assert code == 1
+    line = one_error(err)
+    assert "No space left on device writing " in line and "--resume auto" in line, line
+    assert "checkpoints" in line
+    assert (finished / "mlperf.log").read_bytes() == before
+    [kept] = finished.glob("mlperf.log.*.failed")
+    assert records(kept)[-1]["key"] == "run_stop"
+
+
 def test_the_mlperf_log_refuses_non_json_values(tmp_path):
     from bert.mlperf.writer import MLPerfLogError, MLPerfLogger
 

@@ -7,7 +7,8 @@
 
 - a stop signal at a step boundary (RunInterrupted): 128 + N, nothing more to print;
 - bad input (BadInputError, MLPerfLogError): one `error:` line, 2;
-- a job that cannot go on (JobError: a stalled or dead peer, a diverged loss): one line, 1;
+- a job that cannot go on (JobError: a stalled or dead peer, a diverged loss; or the disk under
+  the output full or turned read-only, OUT_OF_DISK): one line, 1;
   for a stalled or dead peer (PeerLost) the process then exits at once: shutting down a
   process group whose peer never answers would wait for it (gloo waits in its destructors);
 - anything else on a rank whose peer already printed its `error:` line: that error is the
@@ -17,6 +18,7 @@ Under mpirun a failed rank aborts the job (bert/train/launch_env.py: abort_mpi_j
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -26,9 +28,23 @@ from bert.train.launch_env import abort_mpi_job, peer_reported_error, report_err
 from bert.train.stop_signals import RunInterrupted
 
 
+# Write failures that no retry in this run can fix: the run ends with one line naming the file.
+OUT_OF_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def disk_error(err: BaseException) -> JobError | None:
+    """The one-line JobError for a full or read-only disk under a file being written."""
+    if not isinstance(err, OSError) or err.errno not in OUT_OF_DISK:
+        return None
+    where = f" writing {err.filename}" if err.filename else ""
+    return JobError(f"{err.strerror or os.strerror(err.errno)}{where}: the run cannot go on "
+                    f"(free space, or set run.output_dir on another disk, then --resume auto)")
+
+
 def exit_status(err: BaseException) -> int | None:
     if isinstance(err, RunInterrupted):
         return err.status
+    err = disk_error(err) or err
     if isinstance(err, (BadInputError, MLPerfLogError, JobError)):
         code = 1 if isinstance(err, JobError) else 2
         report_error(str(err), code)  # once per job, not once per rank
