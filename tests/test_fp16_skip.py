@@ -162,6 +162,9 @@ def test_progress_reads_the_lr_only_for_a_line(capsys):
         calls.append(1)
         return 1e-3
 
+    from bert.obs.logs import setup_logging
+
+    setup_logging(0)  # the lines go through the run's logger (set up by the trainer)
     progress = Progress(enabled=True, interval_s=3600.0)
     progress.start(total_samples=100, total_steps=10)
     progress.step(1, 10, torch.tensor(2.0), lr)

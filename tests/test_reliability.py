@@ -265,6 +265,35 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(capsys, dat
     assert records(kept)[-1]["key"] == "run_stop"
 
 
+class InfGradientAt(Callback):
+    """One weight's gradient is inf during step `step` (1-based): the loss of that step is
+    finite, its gradient norm is not, and the update makes every later loss NaN."""
+
+    def __init__(self, step: int):
+        self.step, self.current = step, 1
+
+    def on_train_start(self, trainer) -> None:
+        weight = next(trainer.raw_model.parameters())
+        weight.register_hook(lambda grad: grad * math.inf if self.current == self.step
+                             else grad)
+
+    def on_step_end(self, trainer, step: int) -> None:
+        self.current = step + 1
+
+
+def test_a_nonfinite_gradient_norm_stops_the_run_at_its_own_step(capsys, data_dir, finished):
+    """The gradient norm is checked beside the loss (issue 26 item 6): the run stops at the
+    step whose gradient was not finite, not one step later when the poisoned weights make the
+    loss NaN."""
+    values = settings(data_dir, finished, **{"run.max_steps": 50, "eval.interval_samples": 800,
+                                             "run.max_nonfinite_steps": 1})
+    code, _, err = run_main(capsys, values, callbacks=[InfGradientAt(3)])
+    assert code == 1
+    line = one_error(err)
+    assert "the loss or the gradient norm was not finite for 1 consecutive steps, up to step 3" \
+        in line, line
+
+
 def test_the_mlperf_log_refuses_non_json_values(tmp_path):
     from bert.mlperf.writer import MLPerfLogError, MLPerfLogger
 

@@ -144,8 +144,13 @@ class Replicated:
 
     def grad_norm(self) -> float | None:
         """Host sync: the last step's global gradient norm (LAMB's; None for another class)."""
-        norm = getattr(self.optimizer, "last_grad_norm", None)
+        norm = self.grad_norm_tensor()
         return None if norm is None else float(norm)
+
+    def grad_norm_tensor(self) -> torch.Tensor | None:
+        """The last step's global gradient norm on the device (no sync); None for an
+        optimizer class that keeps none."""
+        return getattr(self.optimizer, "last_grad_norm", None)
 
     def loss_scale(self) -> float | None:
         """Host sync: fp16's loss scale (None without fp16)."""
@@ -202,6 +207,10 @@ class Sharded:
     def grad_norm(self) -> float:
         """Host sync: the last step's global gradient norm (unscaled, before clipping)."""
         return float(self.optimizer.last_grad_norm)
+
+    def grad_norm_tensor(self) -> torch.Tensor:
+        """The last step's global gradient norm on the device (no sync)."""
+        return self.optimizer.last_grad_norm
 
     def loss_scale(self) -> float | None:
         """Host sync: fp16's loss scale (None without fp16)."""

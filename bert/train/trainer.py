@@ -140,7 +140,8 @@ class Trainer:
                 self.progress.on_point = self.obs.train_point
             self.callbacks = [self.obs, *callbacks]
             self.guard = StepGuard(self.ctx, cfg.run.max_nonfinite_steps,  # signals, NaN
-                                   cfg.dist.timeout_s)
+                                   cfg.dist.timeout_s,
+                                   check_grad_norm=cfg.run.precision != "fp16")
             self._ended_by_itself = False  # run_stop logged by the loop itself
             self._init_phase()
         except BaseException:
@@ -349,7 +350,8 @@ class Trainer:
                     self._save_checkpoint(step, samples, accuracy)
                 for callback in self.callbacks:
                     callback.on_step_end(self, step)
-                signum = self.guard.after_step(step, step_loss)  # agreed by every rank
+                signum = self.guard.after_step(step, step_loss,  # agreed by every rank
+                                               self.optim.grad_norm_tensor())
                 if signum:
                     self._interrupt(signum, step, samples, accuracy, block_step * gbs)
             log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
