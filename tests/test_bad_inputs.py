@@ -390,3 +390,21 @@ def test_resume_with_another_world_size_under_torchrun(world):
     assert_one_error(proc.returncode, proc.stdout, proc.stderr,
                      ["step_00000002", "saved by 1 ranks", "this job has 2"])
     assert changed_paths(before, snapshot(watched(world))) == []
+
+
+def test_a_bad_shard_found_mid_run_under_torchrun_is_one_error_line(world):
+    """A token id beyond the vocabulary, found by a data thread after run_start, with 2 torchrun
+    ranks: whichever ranks meet it, the user sees one `error:` line (issue 26 item 5: the peer
+    rank's traceback used to follow it) and the launcher exits 2; the earlier run's files stay."""
+    before = snapshot(watched(world))
+    env = {**os.environ, "NPROC_PER_NODE": "2", "CLEAR_CACHE": "0", "OMP_NUM_THREADS": "1",
+           "PYTHON": sys.executable}
+    out = Path(world["rows"]) / "torchrun_bad_shard"
+    proc = subprocess.run(["bash", str(ROOT / "launch" / "torchrun.sh"),
+                           str(ROOT / "configs" / "tiny_cpu.yaml"), *base_args(world),
+                           *S("data.train_dir", f"{world['inputs']}/bad_input_ids"),
+                           *S("run.output_dir", str(out))],
+                          cwd=ROOT, env=env, text=True, capture_output=True, timeout=600)
+    assert_one_error(proc.returncode, proc.stdout, proc.stderr,
+                     ["bad_input_ids/part_", "input_ids value 500", "model.vocab_size=128"])
+    assert changed_paths(before, snapshot(watched(world))) == []
