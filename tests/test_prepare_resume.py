@@ -176,3 +176,41 @@ def test_stale_temp_files_are_removed_live_ones_kept(tmp_path):
         path.write_text("x")
     assert remove_stale_temps(tmp_path) == [dead]
     assert live.exists() and other.exists() and not dead.exists()
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_a_folder_of_other_files_is_refused_unless_forced(uninterrupted, tmp_path):
+    """A resumed step takes a file under an output's name as done, so a folder holding files
+    the step does not write is refused before anything is written (issue 26 item 3)."""
+    inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
+    out = tmp_path / "varlen"
+    out.mkdir()
+    (out / "notes.txt").write_text("someone else's\n")
+    command = [sys.executable, str(SCRIPT), "to-varlen", *inputs, "--out", str(out),
+               "--max-seq-length", str(MAX_LEN), "--max-predictions", str(MAX_PRED)]
+    one_error_line(run(command), "--out", "notes.txt", "--force")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert run([*command, "--force"]).returncode == 0
+    assert (out / "notes.txt").read_text() == "someone else's\n"
+
+
+def test_a_finished_folder_of_other_settings_is_refused(uninterrupted, tmp_path):
+    """A finished step marks its folder with its settings: the same step with other settings
+    (whose outputs have the same names) is refused instead of skipping them all as done."""
+    inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
+    out = tmp_path / "varlen"
+    command = [sys.executable, str(SCRIPT), "to-varlen", *inputs, "--out", str(out),
+               "--max-seq-length", str(MAX_LEN)]
+    assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0
+    made = files_of(out)
+    assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0  # a resume
+    one_error_line(run([*command, "--max-predictions", str(MAX_PRED - 1)]),
+                   "--out", "to-varlen", "max_predictions", "--force")
+    assert files_of(out) == made

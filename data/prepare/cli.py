@@ -16,19 +16,26 @@ or step by step (each step resumes where it stopped; see data/prepare/__init__.p
 `all` writes OUT/intermediate/{train,eval}/ (fixed-length, gzip), OUT/train/part_*.hdf5,
 OUT/eval/eval_10000.hdf5 and OUT/SHA256SUMS, then checks that the shards are distinct.
 No step writes into its own input: an --out that is, holds or lies in an input is refused;
-pick-eval replaces an existing --out file only with --force (the folder steps resume into
-their --out, skipping the files already there).
+pick-eval replaces an existing --out file only with --force. The folder steps resume into
+their --out, skipping the outputs already there, so they take only a folder of their own
+(data/prepare/out_mark.py): empty, marked by the same step with the same settings when it
+finished, or holding nothing but the step's own output names; anything else only with --force.
 Exit status: 0 done, 1 a check failed (checksums, distinct shards), 2 bad input.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import fnmatch
+import os
 import sys
 from pathlib import Path
 
 from bert.core.errors import ConfigError
 from bert.core.files import check_output
+from data.prepare.out_mark import check_out, mark_out
 from data.prepare.checksums import MANIFEST_NAME, verify_manifest, write_manifest
+from data.prepare.content_hash import CHECK_FILE as CONTENT_HASH_FILE
 from data.prepare.content_hash import record_content_hashes
 from data.prepare.create_examples import create_examples, output_name
 from data.prepare.disk import check_disk, text_estimate, total_size
@@ -71,23 +78,52 @@ def example_params(args: argparse.Namespace) -> ExampleParams:
 
 # -- subcommands ------------------------------------------------------------------------------
 
+# what `all` writes into its --out (anything else there is someone else's)
+ALL_OUTPUTS = {"intermediate", "train", "eval", MANIFEST_NAME, CONTENT_HASH_FILE}
+
+
+def _absolute(paths) -> list[str]:
+    return [os.path.abspath(p) for p in paths]
+
+
 def cmd_examples(args: argparse.Namespace) -> None:
     check_output(args.out, [*args.text, args.vocab])  # a folder it resumes into
-    create_examples(expand(args.text, TEXT_GLOB), args.out, args.vocab, example_params(args),
-                    args.workers, show_progress=not args.quiet)
+    texts = expand(args.text, TEXT_GLOB)
+    settings = {"text": _absolute(args.text), "vocab": os.path.abspath(args.vocab),
+                **dataclasses.asdict(example_params(args))}
+    outputs = {output_name(t) for t in texts}
+    check_out(args.out, "examples", settings, outputs.__contains__, args.force)
+    create_examples(texts, args.out, args.vocab, example_params(args), args.workers,
+                    show_progress=not args.quiet)
+    mark_out(args.out, "examples", settings)
 
 
 def cmd_to_varlen(args: argparse.Namespace) -> None:
     check_output(args.out, args.inputs)
-    to_varlen(expand(args.inputs, "*.hdf5"), args.out, args.max_seq_length,
-              args.max_predictions, args.workers, show_progress=not args.quiet)
+    inputs = expand(args.inputs, "*.hdf5")
+    settings = {"inputs": _absolute(args.inputs), "max_seq_length": args.max_seq_length,
+                "max_predictions": args.max_predictions}
+    check_out(args.out, "to-varlen", settings, {Path(p).name for p in inputs}.__contains__,
+              args.force)
+    to_varlen(inputs, args.out, args.max_seq_length, args.max_predictions, args.workers,
+              show_progress=not args.quiet)
+    mark_out(args.out, "to-varlen", settings)
+
+
+def _reshard_output(name: str) -> bool:
+    return fnmatch.fnmatch(name, SHARD_GLOB) or name == RESHARD_PLAN
 
 
 def cmd_reshard(args: argparse.Namespace) -> None:
     check_output(args.out, args.inputs)
+    settings = {"inputs": _absolute(args.inputs), "num_shards": args.num_shards,
+                "seed": args.seed, "max_seq_length": args.max_seq_length,
+                "max_predictions": args.max_predictions}
+    check_out(args.out, "reshard", settings, _reshard_output, args.force)
     reshard(expand(args.inputs, "*.hdf5"), args.out, args.num_shards, args.seed,
             args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers,
             show_progress=not args.quiet)
+    mark_out(args.out, "reshard", settings)
 
 
 def cmd_pick_eval(args: argparse.Namespace) -> None:
@@ -133,6 +169,11 @@ def cmd_all(args: argparse.Namespace) -> None:
     check_output(out, [*args.train_text, args.eval_text, args.vocab])
     work = out / "intermediate"
     train_text = expand(args.train_text, TEXT_GLOB)
+    settings = {"train_text": _absolute(args.train_text),
+                "eval_text": os.path.abspath(args.eval_text), "vocab": os.path.abspath(args.vocab),
+                "num_shards": args.num_shards, "eval_samples": args.eval_samples,
+                "seed": args.seed, **dataclasses.asdict(params)}
+    check_out(out, "all", settings, ALL_OUTPUTS.__contains__, args.force)
     check_all_space(args, train_text, out)
     fixed_train = create_examples(train_text, work / "train", args.vocab, params, args.workers,
                                   show_progress=show)
@@ -151,6 +192,7 @@ def cmd_all(args: argparse.Namespace) -> None:
     # content hashes by NVIDIA's method (docs/data_download.md): the eval set's is compared
     # with the published one
     print(record_content_hashes(out, eval_file, args.workers))
+    mark_out(out, "all", settings)
     print(f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
           f"checksums in {manifest}")
 
@@ -193,6 +235,15 @@ def _quiet_args() -> argparse.ArgumentParser:
     return p
 
 
+def _force_folder_args() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--force", action="store_true",
+                   help="use an --out folder that holds files this step did not write (or "
+                        "wrote with other settings) as is: files under an output's name there "
+                        "are kept and taken as done")
+    return p
+
+
 def _example_args() -> argparse.ArgumentParser:
     d = ExampleParams()
     p = argparse.ArgumentParser(add_help=False)
@@ -217,23 +268,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     shape, examples, resharding = _shape_args(), _example_args(), _reshard_args()
-    workers, quiet = _workers_args(), _quiet_args()
+    workers, quiet, force = _workers_args(), _quiet_args(), _force_folder_args()
     seed = argparse.ArgumentParser(add_help=False)
     seed.add_argument("--seed", type=int, default=12345,
                       help="random_seed of the examples (every shard, as the reference) and of "
                            "the reshard shuffle")
 
-    p = sub.add_parser("examples", parents=[shape, workers, examples, seed, quiet],
+    p = sub.add_parser("examples", parents=[shape, workers, examples, seed, quiet, force],
                        help="text -> fixed HDF5")
     p.add_argument("text", nargs="+", help="text shards, or folders of part-* shards")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_examples)
-    p = sub.add_parser("to-varlen", parents=[shape, workers, quiet],
+    p = sub.add_parser("to-varlen", parents=[shape, workers, quiet, force],
                        help="fixed -> variable length")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_to_varlen)
-    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed, quiet],
+    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed, quiet, force],
                        help="global shuffle")
     p.add_argument("inputs", nargs="+", help="HDF5 files (either format) or folders")
     p.add_argument("--out", required=True)
@@ -258,7 +309,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
     p.add_argument("--first-k", type=int, default=16)
     p.set_defaults(func=cmd_check_distinct)
-    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed, quiet],
+    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed, quiet,
+                                       force],
                        help="every step")
     p.add_argument("--train-text", nargs="+", required=True,
                    help="text shards, or folders of part-* shards")
