@@ -110,6 +110,9 @@ ROWS = [
     Row("empty_output_dir", S("run.output_dir", ""), ["run.output_dir=''", "empty"]),
     Row("output_dir_is_a_file", S("run.output_dir", "{inputs}/text.pt"),
         ["run.output_dir=", "text.pt", "cannot write there"]),
+    # a folder nobody may write into, root included (chmod cannot make one for root)
+    Row("output_dir_unwritable", S("run.output_dir", "/proc/open_bert_out"),
+        ["run.output_dir=", "/proc/open_bert_out", "cannot write there"]),
     Row("config_not_utf8", ["--config", "{inputs}/latin1.yaml"], ["latin1.yaml", "not UTF-8"]),
     Row("config_is_a_folder", ["--config", "{inputs}/empty"], ["empty", "is a folder"]),
     *[Row(f"section_given_as_{name}", ["--config", f"{{inputs}}/section_{name}.yaml"],
