@@ -12,12 +12,14 @@ until validated on a GPU (kernels/VALIDATION.md).
     kernels.require("bias_dropout_residual_layernorm")      # or: if kernels.available(): ...
     y = bias_dropout_residual_layernorm(x, bias, residual, weight, ln_bias, p=0.1)
 """
-# The op modules register their custom ops on import; they need torch, not the extension.
-from kernels import bias_dropout_residual_layernorm, embedding_backward, softmax_cross_entropy
-from kernels import dense
-from kernels import lamb
-from kernels._loader import available, load_error, require
-from kernels._library import OPS
+import importlib
 
-__all__ = ["OPS", "available", "load_error", "require", "bias_dropout_residual_layernorm",
-           "embedding_backward", "softmax_cross_entropy", "dense", "lamb"]
+from kernels._library import OPS
+from kernels._loader import available, load_error, require
+
+# The op modules (kernels/<op>.py, one per kernels/csrc/<op>/) register their custom ops on
+# import; they need torch, not the extension. Found from the sources: a new op edits no list.
+for _op in OPS:
+    importlib.import_module(f"kernels.{_op}")
+
+__all__ = ["OPS", "available", "load_error", "require", *OPS]

@@ -1,15 +1,34 @@
-"""Names and paths of the compiled extension, shared by the loader and the build."""
+"""Names and paths of the compiled extension, shared by the loader and the build.
+
+The ops are read from their own sources, so adding one never edits a list here: an op is a
+folder kernels/csrc/<op>/ holding <op>.cu and <op>_api.cpp, and its raw C++ ops are the
+`m.def("name(...` schemas of that binding (shipped with the package: setup.py package_data).
+"""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 LIB_NAME = "bert_kernels_cuda"  # also the torch.ops namespace of the raw C++ ops
-OPS = ("bias_dropout_residual_layernorm", "embedding_backward", "softmax_cross_entropy",
-       "dense", "lamb")
-RAW_OPS = ("bdrln_forward", "bdrln_backward", "embedding_backward", "softmax_cross_entropy",
-           "softmax_cross_entropy_backward", "dense_forward", "dense_dgrad", "dense_wgrad",
-           "lamb_sums", "lamb_update", "lamb_apply")
+CSRC = Path(__file__).resolve().parent / "csrc"
+SHARED_FOLDER = "common"  # helpers every op includes, not an op
+_SCHEMA = re.compile(r'm\.def\(\s*"(\w+)\(')
+
+
+def _ops() -> tuple[str, ...]:
+    return tuple(sorted(d.name for d in CSRC.iterdir()
+                        if d.is_dir() and d.name != SHARED_FOLDER
+                        and (d / f"{d.name}_api.cpp").is_file()))
+
+
+def _raw_ops(ops: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for op in ops
+                 for name in _SCHEMA.findall((CSRC / op / f"{op}_api.cpp").read_text()))
+
+
+OPS = _ops()  # the kernels/ ops, e.g. "dense" (kernels/dense.py, kernels/csrc/dense/)
+RAW_OPS = _raw_ops(OPS)  # what the library registers under torch.ops.bert_kernels_cuda
 DEFAULT_BUILD_DIR = Path(__file__).resolve().parent.parent / "build" / "kernels"
 
 

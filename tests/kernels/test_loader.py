@@ -74,3 +74,28 @@ def test_raise_check_fails_a_library_that_cannot_raise(tmp_path, capsys):
                                            "exited 1"):
         check_library_raises(not_a_library)
     assert "kernels.raise_check diagnostics:" in capsys.readouterr().err
+
+
+def test_ops_are_read_from_their_own_sources():
+    """A fused op is its own files plus one registration (bert/model/fused.py's FUSED_OPS, or
+    an optimizer record's fused_op): the kernel lists are read from kernels/csrc, never kept."""
+    import re
+
+    import kernels
+    from kernels import _library
+
+    for op in _library.OPS:
+        folder = _library.CSRC / op
+        assert (folder / f"{op}.cu").is_file() and (folder / f"{op}_api.cpp").is_file()
+        assert (_library.CSRC.parent / f"{op}.py").is_file()
+        assert getattr(kernels, op).__name__ == f"kernels.{op}"  # imported by the package
+    schemas = [name for path in sorted(_library.CSRC.glob("*/*_api.cpp"))
+               for name in re.findall(r'm\.def\(\s*"(\w+)\(', path.read_text())]
+    assert sorted(_library.RAW_OPS) == sorted(schemas) and len(set(schemas)) == len(schemas)
+    from bert.model.fused import FUSED_OPS
+    from bert.optim.registry import OPTIMIZERS
+
+    registered = {op.kernel for op in FUSED_OPS.values()}
+    registered |= {spec.sharded.fused_op for spec in OPTIMIZERS.values()
+                   if spec.sharded is not None and spec.sharded.fused_op}
+    assert registered == set(_library.OPS)  # every kernel is registered once, and only those
