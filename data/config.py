@@ -36,13 +36,13 @@ class SyntheticConfig:
 
 @section("data.curriculum")
 class CurriculumConfig:
-    """Length bucketing + a bucket-order curriculum (seed 002, docs/curriculum.md), open
+    """Length bucketing + a bucket-order curriculum ([Zhang], docs/curriculum.md), open
     division only. On: every step's batch comes from one length bucket, the same on every rank."""
 
     name: str = F("none", "none (off) | shuffled | random | increasing | decreasing | "
                           "loss_controlled | exp3s")
     bucket_boundaries: list[int] = F(factory=list, doc="bucket upper edges, increasing, the "
-                                     "last one data.max_seq_length; empty: seed 001's four "
+                                     "last one data.max_seq_length; empty: [Kim]'s four "
                                      "strata scaled to max_seq_length (128,256,384,512 at 512), "
                                      "filled in when the config loads")
     round_batches: int = F(100, "fixed orders: steps per round, split by bucket share", gt=0)

@@ -189,7 +189,7 @@ def subset_queries(cu_seqlens: np.ndarray, masked_counts: np.ndarray,
                        masked_rows, max_queries)
 
 
-# Seed 000 (IV-A-2): sequences grouped by length into (0, 128], (128, 256], (256, 384] and
+# [Zeng] (IV-A-2): sequences grouped by length into (0, 128], (128, 256], (256, 384] and
 # (384, ...), each group attended with its own kernel launch sized to the group's longest.
 ATTENTION_GROUP_BOUNDS = (128, 256, 384)
 

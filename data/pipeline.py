@@ -25,7 +25,7 @@ trains earlier steps:
 The main thread then takes the step with `next_step()`, which also writes the audit trail
 (data/sample_record.py) when record_dir is set.
 
-Curricula (seed 002, docs/curriculum.md). Every rank holds the same curriculum and feeds it the
+Curricula ([Zhang], docs/curriculum.md). Every rank holds the same curriculum and feeds it the
 same numbers, so all ranks pick the same bucket for a step without a collective of their own:
 the fixed orders are functions of (seed, step); loss_controlled and exp3s get, while the thread
 prepares step s, the loss of step s - lag (lag = prefetch_depth + 1, data/order/loss_feedback.py)

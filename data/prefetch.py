@@ -1,7 +1,7 @@
 """Background preparation of the next steps, and their copy to the device on a side stream.
 
 `Prefetcher(produce, depth)` calls `produce()` on a daemon thread and keeps up to `depth` results
-queued, so step k+1 (and k+2, ...) is ready while step k trains (seed 000, section IV-B).
+queued, so step k+1 (and k+2, ...) is ready while step k trains ([Zeng], section IV-B).
 
 Failure handling, so that a broken pipeline never hangs or silently stops the run:
 - an exception in `produce()` is stored and re-raised by the next `get()` at once (results

@@ -1,6 +1,6 @@
 """y = LayerNorm(residual + dropout(x + bias)) as one fused op, hidden 1024 only.
 
-Seed 000's Dropout_Add_LayerNorm and seed 004's bias+dropout+residual with LayerNorm: the
+[Zeng]'s Dropout_Add_LayerNorm and [LightSeq2]'s bias+dropout+residual with LayerNorm: the
 forward is one kernel (it saves z = residual + dropout(x + bias), fp32 mean and rstd, and the
 keep mask as bits), the backward two (rows, then the parameter-gradient reduction).
 

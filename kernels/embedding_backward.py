@@ -1,4 +1,4 @@
-"""Word-embedding gradient with packed atomics (seed 000, IV-C-3), hidden 1024.
+"""Word-embedding gradient with packed atomics ([Zeng], IV-C-3), hidden 1024.
 
 PyTorch's embedding backward sorts the indices and reduces segments (several kernels); this one
 adds each token's gradient row straight into grad_weight with half2 / bfloat162 (or fp32)

@@ -1,4 +1,4 @@
-"""Fused LAMB over the sharded optimizer's flat fp32 shard (seed 000, IV-C-2).
+"""Fused LAMB over the sharded optimizer's flat fp32 shard ([Zeng], IV-C-2).
 
 The optimizer's state is contiguous (bert/optim/flat.py), so the kernels need no tensor lists:
 one segment table, (start, length, parameter index, param group) per piece of a parameter, is

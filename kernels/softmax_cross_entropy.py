@@ -1,6 +1,6 @@
 """MLM-head softmax cross-entropy with the logits gradient computed in the forward pass.
 
-Seed 004's criterion: the gradient softmax - one_hot is elementwise in the softmax, so the kernel
+[LightSeq2]'s criterion: the gradient softmax - one_hot is elementwise in the softmax, so the kernel
 writes it while it still has the row's log-sum-exp, and the backward only scales it by d(loss).
 Against `F.cross_entropy(logits[:, :vocab].float(), labels)` this never builds an fp32 copy of
 the (masked tokens x 30528) logits, nor the log-softmax, nor its gradient.

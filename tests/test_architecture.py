@@ -300,3 +300,27 @@ def test_the_checkers_find_what_they_look_for():
     assert stated_facts('"""ruleset 5.0.0, :::MLLOG"""\nRULESET = "5.0.0"\n') == {"ruleset"}
     assert stated_facts('name = f"mlperf_resumed_step_{n}.log"\nx = ":::MLLOG {"\n') == {
         "resumed log name", "line marker"}
+
+
+def test_every_cited_source_is_defined_in_docs_references():
+    """Comments and docs cite outside sources by the names docs/references.md defines: the seed
+    papers by first author in brackets ([Zeng], ...), the project's facts as REFERENCE n."""
+    import re
+
+    references = (ROOT / "docs" / "references.md").read_text()
+    papers = set(re.findall(r"^\| (\[[\w.]+\]) \|", references, re.M))
+    facts = set(re.findall(r"^\| REFERENCE (\d+) \|", references, re.M))
+    assert papers == {"[Zeng]", "[Kim]", "[Zhang]", "[Paddle]", "[LightSeq2]"}
+    assert facts == {str(n) for n in range(1, 9)}
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    undefined = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".yaml", ".cu", ".cpp", ".h") or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        undefined += [f"{name}: {m}" for m in re.findall(r"\b[Ss]eed 00\d\b", text)]
+        undefined += [f"{name}: REFERENCE {n}" for n in re.findall(r"\bREFERENCE (\d+)", text)
+                      if n not in facts]
+    assert undefined == []

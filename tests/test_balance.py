@@ -94,7 +94,7 @@ def test_bad_arguments_are_rejected():
 
 
 def test_global_presort_matches_padding_exchange_example():
-    # Seed 000, section IV-B / Fig. 11 with 2 workers x 2 sequences: sorting gives
+    # [Zeng], section IV-B / Fig. 11 with 2 workers x 2 sequences: sorting gives
     # Seq(0,1), Seq(1,0), Seq(1,1), Seq(0,0); worker i takes sorted positions i, i+2.
     # Global indices: Seq(w, j) = 2*w + j; lengths chosen to produce that sorted order.
     lengths = np.array([100, 400, 300, 200])
@@ -217,9 +217,9 @@ def test_lengths_from_shards_reads_vlen_and_fixed(tmp_path):
     np.testing.assert_array_equal(got, lengths + [300, 12])
 
 
-# ------------------------------------------------------------------------- seed 001 Table 5
+# ------------------------------------------------------------------------- [Kim] Table 5
 
-# Seed 001 (Samsung), appendix C.2, Table 5, also REFERENCE.md section 5: mean min / max tokens
+# [Kim] (Samsung), appendix C.2, Table 5, also REFERENCE.md section 5: mean min / max tokens
 # per GPU over trials, 16 samples per GPU, 8 GPUs per node, max length 512. The paper does not
 # state the GPU count; our simulation matches it (within about 1 %) at 1024 GPUs, their cluster
 # size, and not at 8 or 64 GPUs, so the test runs 1024 ranks.

@@ -342,7 +342,7 @@ def test_config_defaults_keep_bucketing_off_and_parse_settings():
     assert d.curriculum.name == "none" and d.curriculum.bucket_boundaries == []
     d = load_config(None, ["data.curriculum.name=exp3s", "data.curriculum.alpha=1/t",
                            "submission.division=open"]).data
-    assert d.curriculum.bucket_boundaries == [128, 256, 384, 512]  # seed 001's strata
+    assert d.curriculum.bucket_boundaries == [128, 256, 384, 512]  # [Kim]'s strata
     d = load_config(None, ["data.curriculum.name=loss_controlled", "data.max_seq_length=128",
                            "data.curriculum.bucket_boundaries=16, 64,128",
                            "data.curriculum.loss_targets=4,3.5,3",

@@ -3,7 +3,7 @@
 Oracles: the single-process `bert.optim.LAMB` (checked against a float64 reference in
 test_lamb.py) fed the averaged gradient of the ranks' data slices. For the clip modes that change
 the gradient before the all-reduce, the test clips each rank's gradient itself (by its global
-norm for "before_allreduce"; each bucket to c / sqrt(B) for "bucketwise", seed 001 Algorithm 1)
+norm for "before_allreduce"; each bucket to c / sqrt(B) for "bucketwise", [Kim] Algorithm 1)
 and runs LAMB without clipping on the average. "adam" is checked against torch.optim.AdamW.
 
 Every sample has exactly one masked token, so the pretraining loss (token-weighted MLM + NSP) is

@@ -1,6 +1,6 @@
 """scripts/simulate_balance.py's traffic measures and its --json / --ranks-sweep output (issue 15).
 
-The token ranges against seed 001's Table 5 are tested in tests/test_balance.py.
+The token ranges against [Kim]'s Table 5 are tested in tests/test_balance.py.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
     padded_sdpa    reference: pad only inside attention, masked SDPA, unpad; exact anywhere
     per_sequence   CPU: one sequence at a time, sum(l_i^2) work, nothing padded
     flash_varlen   CUDA fp16/bf16: PyTorch's flash varlen kernel on packed tokens
-    grouped_flash  seed 000's length groups, one launch per group, each on its own CUDA stream
+    grouped_flash  [Zeng]'s length groups, one launch per group, each on its own CUDA stream
 
 `resolve(name)` returns the backend's record once, when the model is built; every backend's
 `attend(q, k, v, batch, dropout_p)` has the same signature, so the forward never branches on
@@ -141,7 +141,7 @@ def _sequence_attention(q, k, v, dropout_p):
     return torch.matmul(probs * keep, v)
 
 
-# ---- grouped multi-stream attention (seed 000, IV-A-2) ---------------------------------------
+# ---- grouped multi-stream attention ([Zeng], IV-A-2) ---------------------------------------
 def grouped_attention(q, k, v, batch: PackedBatch, dropout_p):
     """Sequences grouped by length, one attention launch per group, each on its own CUDA stream.
 

@@ -56,7 +56,7 @@ class ModelConfig:
                        "attention only, exact, CPU and GPU), \"per_sequence\" (CPU: one sequence "
                        "at a time, no work on padding; reads the lengths on the host, so not "
                        "for CUDA), \"flash_varlen\" (CUDA fp16/bf16 flash kernel on packed "
-                       "tokens) or \"grouped_flash\" (seed 000: sequences grouped by length, "
+                       "tokens) or \"grouped_flash\" ([Zeng]: sequences grouped by length, "
                        "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
                        "padded SDPA per group elsewhere). GPU status: the backend's record "
                        "(bert/gpu_status.py).")

@@ -30,7 +30,7 @@ class OptimConfig:
     clip_mode: Literal["after_allreduce", "before_allreduce", "bucketwise"] = F(
         "after_allreduce", "where the gradient norm is clipped (sharded only): after_allreduce "
         "(exact global norm), before_allreduce (each rank's local norm, as 1-node MLPerf runs "
-        "do) or bucketwise (seed 001: each bucket to max_grad_norm/sqrt(buckets) before its "
+        "do) or bucketwise ([Kim]: each bucket to max_grad_norm/sqrt(buckets) before its "
         "reduction)")
     bucket_cap_mb: float = F(25.0, "gradient bucket size for the sharded optimizer", gt=0)
     fused_kernel: bool = F(False, "Sharded optimizer's norms and update as fused CUDA kernels "

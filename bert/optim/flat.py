@@ -3,7 +3,7 @@
 One buffer per dtype holds every parameter of that dtype; each `nn.Parameter` becomes a view into
 it (`param.data = buffer[start:start + n].view(shape)`), and its `.grad` a view into a twin
 gradient buffer, so backward accumulates straight into the flat buffer and nothing is copied per
-step. That is what lets one collective (or one fused kernel) cover many tensors (seed 000,
+step. That is what lets one collective (or one fused kernel) cover many tensors ([Zeng],
 IV-C-2: multi-tensor LAMB over contiguous buffers).
 
 Layout of one dtype's buffer (W = ranks sharing the optimizer state, A = `align` elements):

@@ -1,6 +1,6 @@
 """This rank's shard of the sharded optimizer's state, and the math of one step on it.
 
-A step on one dtype shard has three stages; the fused kernels of kernels/lamb.py (seed 000,
+A step on one dtype shard has three stages; the fused kernels of kernels/lamb.py ([Zeng],
 IV-C-2) do each in one or two launches over the flat buffers, with only the segment table
 (`ShardBuffers.segments`) as metadata:
 1. sums: |grad|^2 over the shard and |w|^2 per parameter, all-reduced with the other shards'

@@ -1,7 +1,7 @@
 """ZeRO-2 over flat buffers: sharded fp32 state, bucketed gradient reduction, param all-gather.
 
 The data-parallel replacement for `DistributedDataParallel + LAMB` (REFERENCE.md section 5, what
-NVIDIA's apex DistributedFusedLAMB does; seed 000 IV-C-2 for the contiguous buffers):
+NVIDIA's apex DistributedFusedLAMB does; [Zeng] IV-C-2 for the contiguous buffers):
 
 1. The model's parameters and gradients are views into flat per-dtype buffers (`flat.py`).
 2. Backward: a post-accumulate-grad hook per parameter counts down its bucket; a complete bucket
@@ -20,7 +20,7 @@ Clipping (`clip_mode`, threshold c = max_grad_norm):
   (equals single-process `LAMB` on the whole batch). Overlaps with backward.
 - "before_allreduce": each rank clips its local gradient by its local norm, then averages (the
   one-node MLPerf runs). Needs the whole local gradient first, so nothing overlaps backward.
-- "bucketwise": seed 001: each bucket is clipped to c / sqrt(B) (B buckets) on each rank as soon
+- "bucketwise": [Kim]: each bucket is clipped to c / sqrt(B) (B buckets) on each rank as soon
   as it is complete, then reduced. Overlaps like "after_allreduce".
 
 Multi-node layout: `shard_group` (e.g. the GPUs of one node) splits the optimizer state and does

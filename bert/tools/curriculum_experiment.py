@@ -1,4 +1,4 @@
-"""Bucket-order curricula (seed 002) on the tiny CPU BERT: eval MLM accuracy vs samples trained.
+"""Bucket-order curricula ([Zhang]) on the tiny CPU BERT: eval MLM accuracy vs samples trained.
 
 Every run is the real program, `run_pretraining.py` (the trainer, the data pipeline with its
 bucketed source and curriculum, the loss feedback), on the same synthetic data with the same
@@ -262,7 +262,7 @@ def write_plot(plt, result: dict, path: str) -> None:
     axes[0].set_ylabel("eval MLM accuracy")
     axes[0].legend(fontsize=8)
     config = result["config"]
-    fig.suptitle(f"tiny BERT, synthetic data, CPU: bucket-order curricula (seed 002); "
+    fig.suptitle(f"tiny BERT, synthetic data, CPU: bucket-order curricula ([Zhang]); "
                  f"{config['steps']} steps of {config['batch_size']}, seed {config['seed']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

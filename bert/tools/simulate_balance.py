@@ -2,14 +2,14 @@
 
 Every trial draws a global batch of ranks x local-batch lengths (from REFERENCE 2's length
 histogram, or from real shards with --shards), deals it with each strategy of
-data/order/strategies.py and records the fewest and most real tokens any rank gets (seed 001,
+data/order/strategies.py and records the fewest and most real tokens any rank gets ([Kim],
 Table 5), the share of samples trained on another node than the one that read them, and the
 bytes a rank receives in the host exchange, from the wire format's sizes (data/comm/wire.py;
 data/comm/sparse.py for node_swap). The table shows the averages over trials; the spread
 (max - min) is what the slowest rank makes every other rank wait for.
 
     python scripts/simulate_balance.py                       # 8 GPUs, one node
-    python scripts/simulate_balance.py --ranks 1024          # seed 001's cluster: Table 5
+    python scripts/simulate_balance.py --ranks 1024          # [Kim]'s cluster: Table 5
     python scripts/simulate_balance.py --json out.json --plot out.png
     python scripts/simulate_balance.py --ranks-sweep 64,256,1024,4096 --plot sweep.png
 
@@ -39,7 +39,7 @@ from data.order.node_balance import node_swap_rows
 from data.order.simulate import dealt_batches
 from data.order.strategies import STRATEGIES, balance, tokens_per_rank
 
-# Seed 001, appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
+# [Kim], appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
 # node, max length 512. The GPU count is not stated; these numbers come out of this simulation
 # at 1024 GPUs (their 128-node cluster), not at 8 or 64.
 PUBLISHED_TABLE_5 = {
@@ -232,7 +232,7 @@ def _summary(mean: dict, ms: float) -> dict:
 
 
 def format_table(result: dict, args) -> str:
-    """Seed 001 Table 5 layout plus traffic, and the published numbers where the setup
+    """[Kim] Table 5 layout plus traffic, and the published numbers where the setup
     matches."""
     setup = {"local_batch": args.local_batch, "ranks_per_node": args.ranks_per_node,
              "max_len": args.max_len}
@@ -255,7 +255,7 @@ def format_table(result: dict, args) -> str:
     lines.append("moved: samples trained on another node than the one that read them; host KB: "
                  "the most any rank receives per step; ms/step: one rank's assignment work")
     if show_pub:
-        lines.append("published: seed 001 Table 5 (matches this simulation at --ranks 1024)")
+        lines.append("published: [Kim] Table 5 (matches this simulation at --ranks 1024)")
     return "\n".join(lines)
 
 
@@ -281,7 +281,7 @@ def format_sweep(sweep: dict) -> str:
 
 
 def write_plot(result: dict, path: str, title: str) -> None:
-    """Horizontal bars from the mean min to the mean max per strategy (seed 001, Figure 6)."""
+    """Horizontal bars from the mean min to the mean max per strategy ([Kim], Figure 6)."""
     plt = import_pyplot()
     names = list(result)
     lo = np.array([result[n]["min_tokens"] for n in names])

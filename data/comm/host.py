@@ -1,6 +1,6 @@
 """Host collectives for the data pipeline: MPI under an MPI launcher, gloo under torchrun.
 
-The padding exchange (seed 000, section IV-B) runs on the CPU in the prefetch thread while the
+The padding exchange ([Zeng], section IV-B) runs on the CPU in the prefetch thread while the
 GPU trains the previous step: each rank all-gathers the raw local batches of its group, every
 rank computes the same assignment (data/order/strategies.py) and keeps its share. Only the prefetch
 thread calls these collectives, so they never interleave with the training step's NCCL calls.

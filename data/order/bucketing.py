@@ -1,4 +1,4 @@
-"""Length bucketing (seed 002): every batch comes from one length bucket, so a batch pads (or,
+"""Length bucketing ([Zhang]): every batch comes from one length bucket, so a batch pads (or,
 unpadded, attends) only up to its bucket's maximum, and every sample is used once per pass.
 
 The pool is what one rank may draw from: the lengths of its shard(s), or its share of a whole
@@ -10,7 +10,7 @@ epoch's length index (see `split_pool_by_bucket`):
 
 Buckets: `boundaries` (M,) strictly increasing upper edges; bucket b holds the lengths
 (boundaries[b-1], boundaries[b]] with boundaries[-1] read as 0. For max length 128 with 16-token
-steps: [16, 32, ..., 128] (8 buckets, seed 002 section II); for max 512 seed 001's four strata:
+steps: [16, 32, ..., 128] (8 buckets, [Zhang] section II); for max 512 [Kim]'s four strata:
 [128, 256, 384, 512].
 
 Passes, not a global epoch. Each bucket is a queue over its own members: pass p of bucket b is a

@@ -47,7 +47,7 @@ def curriculum_from_config(cfg: Any, bucket_shares: Sequence[float], seed: int) 
 def division_error(curriculum: str, division: str) -> str | None:
     """Why `curriculum` cannot run in `division`, or None.
 
-    docs/curriculum.md, "Which MLPerf division": seed 002's curricula order the data to change
+    docs/curriculum.md, "Which MLPerf division": [Zhang]'s curricula order the data to change
     convergence (open division outright); `shuffled` (bucketing in a random order) might pass
     as closed-division "arbitrary batching" only with a ruling of the review committee, so
     until then every curriculum is open division.

@@ -1,4 +1,4 @@
-"""Bucket-order curricula (seed 002, section III): which length bucket each training step uses.
+"""Bucket-order curricula ([Zhang], section III): which length bucket each training step uses.
 
 Every curriculum answers `next_bucket(step) -> int` and takes `update(bucket, loss_before,
 loss_after=None, step=None)` after the step (a no-op for the fixed orders), and saves its
@@ -8,7 +8,7 @@ position with `state_dict()/load_state_dict()`. Build one with
     increasing       rounds over the buckets, shortest first; bucket b gets batches_per_visit[b]
     decreasing       consecutive steps per visit. The same, longest first.
     random           The same, in a fresh seeded permutation of the buckets each round.
-    shuffled         Not in seed 002: each round is a seeded random permutation of its
+    shuffled         Not in [Zhang]: each round is a seeded random permutation of its
                      batches (bucket b appears batches_per_visit[b] times), so consecutive
                      steps are independent draws. With proportional visits this is plain
                      shuffled training with length-homogeneous batches (see docs/curriculum.md
@@ -262,7 +262,7 @@ class _PendingDraws:
 # --------------------------------------------------------------------------------------------
 
 class LossControlledCurriculum(Curriculum):
-    """Seed 002, Algorithm 1: train bucket i until its loss is below targets[i], then i+1.
+    """[Zhang], Algorithm 1: train bucket i until its loss is below targets[i], then i+1.
 
     "Its loss" is the mean training loss (loss_before, the loss the step optimized, all-reduced)
     of the last `window` batches of the current visit, checked after every update once the

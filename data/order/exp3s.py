@@ -1,4 +1,4 @@
-"""Seed 002's Algorithm 2: an Exp3.S bandit over the length buckets (data/order/curriculum.py
+"""[Zhang]'s Algorithm 2: an Exp3.S bandit over the length buckets (data/order/curriculum.py
 has the common interface and the other curricula)."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def exp3s_update(weights: np.ndarray, arm: int, reward: float, prob: float, eta:
     v_i  = w_i + eta r~_i,
     w'_i = log[(1 - alpha) e^{v_i} + alpha / (K - 1) sum_{j != i} e^{v_j}].
 
-    The log spans both terms, as in Graves et al. 2017 (seed 002's [4]); seed 002's typeset
+    The log spans both terms, as in Graves et al. 2017 ([Zhang]'s [4]); [Zhang]'s typeset
     equation (2) closes the bracket before the sharing term, which would add a probability-like
     quantity to a log-weight. Computed with the max of v factored out (no overflow).
     """
@@ -76,7 +76,7 @@ EXP3S_REWARDS = ("prediction_gain", "visit_gain")
 
 
 class Exp3SCurriculum(Curriculum):
-    """Seed 002, Algorithm 2 (after Graves et al. 2017): an Exp3.S bandit over the buckets.
+    """[Zhang], Algorithm 2 (after Graves et al. 2017): an Exp3.S bandit over the buckets.
 
     Per step t: pi_t from the weights (eq. 1); bucket ~ pi_t, drawn with a generator seeded by
     (seed, t); after training, a raw reward r^ (below); eq. (4) maps it to [-1, 1] with the
@@ -85,7 +85,7 @@ class Exp3SCurriculum(Curriculum):
 
     reward, the raw r^ (all losses global, i.e. all-reduced):
       "prediction_gain"  loss_before - loss_after of the same batch, before and after this
-                         step's update (Graves' prediction gain; seed 002's "loss reduction").
+                         step's update (Graves' prediction gain; [Zhang]'s "loss reduction").
                          Needs loss_after: a second forward of the batch after the step.
       "visit_gain"       the bucket's previous batch loss minus this batch's loss (both
                          loss_before): how much the bucket's loss fell since it was last
@@ -93,7 +93,7 @@ class Exp3SCurriculum(Curriculum):
                          forward; the first batch of each bucket has no gain and leaves the
                          weights alone. Noisier: two different batches are compared.
 
-    alpha: the weight-sharing term, a constant, or "1/t" for seed 002's alpha_t = 1/t, where t
+    alpha: the weight-sharing term, a constant, or "1/t" for [Zhang]'s alpha_t = 1/t, where t
     is the index of the weights being computed (the initial weights are w_1, so the first
     update uses 1/2).
     """

@@ -1,8 +1,8 @@
-"""Sequence lengths: the reference length histogram, its one sampler, and seed 001's strata.
+"""Sequence lengths: the reference length histogram, its one sampler, and [Kim]'s strata.
 
     lengths     (..., N) int   sequence lengths, 1..max_len
     pmf         (max_len+1,)   probability of each length (entry 0 is 0)
-    strata      seed 001's four length strata, (0, 128], (128, 256], (256, 384], (384, 512]
+    strata      [Kim]'s four length strata, (0, 128], (128, 256], (256, 384], (384, 512]
                 at max length 512, scaled to other maximum lengths
 
 `sample_lengths` is the one sampler of REFERENCE 2's histogram: the synthetic data
@@ -34,12 +34,12 @@ class LengthHistogram:
     ref_max_len: int = 512
 
 
-# REFERENCE.md section 2 (and seed 001, section 3.1): Wikipedia 2020-01-01, max length 512.
+# REFERENCE.md section 2 (and [Kim], section 3.1): Wikipedia 2020-01-01, max length 512.
 # The four shares sum to 1.001 (rounding in the source); every share is divided by that sum.
 REFERENCE_2_HISTOGRAM = LengthHistogram(
     edges=(0, 128, 256, 384, 512), probs=(0.373, 0.197, 0.117, 0.314), at_max=0.23)
 
-# Seed 001's four strata for max length 512, scaled to other maximum lengths by `strata_edges`.
+# [Kim]'s four strata for max length 512, scaled to other maximum lengths by `strata_edges`.
 STRATA_EDGES_512 = (0, 128, 256, 384, 512)
 
 
@@ -149,7 +149,7 @@ def lengths_from_shards(paths: str | Iterable[str]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Strata (seed 001)
+# Strata ([Kim])
 # ---------------------------------------------------------------------------------------------
 
 
@@ -179,7 +179,7 @@ def strata_fractions(pmf: np.ndarray, edges: Sequence[int]) -> np.ndarray:
 def strata_counts(local_batch: int, fracs: Sequence[float]) -> np.ndarray:
     """Per-stratum sample counts (S,) summing to local_batch: largest-remainder rounding.
 
-    REFERENCE 2's shares give 6:3:2:5 for a local batch of 16. (Seed 001's text lists 5:2:3:6;
+    REFERENCE 2's shares give 6:3:2:5 for a local batch of 16. ([Kim]'s text lists 5:2:3:6;
     read short-to-long that would be a mean of about 4640 tokens per GPU, far above the 3620-4482
     range of its own Table 5, whereas 6:3:2:5 gives about 4080: the text seems to list the
     strata long-to-short.)

@@ -2,7 +2,7 @@
 
 The full exchange (global_presort, serpentine) all-gathers every sample of the global batch to
 every rank, which at 1,024 ranks x 16 samples is about 16k payloads received to keep 16. The
-node-local strategies of seed 001 move nothing between nodes but balance worse, because node
+node-local strategies of [Kim] move nothing between nodes but balance worse, because node
 totals differ: a node's ranks can only share out the tokens their node read. This strategy
 needs only the lengths of the global batch on every rank (a few bytes per sample), and then
 every rank computes the same assignment from them:

@@ -1,4 +1,4 @@
-"""Monte-Carlo of per-rank token counts under each balancing strategy (seed 001, section 5.2 /
+"""Monte-Carlo of per-rank token counts under each balancing strategy ([Kim], section 5.2 /
 Table 5); scripts/simulate_balance.py prints and plots it."""
 from __future__ import annotations
 

@@ -23,10 +23,10 @@ W = world size (or the group's size), B = local batch, R = ranks per node.
     none                      rank r keeps its own samples.
     global_presort            all-gather, sort by length (descending, stable), deal round robin
                               (sorted position i -> rank i % W). NVIDIA's "padding exchange"
-                              (seed 000, section IV-B).
+                              ([Zeng], section IV-B).
     serpentine                global sort, snake dealing: 0..W-1, then W-1..0, ... (NVIDIA v2.1,
                               HazyResearch).
-    stratified                Samsung (seed 001): each rank's local batch is *drawn* with fixed
+    stratified                Samsung ([Kim]): each rank's local batch is *drawn* with fixed
                               per-stratum counts (data/sources/stratified.py); the dealing itself
                               is the identity.
     stratified_local_presort  stratified draw, then sort within each node of R ranks and deal

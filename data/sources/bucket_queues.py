@@ -1,4 +1,4 @@
-"""The training pipeline's bucketed source (seed 002): one queue per length bucket over this
+"""The training pipeline's bucketed source ([Zhang]): one queue per length bucket over this
 rank's shards, each drawn from when the curriculum (data/order/curriculum.py) picks its bucket.
 
 The rules of buckets and passes are data/order/bucketing.py's; `BucketStream` streams them

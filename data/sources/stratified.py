@@ -1,4 +1,4 @@
-"""Per-rank stratified draw (seed 001): every local batch holds fixed counts per length stratum.
+"""Per-rank stratified draw ([Kim]): every local batch holds fixed counts per length stratum.
 
 The stratified balancing strategies (data/order/strategies.py: stratified, stratified_local_presort,
 stratified_local_snake) need local batches that are *drawn* with the same number of samples of

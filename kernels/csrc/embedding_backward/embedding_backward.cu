@@ -1,6 +1,6 @@
 // grad_weight[indices[t], :] += grad[t, :] for a 1024-wide embedding.
 //
-// One thread per 8 columns of one token (128 threads per token, many light blocks, as seed 000
+// One thread per 8 columns of one token (128 threads per token, many light blocks, as [Zeng]
 // recommends), each issuing packed atomics: four half2 / bfloat162 atomicAdds for 16-bit
 // outputs, two float4 atomicAdds on sm_90 (eight float atomicAdds before) for fp32 outputs.
 // bfloat162 atomics are native from sm_90 on; sm_80 emulates them with a compare-and-swap loop.

@@ -1,4 +1,4 @@
-// Word-embedding weight gradient by vectorized atomics (seed 000, IV-C-3), hidden 1024.
+// Word-embedding weight gradient by vectorized atomics ([Zeng], IV-C-3), hidden 1024.
 #pragma once
 
 #include "../common/types.h"

@@ -1,4 +1,4 @@
-// Fused LAMB over one flat fp32 shard of the sharded optimizer (seed 000, IV-C-2).
+// Fused LAMB over one flat fp32 shard of the sharded optimizer ([Zeng], IV-C-2).
 //
 // The shard is contiguous, so the only metadata is a table of segments (one parameter's piece
 // each): start, length, parameter index, param group. Three entry points, five launches:

@@ -1,4 +1,4 @@
-// MLM-head softmax cross-entropy with the logits gradient written in the same kernel (seed 004's
+// MLM-head softmax cross-entropy with the logits gradient written in the same kernel ([LightSeq2]'s
 // criterion): loss[m] = logsumexp(logits[m, :vocab]) - logits[m, label[m]],
 // grad[m, c] = softmax(logits[m, :vocab])[c] - (c == label[m]), zero for c >= vocab.
 #pragma once
