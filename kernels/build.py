@@ -20,16 +20,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from kernels.raise_check import check_library_raises
+from kernels.raise_check import LibraryCannotRaise, check_library_raises
 from kernels._library import (DEFAULT_BUILD_DIR, LIB_NAME, OPS, RAW_OPS, library_path,
                               registered_ops)
 
 DEFAULT_ARCH_LIST = "8.0;9.0"  # A100, H100/H200
+# The fallback link when a library cannot raise (kernels/raise_check.py): libstdc++ named ahead
+# of torch's libraries and kept even if the linker finds its symbols elsewhere first (the
+# 2026-11-26 H100 image's build listed no libstdc++ at all, and its first TORCH_CHECK failure
+# was a segmentation fault)
+STDCXX_FIRST = ["-Wl,--no-as-needed", "-lstdc++", "-Wl,--as-needed"]
 CSRC = Path(__file__).resolve().parent / "csrc"
 
 CXX_FLAGS = ["-O3"]
@@ -99,7 +105,8 @@ def _check_toolchain() -> None:
 
 
 def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | None = None,
-          jobs: int | None = None, verbose: bool = False, ninja: bool | None = None) -> Path:
+          jobs: int | None = None, verbose: bool = False, ninja: bool | None = None,
+          extra_ldflags: list[str] | None = None) -> Path:
     """Compile and load the extension; returns the .so path.
 
     arch_list: TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0"); default: $TORCH_CUDA_ARCH_LIST if set,
@@ -121,6 +128,7 @@ def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | Non
     if ninja is None:
         ninja = is_ninja_available()
     blas_cflags, blas_ldflags = cublas_flags()
+    blas_ldflags = [*(extra_ldflags or []), *blas_ldflags]  # first: ahead of torch's libraries
     if ninja:
         load(name=LIB_NAME, sources=sources(), extra_cflags=CXX_FLAGS + blas_cflags,
              extra_cuda_cflags=CUDA_FLAGS + blas_cflags, extra_ldflags=blas_ldflags,
@@ -171,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                              "ops registered, delete it; exit 1 on any failure")
     parser.add_argument("--no-ninja", action="store_true",
                         help="compile serially with setuptools (when ninja is not installed)")
+    parser.add_argument("--link-stdcxx-first", action="store_true",
+                        help="link libstdc++ ahead of torch's libraries (tried by itself when "
+                             "a library built without it cannot raise)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -178,11 +189,24 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="bert_kernels_check_") if args.check else None
     try:
         path = build(tmp or args.build_dir, args.arch, args.jobs, args.verbose,
-                     ninja=False if args.no_ninja else None)
+                     ninja=False if args.no_ninja else None,
+                     extra_ldflags=STDCXX_FIRST if args.link_stdcxx_first else None)
         ops = registered_ops()
         if len(ops) != len(RAW_OPS):
             raise RuntimeError(f"library built but only registered {ops}")
         check_library_raises(Path(path))
+    except LibraryCannotRaise as err:
+        if args.link_stdcxx_first:
+            print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}, with "
+                  f"libstdc++ linked first too", file=sys.stderr)
+            return 1
+        # This process has the library loaded: the relinked one is built and checked in a
+        # child, which prints the verdict.
+        print(f"kernels.build: {err}; relinking with libstdc++ ahead of torch's libraries",
+              file=sys.stderr)
+        return subprocess.call([sys.executable, "-m", "kernels.build",
+                                *(sys.argv[1:] if argv is None else argv),
+                                "--link-stdcxx-first"])
     except Exception as err:  # noqa: BLE001 - report any build failure as exit status 1
         print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}",
               file=sys.stderr)

@@ -33,6 +33,10 @@ else:
 """
 
 
+class LibraryCannotRaise(RuntimeError):
+    """The built library dies (or stays silent) instead of raising on a rejected input."""
+
+
 def check_library_raises(library: Path, timeout_s: float = 120) -> None:
     """Raise RuntimeError, with what the build's link produced, unless the library raises."""
     child = subprocess.run([sys.executable, "-c", CHILD, str(library)], capture_output=True,
@@ -43,8 +47,8 @@ def check_library_raises(library: Path, timeout_s: float = 120) -> None:
            else f"exited {child.returncode}" if child.returncode else
            f"printed {child.stdout.strip()!r}")
     print(diagnostics(library), file=sys.stderr)
-    raise RuntimeError(f"the library does not raise on a rejected input: the check {how} "
-                       "instead of raising RuntimeError (diagnostics above)")
+    raise LibraryCannotRaise(f"the library does not raise on a rejected input: the check {how} "
+                             "instead of raising RuntimeError (diagnostics above)")
 
 
 def diagnostics(library: Path) -> str:

@@ -99,3 +99,33 @@ def test_ops_are_read_from_their_own_sources():
     registered |= {spec.sharded.fused_op for spec in OPTIMIZERS.values()
                    if spec.sharded is not None and spec.sharded.fused_op}
     assert registered == set(_library.OPS)  # every kernel is registered once, and only those
+
+
+def test_a_library_that_cannot_raise_is_relinked_once_with_libstdcxx_first(monkeypatch, capsys):
+    """The fallback of the 2026-11-26 H100 crash: when the built library cannot raise, the build
+    relinks it with libstdc++ ahead of torch's libraries in a child process (this one has the
+    first library loaded), and fails for good when that link cannot raise either."""
+    from kernels import raise_check
+
+    builds = []
+
+    def fake_build(build_dir, arch, jobs, verbose, ninja=None, extra_ldflags=None):
+        builds.append(extra_ldflags)
+        return Path(build_dir) / "bert_kernels_cuda.so"
+
+    def cannot_raise(path):
+        raise raise_check.LibraryCannotRaise("the library does not raise on a rejected input")
+
+    children = []
+    monkeypatch.setattr(build, "build", fake_build)
+    monkeypatch.setattr(build, "registered_ops", lambda: list(build.RAW_OPS))
+    monkeypatch.setattr(build, "check_library_raises", cannot_raise)
+    monkeypatch.setattr(build.subprocess, "call", lambda argv: children.append(argv) or 0)
+    assert build.main(["--arch", "9.0"]) == 0  # the child's verdict
+    assert builds == [None]
+    assert children == [[sys.executable, "-m", "kernels.build", "--arch", "9.0",
+                         "--link-stdcxx-first"]]
+    assert "relinking with libstdc++" in capsys.readouterr().err
+    assert build.main(["--arch", "9.0", "--link-stdcxx-first"]) == 1  # no second fallback
+    assert builds[-1] == build.STDCXX_FIRST and len(children) == 1
+    assert "with libstdc++ linked first too" in capsys.readouterr().err
