@@ -1,6 +1,6 @@
 # MLPerf BERT-Large pretraining on an NGC PyTorch image, CUDA kernels built ahead of time.
 # Not built by this project's CI nor on its machines (they have no Docker daemon): CI lints this
-# file and tests/test_dockerfile.py checks what it copies and installs.
+# file and tests/tools/test_dockerfile.py checks what it copies and installs.
 #
 #   docker build -t open-bert .
 #   docker run --gpus all --ipc=host --rm -v /data/bert:/data/bert open-bert \

@@ -1,6 +1,6 @@
 """Which switches of a config have not been validated on a GPU yet: read from the registries'
 own records (attention backends, fused ops, the optimizers' fused kernels, compile_sublayers),
-never from prose. The trainer warns once at the start of a CUDA run; tests/test_gpu_status.py
+never from prose. The trainer warns once at the start of a CUDA run; tests/unit/test_gpu_status.py
 checks that kernels/VALIDATION.md says the same."""
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Each rank writes DIR/rank<R>.txt with one line per sample it trains:
 `step` counts optimizer steps from 0. The file is flushed after every step, so a crashed run
 leaves a complete record of the steps it handed to the model. A run resumed at step > 0
 appends. Together the rank files answer "was every sample of the global batch trained exactly
-once" (tests/test_data_distributed.py checks exactly that).
+once" (tests/integration/test_data_distributed.py checks exactly that).
 
 A fresh run (no checkpoint.resume) refuses a DIR that already holds rank*.txt files, which it
 would overwrite (check_record_dir, before the run starts); a resumed run appends to them.

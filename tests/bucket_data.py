@@ -5,8 +5,8 @@ bucket of EDGES (synthetic samples picked by length), so every rank's queue for 
 the same number of samples in every epoch and epochs end on batch boundaries: then "every
 sample exactly once per epoch" can be checked exactly, step by step, across ranks.
 
-Used by tests/test_bucketing_pipeline.py (ranks as threads) and
-tests/test_curriculum_distributed.py (ranks as processes).
+Used by tests/integration/test_bucketing_pipeline.py (ranks as threads) and
+tests/integration/test_curriculum_distributed.py (ranks as processes).
 """
 from __future__ import annotations
 

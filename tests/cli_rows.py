@@ -11,7 +11,7 @@ stdout, stderr and the watched files it changed.
 
 Why one process: importing torch costs seconds under load; a table of 30+ bad inputs, each
 failing in milliseconds, would otherwise spend minutes starting interpreters
-(tests/test_bad_inputs.py).
+(tests/integration/test_bad_inputs.py).
 """
 from __future__ import annotations
 

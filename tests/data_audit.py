@@ -4,8 +4,8 @@ The oracle replays what each rank drew (its ShardStream or StratifiedStream, sam
 deals every global batch with data/order/strategies.py over the group the strategy exchanges
 within, with the run's node size (node_swap deals the world by nodes: the simulator's
 assignment for the same lengths).
-Used by tests/test_pipeline.py (ranks as threads) and tests/test_data_distributed.py (ranks as
-processes under torchrun and mpiexec).
+Used by tests/unit/test_pipeline.py (ranks as threads) and
+tests/integration/test_data_distributed.py (ranks as processes under torchrun and mpiexec).
 """
 from __future__ import annotations
 

@@ -7,12 +7,15 @@ with generic hooks of theirs (`Trainer(callbacks=...)`, `TrainPipeline(prepare_h
 
 with, in the environment,
     BERT_TEST_KILL_RANK=R [BERT_TEST_KILL_STEP=S (default 1)]    rank R kills itself with
-        SIGKILL right after optimizer step S (tests/test_resume.py: a job dies mid-run);
+        SIGKILL right after optimizer step S (tests/integration/test_resume.py: a job dies
+        mid-run);
     BERT_TEST_CRASH_RANK=R [BERT_TEST_CRASH_STEP=S (default 2)]  rank R's data thread fails
-        while preparing step S (tests/test_data_distributed.py: a failing rank ends the job);
+        while preparing step S (tests/integration/test_data_distributed.py: a failing rank
+        ends the job);
     BERT_TEST_STALL_RANK=R [BERT_TEST_STALL_STEP=S (default 2)]  rank R freezes (sleeps for
-        an hour, deaf to SIGTERM) right after optimizer step S (tests/test_reliability.py: a
-        stalled rank is named once dist.timeout_s has passed).
+        an hour, deaf to SIGTERM) right after optimizer step S
+        (tests/integration/test_reliability.py: a stalled rank is named once dist.timeout_s
+        has passed).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A loopback stand-in for the MLC R2 bucket of the BERT inputs (tests/test_download.py).
+"""A loopback stand-in for the MLC R2 bucket of the BERT inputs (tests/tools/test_download.py).
 
 It serves a temporary folder laid out like the real bucket (metadata/NAME.uri -> the dataset
 folder URL, metadata/NAME.md5 -> the file list, the files under wikipedia_for_bert/), with the

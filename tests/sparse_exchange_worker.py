@@ -1,4 +1,4 @@
-"""One rank of the multi-process node_swap exchange test (tests/test_sparse_exchange.py).
+"""One rank of the multi-process node_swap exchange test (tests/unit/test_sparse_exchange.py).
 
     torchrun --nproc_per_node=W tests/sparse_exchange_worker.py OUT_DIR   (gloo)
     mpiexec -n W python tests/sparse_exchange_worker.py OUT_DIR           (MPI)

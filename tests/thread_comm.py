@@ -1,7 +1,7 @@
 """Ranks as threads: a host comm over shared slots and a barrier, standing in for MPI/gloo.
 
-Used by tests/test_pipeline.py (the pipeline's all-gathers and node splits) and
-tests/test_sparse_exchange.py (the sparse transport's all-to-all-v). Every collective of
+Used by tests/unit/test_pipeline.py (the pipeline's all-gathers and node splits) and
+tests/unit/test_sparse_exchange.py (the sparse transport's all-to-all-v). Every collective of
 data/comm/host.py's HostComm is here; `received` counts the bytes a rank gets from the others.
 """
 from __future__ import annotations

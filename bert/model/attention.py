@@ -85,7 +85,7 @@ def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,
     """PyTorch's flash-attention varlen kernel on packed tokens (CUDA, fp16/bf16, with dropout).
     queries: (cu_seqlens, max_seqlen) of q when q holds a subset of each sequence's tokens.
 
-    Its GPU status: BACKENDS["flash_varlen"].gpu_validated (tests/test_attention.py::
+    Its GPU status: BACKENDS["flash_varlen"].gpu_validated (tests/unit/test_attention.py::
     test_cuda_backend_on_gpu is the acceptance test).
     """
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
@@ -261,7 +261,8 @@ def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tens
     return _padded_sdpa_subset(q, k, v, batch, dropout_p)
 
 
-# H100, torch 2.11: tests/test_attention.py::test_cuda_backend_on_gpu passed for both (fp16, bf16)
+# H100, torch 2.11: tests/unit/test_attention.py::test_cuda_backend_on_gpu passed for both
+# (fp16, bf16)
 WINDOW_2026_11_26 = "benchmarks/results/gpu/2026-11-26_window"
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),

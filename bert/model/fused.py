@@ -285,7 +285,7 @@ def compiled_impl(fn: Callable[..., torch.Tensor], compile_sublayers: bool
     """model.compile_sublayers: `fn` under torch.compile, the competitor to the hand-written
     fusions. dynamic=True keeps the token count symbolic, so one graph serves every batch; the
     modules are arguments, not constants, so one graph also serves every layer (measured on
-    CPU: 1 graph for 12 layers x 3 token counts; tests/test_compile_sublayers.py)."""
+    CPU: 1 graph for 12 layers x 3 token counts; tests/unit/test_compile_sublayers.py)."""
     return torch.compile(fn, dynamic=True) if compile_sublayers else fn
 
 

@@ -26,7 +26,7 @@ or moment changes, and neither the lr schedule, nor the bias-correction step, no
 optimizer's step count advances; only the loss scale backs off and the skip is counted. So the
 next real update uses the lr and bias correction of the step number that was skipped. The
 trainer's step and sample counters still advance (the batch was consumed: MLPerf counts its
-samples). Both wrappers follow this rule (tests/test_fp16_skip.py forces an overflow in each).
+samples). Both wrappers follow this rule (tests/unit/test_fp16_skip.py forces an overflow in each).
 `lr()` of the sharded optimizer reads its device step count: a host sync, so the trainer calls
 it only when a progress line is due.
 """

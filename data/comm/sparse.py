@@ -18,7 +18,7 @@ The all-to-all is the host comm's `alltoallv` (data/comm/host.py): MPI_Alltoallv
 all_to_all_single on the gloo group under torchrun.
 
 `received_bytes` counts what each rank receives with this format; scripts/simulate_balance.py
-reports it and tests/test_sparse_exchange.py checks it against the bytes that really arrive.
+reports it and tests/unit/test_sparse_exchange.py checks it against the bytes that really arrive.
 """
 from __future__ import annotations
 

@@ -24,8 +24,8 @@ examples and to-varlen skip outputs that exist; reshard skips inputs already spl
 done-marker each) and shards already written, and refuses a rerun with other inputs or
 parameters; pick-eval, checksums and the content hashes are cheap and redone (same bytes);
 `all` is these in order. A rerun deletes the temporary files of writers no longer running
-(bert.core.files.remove_stale_temps). tests/test_prepare_resume.py kills `all` with SIGKILL
-mid-run and checks that the rerun's files are byte-identical to an uninterrupted run's.
+(bert.core.files.remove_stale_temps). tests/integration/test_prepare_resume.py kills `all`
+with SIGKILL mid-run and checks that the rerun's files are byte-identical to an uninterrupted run's.
 
 Each step prints progress on stderr, one line per finished file (files done/total, samples,
 rate, ETA: progress.py), and first the bytes it will write; it refuses (DiskSpaceError: exit

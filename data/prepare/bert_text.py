@@ -14,7 +14,7 @@ work is done by whole-string operations that run in C, in the reference's order:
 
 A token's pieces depend on nothing but the token, so callers may cache them (wordpiece.py
 does). Equality with the plain statement of the algorithm (tests/tokenization_oracle.py) is
-tested on every code point and on random text (tests/test_tokenization.py).
+tested on every code point and on random text (tests/unit/test_tokenization.py).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ MT19937 words; `random()` from two words; `_randbelow(n)` by rejection of the to
 `n.bit_length()` bits of a word; `randint(a, b) = a + _randbelow(b - a + 1)`; Fisher-Yates
 `shuffle` from the last element down. Its state is a (625,) uint32 array: the 624 words, then
 the read index, as in `random.Random.getstate()[1]`; `take_state` / `give_state` move it
-between the two. tests/test_pyrandom.py checks every draw and the final state against
+between the two. tests/unit/test_pyrandom.py checks every draw and the final state against
 `random.Random` itself.
 
 The second half is create_pretraining_data.py's rules (names follow it). Documents are ranges

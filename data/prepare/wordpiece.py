@@ -1,7 +1,7 @@
 """Text shards -> documents of WordPiece ids, exactly as the MLPerf reference makes them.
 
 The reference is Google's create_pretraining_data.py with FullTokenizer(do_lower_case=True);
-docs/tokenization.md states what it does to every input, and tests/test_tokenization.py checks
+docs/tokenization.md states what it does to every input, and tests/unit/test_tokenization.py checks
 this module against a plain statement of it on every code point and on random text.
 
 Input format (REFERENCE 2, the MLCommons cleaned Wikipedia shards): one sentence per line,

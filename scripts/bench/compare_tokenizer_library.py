@@ -4,7 +4,7 @@
     python scripts/bench/compare_tokenizer_library.py [--out JSON]
 
 Compares token ids with tests/tokenization_oracle.py (docs/tokenization.md) on the inputs of
-tests/test_tokenization.py: every code point as a one-character word, every code point inside
+tests/unit/test_tokenization.py: every code point as a one-character word, every code point inside
 a word, and seeded random lines of every Unicode category and of mixed scripts. Two tokenizers:
 
     library   `tokenizers`' BertWordPieceTokenizer(lowercase=True), what data/prepare used

@@ -5,7 +5,7 @@
 Every row is one variant of one bench_throughput.py run as recorded (device, commit, command in
 the JSON); each run compares its variants in the same process, so ratios are read within a run
 only. Without --write-readme the table is printed; with it, the README's block between the
-markers below is replaced (tests/test_perf_table.py checks the README equals the records).
+markers below is replaced (tests/tools/test_perf_table.py checks the README equals the records).
 """
 from __future__ import annotations
 

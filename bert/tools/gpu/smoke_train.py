@@ -182,7 +182,7 @@ class Smoke:
                    {"evals": evals, **result})
         self.check("no_sync_in_step", result["error"] is None,
                    "set_sync_debug_mode('error') over steps 2-3" if self.device == "cuda"
-                   else "not applicable on the CPU (tests/test_sync_free.py covers it)")
+                   else "not applicable on the CPU (tests/unit/test_sync_free.py covers it)")
         if (self.work / "full" / LOG_NAME).is_file():
             self.check("compliance_but_target", *self._compliance(self.work / "full" / LOG_NAME))
         return evals

@@ -22,7 +22,8 @@ The output folder (OUT, else --out, else results/gpu-validation/<stage>) receive
 summary.json and logs_<stage>.tar.gz (every log and raw JSON): the device returns 8 at most.
 --dry-run, on a CPU machine, does every step that needs no GPU: the commit, the collection of
 every GPU test with mlperf_logging hidden (the GPU image has none), each benchmark command
-checked against its --help, the summary and the file count. CI runs it (tests/test_validate_gpu.py).
+checked against its --help, the summary and the file count. CI runs it
+(tests/tools/test_validate_gpu.py).
 """
 from __future__ import annotations
 

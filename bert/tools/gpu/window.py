@@ -27,7 +27,7 @@ every step, so whatever finished comes back even if the call is killed.
                    kernels, and compile_sublayers, each under its own cap
 
 Steps a-e are the plan: their caps, plus a minimum for the tests, fit the budget (the dry run
-checks it: tests/test_validate_gpu.py). The f steps only fill what is left.
+checks it: tests/tools/test_validate_gpu.py). The f steps only fill what is left.
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ MIN_TESTS_S = 60  # the tests' share that the plan must leave after the steps be
 TEST_FILE_CAP_S = 60  # per test file
 # Test files that run first: the fused model and the attention backends (the GPU rows a
 # config would turn on), then the sync check; every other file with GPU tests follows.
-FIRST_TEST_FILES = ("tests/test_fused_model.py", "tests/test_attention.py",
-                    "tests/test_sync_free.py", "tests/kernels/test_dense.py",
+FIRST_TEST_FILES = ("tests/unit/test_fused_model.py", "tests/unit/test_attention.py",
+                    "tests/unit/test_sync_free.py", "tests/kernels/test_dense.py",
                     "tests/kernels/test_bias_dropout_residual_layernorm.py",
                     "tests/kernels/test_softmax_cross_entropy.py",
                     "tests/kernels/test_embedding_backward.py",

@@ -180,7 +180,7 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
     compiles = (False, True) if kind == "cuda" else (False,)
     fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
              and not args.no_fused else (False,))
-    # model.last_layer_subset is exact (tests/test_last_layer_subset.py): a candidate unless
+    # model.last_layer_subset is exact (tests/unit/test_last_layer_subset.py): a candidate unless
     # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
     subsets = (False,) if args.no_subset else (False, True)
     return [Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses

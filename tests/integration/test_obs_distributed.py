@@ -1,0 +1,57 @@
+"""Issue 27 under torchrun with 2 gloo ranks: every line says its time, rank and level, only
+rank 0 prints progress (the other rank logs warnings only), rank 0 alone writes the metrics, and
+each rank writes its own trace of the profiler window."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bert.obs.sinks import read_records
+from data.synthetic import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d rank (\d) (INFO|WARNING|ERROR) (.*)")
+
+
+@pytest.mark.distributed
+def test_two_ranks_log_by_rank_and_trace_each(tmp_path):
+    data = tmp_path / "data"
+    generate(data, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
+             max_predictions=10, vocab_size=256, seed=5)
+    out = tmp_path / "out"
+    values = {"model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
+              "model.num_attention_heads": 2, "model.intermediate_size": 64,
+              "model.max_position_embeddings": 64, "data.max_seq_length": 64,
+              "data.max_predictions_per_seq": 10, "data.synthetic.enabled": False,
+              "data.train_dir": data, "data.eval_file": data / "eval.hdf5",
+              "run.global_batch_size": 8, "run.max_steps": 4, "eval.interval_samples": 16,
+              "eval.samples": 40, "run.device": "cpu", "run.output_dir": out,
+              "log.interval_s": 0, "profile.start_step": 2, "profile.steps": 1,
+              "submission.division": "open"}
+    args = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         str(ROOT / "run_pretraining.py"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # budget: aborted
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    parsed = [LINE.fullmatch(line) for line in lines]
+    # a profiler summary table continues its log line over several lines
+    starts = [m for m in parsed if m is not None]
+    assert starts and all(m is not None or not lines[i][:4].isdigit()
+                          for i, m in enumerate(parsed)), proc.stdout
+    progress = [m for m in starts if m.group(3).startswith("step ")]
+    assert len(progress) == 4 and {m.group(1) for m in progress} == {"0"}
+    assert {m.group(1) for m in starts} == {"0"}  # rank 1 had nothing above info to say
+    records = read_records(out / "metrics.jsonl")
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+    for rank in (0, 1):
+        with gzip.open(out / "profile" / f"trace_rank{rank}_steps2-2.json.gz", "rt") as f:
+            names = {event.get("name") for event in json.load(f)["traceEvents"]}
+        assert {"data_wait", "forward", "backward", "optimizer"} <= names, rank

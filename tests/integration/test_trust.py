@@ -1,0 +1,260 @@
+"""Issue 14 (part A): results and logs tell the truth and survive failed runs.
+
+- No log of an earlier run is replaced by a partial one: a run that fails before run_stop
+  (missing or bad init checkpoint, truncated trainer.pt, missing rank file) leaves the earlier
+  complete log byte-identical (a damaged checkpoint is refused before any log opens); a run
+  that finishes
+  keeps an earlier log beside it (`.previous`); an eval-only run never touches mlperf.log.
+- A resumed run refuses changed training settings with one `error:` line (exit 2), marks its
+  log (`resumed_from_checkpoint`), which scripts/package_results.py then refuses; every log
+  carries the topology keys and passes the official 5.0.0 checker.
+- `--quiet` still prints the run_stop line.
+
+The runs go through `run_pretraining.main` in this process (exit status and printed lines as a
+user sees them) on a 1-layer BERT and tiny synthetic shards.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bert.mlperf import reader as run_logs
+from bert.train.resume import rank_file, step_dir
+from data.synthetic import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+import run_pretraining  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("trust_data")
+    generate(folder, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
+             max_predictions=10, vocab_size=256, seed=5)
+    return folder
+
+
+def settings(data_dir: Path, out: Path) -> dict:
+    return {
+        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
+        "model.num_attention_heads": 2, "model.intermediate_size": 64,
+        "model.max_position_embeddings": 64, "data.max_seq_length": 64,
+        "data.max_predictions_per_seq": 10, "data.synthetic.enabled": False,
+        "data.train_dir": data_dir, "data.eval_file": data_dir / "eval.hdf5",
+        "run.global_batch_size": 8, "run.max_steps": 4, "eval.interval_samples": 16,
+        "eval.samples": 40, "run.device": "cpu", "run.seed": 7, "run.output_dir": out,
+        "schedule.total_steps": 20, "schedule.warmup_steps": 2, "optim.lr": 1e-2,
+        "checkpoint.interval_steps": 2, "checkpoint.keep": 0, "log.interval_s": 1000,
+        "submission.division": "closed"}
+
+
+def run(capsys, data_dir: Path, out: Path, *cli: str, **changed) -> tuple[int, str, str]:
+    """run_pretraining.py with the tiny settings (`changed` on top): (status, stdout, stderr).
+    An exception that escapes main counts as status 1, as it would for the process."""
+    values = {**settings(data_dir, out), **changed}
+    args = [*cli] + [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    capsys.readouterr()
+    try:
+        code = run_pretraining.main(args)
+    except Exception as err:  # noqa: BLE001 - a crash, reported as the process would exit
+        code = 1
+        print(f"crash: {err!r}", file=sys.stderr)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error(err: str) -> str:
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def records(path: Path) -> list[dict]:
+    return [json.loads(line.split(":::MLLOG ", 1)[1])
+            for line in path.read_text().splitlines() if ":::MLLOG" in line]
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.is_file())
+
+
+@pytest.fixture
+def finished(capsys, data_dir, tmp_path) -> Path:
+    """An output folder after one complete run (4 steps, checkpoints at steps 2 and 4)."""
+    out = tmp_path / "out"
+    code, _, err = run(capsys, data_dir, out)
+    assert code == 1, err  # the tiny budget never reaches the target: run_stop aborted
+    # beside the log, the metrics and the run record (bert/obs/), published with it
+    assert names(out) == ["metrics.jsonl", "mlperf.log", "run.json"]
+    return out
+
+
+# -- (2) a failed run leaves earlier results as they were -------------------------------------
+
+def test_bad_init_checkpoint_is_refused_before_anything_is_written(capsys, data_dir, finished,
+                                                                   tmp_path):
+    # the init checkpoint is read before the log opens: a missing or broken one writes nothing
+    before = {name: (finished / name).read_bytes() for name in names(finished)}
+    code, _, err = run(capsys, data_dir, finished,
+                       **{"run.init_checkpoint": tmp_path / "missing.pt"})
+    assert code == 2 and "missing.pt" in one_error(err)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    code, _, err = run(capsys, data_dir, finished, **{"run.init_checkpoint": garbage})
+    assert code == 2 and "garbage.pt" in one_error(err)
+    assert {name: (finished / name).read_bytes() for name in names(finished)} == before
+
+
+def test_eval_only_leaves_mlperf_log_alone(capsys, data_dir, finished):
+    log = finished / "mlperf.log"
+    before = log.read_bytes()
+    code, out, _ = run(capsys, data_dir, finished, "--eval-only")
+    assert code == 0 and "eval-only: MLM accuracy" in out
+    assert log.read_bytes() == before
+    assert names(finished) == ["metrics.jsonl", "metrics_eval_only.jsonl", "mlperf.log",
+                               "mlperf_eval_only.log", "run.json", "run_eval_only.json"]
+
+
+def test_a_finished_run_keeps_the_earlier_log_beside_its_own(capsys, data_dir, finished):
+    before = (finished / "mlperf.log").read_bytes()
+    code, out, _ = run(capsys, data_dir, finished, **{"run.seed": 8})
+    assert code == 1 and "is kept as" in out
+    previous = [n for n in names(finished) if n.endswith(".previous")]
+    # the log, and the metrics and run record that came with it
+    assert sorted(n.split(".")[0] for n in previous) == ["metrics", "mlperf", "run"]
+    log = next(n for n in previous if n.startswith("mlperf.log."))
+    assert (finished / log).read_bytes() == before
+    seeds = [r["value"] for r in records(finished / "mlperf.log") if r["key"] == "seed"]
+    assert seeds == [8]
+
+
+@pytest.mark.parametrize("damage", ["truncated trainer.pt", "missing rank file"])
+def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished, damage):
+    ckpt = step_dir(finished / "checkpoints", 2)
+    code, _, err = run(capsys, data_dir, finished, "--resume", str(ckpt))
+    assert code == 1, err
+    resumed = finished / "mlperf_resumed_step_2.log"
+    before = resumed.read_bytes()
+    if damage == "truncated trainer.pt":
+        trainer_pt = ckpt / "trainer.pt"
+        trainer_pt.write_bytes(trainer_pt.read_bytes()[:1000])
+    else:
+        (ckpt / rank_file(0)).unlink()
+    code, _, err = run(capsys, data_dir, finished, "--resume", str(ckpt))
+    assert code == 2 and str(ckpt) in one_error(err)
+    assert resumed.read_bytes() == before
+    # the damage is found before the log opens (bert/train/resume_pick.py): no log at all
+    assert not [n for n in names(finished) if ".partial" in n or n.endswith(".failed")]
+
+
+# -- (3) resume tells the truth -------------------------------------------------------------------
+
+@pytest.mark.parametrize("changed, fragments", [
+    ({"optim.lr": 0.001}, ["optim.lr=0.001 given", "optim.lr=0.01"]),
+    ({"run.seed": 8}, ["run.seed=8 given", "run.seed=7"]),
+    ({"data.balance": "serpentine", "schedule.total_steps": 30},
+     ["data.balance='serpentine' given", "data.balance='none'", "1 more: schedule.total_steps"]),
+], ids=["lr", "seed", "two-keys"])
+def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, changed,
+                                                  fragments):
+    before = names(finished)
+    code, _, err = run(capsys, data_dir, finished, "--resume", "auto", **changed)
+    assert code == 2
+    line = one_error(err)
+    for fragment in ["checkpoints/step_00000004", *fragments]:
+        assert fragment in line, line
+    assert names(finished) == before  # refused before any log was opened
+
+
+def test_resume_may_change_what_does_not_train(capsys, data_dir, finished):
+    """Seed -1 takes the checkpoint's; budget, evaluation, logging are free."""
+    code, _, err = run(capsys, data_dir, finished, "--resume", "auto", "--quiet",
+                       **{"run.seed": -1, "run.max_steps": 6, "eval.samples": 20,
+                          "log.interval_s": 5})
+    assert code == 1, err
+    recs = records(finished / "mlperf_resumed_step_4.log")
+    assert [r["value"] for r in recs if r["key"] == "seed"] == [7]
+    assert [r["value"] for r in recs if r["key"] == "eval_samples"] == [20]
+
+
+def init_phase(recs: list[dict]) -> list[str]:
+    keys = [r["key"] for r in recs]
+    return keys[keys.index("init_start"):keys.index("init_stop")]
+
+
+def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finished, tmp_path):
+    code, _, err = run(capsys, data_dir, finished, "--resume",
+                       str(step_dir(finished / "checkpoints", 2)))
+    assert code == 1, err
+    recs = records(finished / "mlperf_resumed_step_2.log")
+    marks = [r for r in recs if r["key"] == "resumed_from_checkpoint"]
+    assert len(marks) == 1 and marks[0]["value"] == 2 and marks[0]["metadata"]["samples"] == 16
+    phase = init_phase(recs)
+    assert "resumed_from_checkpoint" in phase
+    assert phase.index("resumed_from_checkpoint") > phase.index("opt_base_learning_rate")
+    assert "resumed_from_checkpoint" not in init_phase(records(finished / "mlperf.log"))
+    # a copy under another name is still refused, for the mark
+    copy = tmp_path / "result_0.txt"
+    copy.write_bytes((finished / "mlperf_resumed_step_2.log").read_bytes())
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "package_results.py"),
+                           str(copy), "--system", "s", "--out", str(tmp_path / "pkg"),
+                           "--allow-aborted", "--unofficial"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "MLLOG resumed_from_checkpoint event: resumed from step 2" in one_error(proc.stderr)
+
+
+def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, data_dir, out, **{"submission.division": "open"})
+    assert code == 1, err
+    code, _, err = run(capsys, data_dir, out, "--resume", "auto",
+                       **{"submission.division": "open", "run.max_steps": 6})
+    assert code == 1, err
+    expected = {"number_of_nodes": 1, "accelerators_per_node": 0, "accelerator_model_name": "N/A"}
+    for log in (out / "mlperf.log", out / "mlperf_resumed_step_4.log"):
+        recs = records(log)
+        found = {r["key"]: r["value"] for r in recs if r["key"] in expected}
+        assert found == expected
+        assert all(key in init_phase(recs) for key in expected)
+        assert sum(r["key"] in expected for r in recs) == 3  # once each
+        assert run_logs.read_run(log).topology == {k: str(v) for k, v in expected.items()}
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
+                               str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- (4) what the console says ---------------------------------------------------------------
+
+def test_quiet_still_reports_how_the_run_ended(capsys, data_dir, tmp_path):
+    code, out, _ = run(capsys, data_dir, tmp_path / "out", "--quiet")
+    assert code == 1
+    lines = [line.split(" rank 0 INFO ", 1)[1] for line in out.splitlines()]  # the messages
+    assert len(lines) == 2, lines  # the run_stop line and where the log is
+    assert lines[0].startswith("run_stop aborted: eval MLM accuracy") and "4 steps" in lines[0]
+    assert lines[1].startswith("MLPerf log: ")
+
+
+def test_eta_is_to_max_steps_at_the_mean_rate(monkeypatch, capsys):
+    """The time left is to the step budget at the mean rate since the start, not at the last
+    interval's rate (which jumps), and the line says what it is."""
+    from bert.train import progress as progress_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "time", lambda: clock[0])
+    progress = progress_module.Progress(enabled=True, interval_s=5)
+    progress.start(total_samples=1000, start_samples=100, total_steps=100)
+    clock[0] += 6.0  # 60 samples in 6 s
+    progress.step(16, 160, torch.tensor(2.0), lambda: 1e-3)
+    clock[0] += 7.0  # then 140 samples in 7 s: 20/s now, 200/13 s on average
+    progress.step(30, 300, torch.tensor(2.0), lambda: 1e-3)
+    first, second = capsys.readouterr().out.splitlines()
+    assert "~0:01:24 to max_steps 100 (mean rate)" in first  # 840 samples at 10/s
+    assert "20.0 samples/s" in second
+    assert "~0:00:45 to max_steps 100 (mean rate)" in second  # 700 at 15.4/s, not 35 s at 20/s

@@ -1,0 +1,326 @@
+"""The project's shape, checked: imports run one way and files stay a readable size.
+
+Arrows point from user to used: run_pretraining.py -> bert/ -> data/, kernels/ -> bert/core/.
+`data/` and `kernels/` import nothing of `bert/` but its bottom layer `bert.core` (the bad-input
+errors, atomic writes), `kernels/` nothing of `data/`, and `bert.core` nothing of the project,
+lazily or not (imports inside functions, under TYPE_CHECKING and
+`importlib.import_module("...")` count too). No two files import each other, directly or
+around a longer loop.
+
+scripts/ holds command lines only: each a thin front end over a package module, none editing
+sys.path (nor does any module outside tests/: the project is installed, or on PYTHONPATH). The
+facts of the MLPerf log that writer and readers share are stated once (bert/mlperf/constants.py).
+"""
+from __future__ import annotations
+
+import ast
+import io
+import subprocess
+import tokenize
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_LINES = 500  # any .py file outside tests/
+MAX_ENTRY_LINES = 100  # run_pretraining.py: config -> Trainer -> train()
+MAX_SCRIPT_LOGIC_LINES = 100  # any .py under scripts/: code lines, without docstrings/comments
+# package -> the project packages it must not import
+FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"},
+             "bert.core": {"bert", "data", "kernels"}}
+BOTTOM = "bert.core"  # the one part of bert/ that every package may import
+# The data-prep benchmarks time the reference algorithm through the tests' own oracles
+# (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: issue 24 keeps the
+# oracle in the tests, not in the package), so they put tests/ on sys.path; the only three.
+SCRIPT_EXCEPTIONS = {"scripts/bench/bench_prepare.py",
+                     "scripts/bench/compare_tokenizer_library.py",
+                     "scripts/bench/measure_prepare_sizes.py"}  # bench_prepare's stand-in text
+# A fact of the MLPerf log -> whether a string literal states it. Each may appear in one file.
+SHARED_FACTS = {
+    "ruleset": lambda text: text == "5.0.0",
+    "line marker": lambda text: ":::MLLOG" in text,
+    "resumed log name": lambda text: "mlperf_resumed_step_" in text,
+}
+FACTS_HOME = "bert/mlperf/constants.py"
+FACT_EXCEPTIONS: dict[str, set[str]] = {}
+SYS_PATH_EDITS = {"insert", "append", "extend", "remove", "pop", "clear"}
+
+
+def source_files() -> list[Path]:
+    """The .py files git knows (tracked or new, not ignored), as the checkout has them; without
+    git (a container image), every .py file outside hidden, build and results folders."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                                 "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        skip = {"build", "results"}
+        return sorted(p for p in ROOT.rglob("*.py") if not any(
+            part.startswith(".") or part in skip for part in p.relative_to(ROOT).parts[:-1]))
+    return sorted(ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file())
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module `path` imports, at any depth: statements and importlib calls."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this file's package
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                found.add(".".join(base + ([node.module] if node.module else [])))
+            else:
+                found.add(node.module)
+        elif (isinstance(node, ast.Call) and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and (getattr(node.func, "attr", None) == "import_module"
+                   or getattr(node.func, "id", None) in ("__import__", "import_module"))):
+            found.add(node.args[0].value)
+    return found
+
+
+def violations(package: str, files: list[Path], root: Path = ROOT) -> list[str]:
+    bad = []
+    for path in files:
+        if not module_name(path, root).startswith(package + "."):
+            continue
+        for module in sorted(imported_modules(path, root)):
+            below = module == BOTTOM or module.startswith(BOTTOM + ".")  # itself, for bert.core
+            if module.split(".")[0] in FORBIDDEN[package] and not below:
+                bad.append(f"{path.relative_to(root).as_posix()} imports {module}")
+    return bad
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
+    """Loops in the file-level import graph of the project's modules (every import counts,
+    lazy ones too): each as the list of modules around it."""
+    modules = {module_name(p, root): p for p in files}
+    graph = {name: sorted({_owner(m, modules) for m in runtime_imports(path, root)} - {None,
+                                                                                      name})
+             for name, path in modules.items()}
+    cycles, state = [], {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    return cycles
+
+
+def runtime_imports(path: Path, root: Path = ROOT) -> set[str]:
+    """The modules `path` imports when it runs (lazy imports too; not the type-only ones under
+    `if TYPE_CHECKING:`); `from pkg import sub` names the submodule pkg.sub."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    package = module_name(path, root).rsplit(".", 1)[0] if path.name != "__init__.py" else \
+        module_name(path, root)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def _owner(module: str, modules: dict) -> str | None:
+    """The project file an import names (`a.b.c` may be a name inside module `a.b`)."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in modules:
+            return ".".join(parts[:end])
+    return None
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_imports_run_one_way(package):
+    assert violations(package, source_files()) == []
+
+
+def test_no_import_cycles():
+    package_files = [p for p in source_files()
+                     if p.relative_to(ROOT).parts[0] in ("bert", "data", "kernels")]
+    assert import_cycles(package_files) == []
+
+
+def test_the_cycle_finder_finds_a_lazy_loop(tmp_path):
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "a.py").write_text("from bert import b\n")
+    (tmp_path / "bert" / "b.py").write_text("def f():\n    from bert.a import x\n")
+    files = sorted((tmp_path / "bert").glob("*.py"))
+    assert import_cycles(files, tmp_path) == [["bert.a", "bert.b", "bert.a"]]
+
+
+def test_the_bottom_layer_is_below_everything(tmp_path):
+    """data/ may import bert.core, bert.core may import nothing of the project."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "bert" / "core").mkdir(parents=True)
+    ok = tmp_path / "data" / "x.py"
+    ok.write_text("from bert.core.errors import DataError\nfrom bert.model import m\n")
+    core = tmp_path / "bert" / "core" / "y.py"
+    core.write_text("import data.packing\n")
+    assert violations("data", [ok], tmp_path) == ["data/x.py imports bert.model"]
+    assert violations("bert.core", [core], tmp_path) == ["bert/core/y.py imports data.packing"]
+
+
+def test_the_checker_sees_lazy_relative_and_dynamic_imports(tmp_path):
+    probe = tmp_path / "kernels" / "probe.py"
+    probe.parent.mkdir()
+    probe.write_text("import importlib\nfrom . import _loader\n"
+                     "def f():\n    from bert.model import fused\n"
+                     "    importlib.import_module('data.packing')\n")
+    assert violations("kernels", [probe], tmp_path) == [
+        "kernels/probe.py imports bert.model", "kernels/probe.py imports data.packing"]
+    assert "kernels" in imported_modules(probe, tmp_path)  # relative: its own package
+
+
+def test_no_file_over_500_lines_outside_tests():
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in source_files()
+            if p.relative_to(ROOT).parts[0] != "tests"
+            and (n := len(p.read_text().splitlines())) > MAX_LINES]
+    assert long == []
+
+
+def test_the_entry_point_stays_thin():
+    assert len((ROOT / "run_pretraining.py").read_text().splitlines()) < MAX_ENTRY_LINES
+
+
+# -- scripts are thin, nothing edits sys.path, shared facts live once ------------------------------
+
+def docstring_lines(tree: ast.AST) -> set[int]:
+    """Line numbers of every module, class and function docstring."""
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                lines.update(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def logic_lines(source: str) -> int:
+    """Lines holding code: not blank, not only a comment, not part of a docstring."""
+    layout = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+              tokenize.ENCODING, tokenize.ENDMARKER}
+    code = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in layout:
+            code.update(range(token.start[0], token.end[0] + 1))
+    return len(code - docstring_lines(ast.parse(source)))
+
+
+def is_sys_path(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "path"
+            and isinstance(node.value, ast.Name) and node.value.id == "sys")
+
+
+def sys_path_edits(source: str) -> list[int]:
+    """Lines that change sys.path: a mutating call on it, or an assignment to it or its items."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in SYS_PATH_EDITS and is_sys_path(node.func.value)):
+            found.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value))
+                   for t in targets):
+                found.append(node.lineno)
+    return sorted(found)
+
+
+def stated_facts(source: str) -> set[str]:
+    """The SHARED_FACTS a file's string literals state (docstrings, which only explain, aside)."""
+    tree = ast.parse(source)
+    explained = docstring_lines(tree)
+    return {fact for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and node.lineno not in explained
+            for fact, states in SHARED_FACTS.items() if states(node.value)}
+
+
+def outside_tests() -> list[Path]:
+    return [p for p in source_files() if p.relative_to(ROOT).parts[0] != "tests"]
+
+
+def test_scripts_are_thin_front_ends():
+    scripts = [p for p in outside_tests() if p.relative_to(ROOT).parts[0] == "scripts"
+               and p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS]
+    assert scripts, "no scripts found"
+    thick = [f"{p.relative_to(ROOT)}: {n} lines of logic" for p in scripts
+             if (n := logic_lines(p.read_text())) > MAX_SCRIPT_LOGIC_LINES]
+    assert thick == []
+
+
+def test_nothing_outside_tests_edits_sys_path():
+    edits = [f"{p.relative_to(ROOT)}:{line}" for p in outside_tests()
+             if p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS
+             for line in sys_path_edits(p.read_text())]
+    assert edits == []
+
+
+def test_shared_mlperf_facts_are_stated_once():
+    homes: dict[str, set[str]] = {fact: set() for fact in SHARED_FACTS}
+    for path in outside_tests():
+        for fact in stated_facts(path.read_text()):
+            homes[fact].add(path.relative_to(ROOT).as_posix())
+    for fact, files in homes.items():
+        assert files - FACT_EXCEPTIONS.get(fact, set()) == {FACTS_HOME}, fact
+
+
+def test_the_checkers_find_what_they_look_for():
+    thick = '"""doc\nstring"""\n# comment\n\n' + "x = 1\n" * (MAX_SCRIPT_LOGIC_LINES + 1)
+    assert logic_lines(thick) == MAX_SCRIPT_LOGIC_LINES + 1
+    assert logic_lines('def f():\n    """doc."""\n    return (1,\n            2)  # two\n') == 3
+    edits = ("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[0] = 'z'\n"
+             "sys.path = []\nprint(sys.path.index('x'))\n")
+    assert sys_path_edits(edits) == [2, 3, 4, 5]
+    assert stated_facts('"""ruleset 5.0.0, :::MLLOG"""\nRULESET = "5.0.0"\n') == {"ruleset"}
+    assert stated_facts('name = f"mlperf_resumed_step_{n}.log"\nx = ":::MLLOG {"\n') == {
+        "resumed log name", "line marker"}
+
+
+def test_every_cited_source_is_defined_in_docs_references():
+    """Comments and docs cite outside sources by the names docs/references.md defines: the seed
+    papers by first author in brackets ([Zeng], ...), the project's facts as REFERENCE n."""
+    import re
+
+    references = (ROOT / "docs" / "references.md").read_text()
+    papers = set(re.findall(r"^\| (\[[\w.]+\]) \|", references, re.M))
+    facts = set(re.findall(r"^\| REFERENCE (\d+) \|", references, re.M))
+    assert papers == {"[Zeng]", "[Kim]", "[Zhang]", "[Paddle]", "[LightSeq2]"}
+    assert facts == {str(n) for n in range(1, 9)}
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    undefined = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in (".py", ".md", ".yaml", ".cu", ".cpp", ".h") or not path.is_file():
+            continue
+        text = path.read_text(errors="replace")
+        undefined += [f"{name}: {m}" for m in re.findall(r"\b[Ss]eed 00\d\b", text)]
+        undefined += [f"{name}: REFERENCE {n}" for n in re.findall(r"\bREFERENCE (\d+)", text)
+                      if n not in facts]
+    assert undefined == []

@@ -1,0 +1,134 @@
+"""scripts/bench_throughput.py runs end to end on the CPU and writes the documented JSON.
+
+Only the schema is checked: performance is measured by the script, never asserted by a test.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+TOP_KEYS = {"device", "torch", "commit", "command", "date", "model", "precision",
+            "matmul_peak_tflops", "variants", "ratios", "workload", "flop_formula", "profile"}
+VARIANT_KEYS = {"samples_per_s", "tokens_per_s", "mfu", "peak_mem_gb", "seconds_per_step",
+                "options"}
+
+
+def test_cpu_run_writes_schema(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
+           "--model", "mini", "--batch", "2", "--steps", "1", "--warmup", "1", "--repeats", "2",
+           "--max-length", "32", "--threads", "1", "--profile", "--json", str(out)]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    record = json.loads(out.read_text())
+    assert TOP_KEYS <= set(record), TOP_KEYS - set(record)
+    assert set(record["variants"]) == {"fastest", "reference", "hf_eager"}
+    for name, variant in record["variants"].items():
+        assert VARIANT_KEYS <= set(variant), (name, VARIANT_KEYS - set(variant))
+        assert variant["samples_per_s"] > 0 and variant["mfu"] > 0, name
+    assert record["variants"]["reference"]["options"]["attention"] == "padded_sdpa"
+    assert record["variants"]["hf_eager"]["options"]["padding"] == "batch_max"
+    assert {"fastest/hf_eager", "fastest/reference", "reference/hf_eager"} <= set(
+        record["ratios"])
+    assert record["model"] == "mini" and record["precision"] == "fp32"
+    assert record["commit"] and record["matmul_peak_tflops"] > 0
+    profile = record["profile"]
+    assert profile["wall_ms"] > 0 and abs(sum(profile["share"].values()) - 1.0) < 0.01
+    assert "gemm" in profile["share"] and profile["top_ops"]
+    assert record["partial"] is False and record["rounds_done"] == 2
+    assert all(v["options"]["warmup_seconds"] > 0 for v in record["variants"].values())
+
+
+def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
+    """A killed benchmark keeps what it measured: the JSON is on disk after every round."""
+    sys.path.insert(0, str(ROOT))
+    from bert.tools.throughput import bench as bench_throughput
+
+    seen = []
+    real_write = bench_throughput.write_json
+
+    def spy(path, payload):
+        seen.append((payload["partial"], payload["rounds_done"]))
+        real_write(path, payload)
+
+    monkeypatch.setattr(bench_throughput, "write_json", spy)
+    bench_throughput.main(["--device", "cpu", "--model", "mini", "--batch", "2", "--steps", "1",
+                           "--warmup", "1", "--repeats", "2", "--max-length", "32",
+                           "--threads", "1", "--variants", "reference",
+                           "--json", str(tmp_path / "b.json")])
+    assert seen == [(True, 1), (True, 2), (False, 2)]
+
+
+def test_bad_variant_is_refused(tmp_path):
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
+           "--model", "mini", "--variants", "fastest,nope", "--json", str(tmp_path / "x.json")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "nope" in done.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_tiny_is_the_default_runs_model():
+    """`--model tiny` benchmarks configs/tiny_cpu.yaml's model: its layers, vocabulary and
+    positions."""
+    from bert.config import load_config
+    from bert.tools.throughput.workload import model_config
+
+    want = load_config(ROOT / "configs" / "tiny_cpu.yaml").model
+    got = model_config("tiny")
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "vocab_size", "max_position_embeddings")
+    assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
+
+
+def test_results_go_to_the_ignored_folder_unless_asked():
+    import datetime as dt
+
+    sys.path.insert(0, str(ROOT))
+    from bert.tools.throughput.bench import default_path
+
+    path = default_path("AMD EPYC", "tiny", dt.datetime(2026, 1, 2, 3, 4, 5))
+    assert path.parent == ROOT / "results" / "bench"  # .gitignore: /results/
+    assert subprocess.run(["git", "check-ignore", "-q", str(path)], cwd=ROOT).returncode in (0, 128)
+
+
+@pytest.mark.parametrize("kind", ["sharded"])
+def test_optimizer_kinds_do_the_same_lamb_step(kind):
+    """`+sharded` changes how the LAMB step runs (flat buffers), not what it computes: after
+    two steps from the same weights and gradients, every parameter equals the foreach LAMB's
+    (fp32 on the CPU; the fused kernels' own GPU tests hold `fusedlamb` to the same math)."""
+    import torch
+
+    from bert.tools.throughput.variants import make_optimizer
+
+    def trained(optimizer_kind: str) -> dict:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32),
+                                    torch.nn.Linear(32, 4))
+        optimizer = make_optimizer(model, optimizer_kind, torch.device("cpu"))
+        data = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        for _ in range(2):
+            optimizer.zero_grad(set_to_none=True)
+            model(data).square().mean().backward()
+            optimizer.step()
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+    reference, other = trained("lamb"), trained(kind)
+    for name, value in reference.items():
+        torch.testing.assert_close(other[name], value, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_unknown_optimizer_kind_is_refused():
+    import torch
+
+    from bert.tools.throughput.variants import make_optimizer
+
+    with pytest.raises(ValueError, match="expected one of"):
+        make_optimizer(torch.nn.Linear(2, 2), "adamw", torch.device("cpu"))
