@@ -22,6 +22,7 @@ every step, so whatever finished comes back even if the call is killed.
                    the file goes on past it
     f  with what is left: the fused switches trained against the reference (train_compare:
                    200 steps, the final MLM accuracies within 0.005; JSON and a plot), the
+                   fused LAMB step against the foreach one (bench_lamb), the
                    fused switches' throughput with the fused LAMB and a per-op
                    profile (after the JSON), then HF compiled, the sharded optimizer without
                    kernels, and compile_sublayers, each under its own cap
@@ -108,6 +109,17 @@ def train_compare(h, step: Step) -> None:
         h.summary["train_compare"] = json.loads(out.read_text()).get("comparison")
 
 
+def bench_lamb(h, step: Step) -> None:
+    """Issue 23's optimizer goal: one fused LAMB step on BERT-Large's shard in <= 1/3 of the
+    foreach reference's time (bench_lamb.py's target_met), 1 and 8 ranks, fp32 and fp16."""
+    out = h.work / "bench_lamb.json"
+    h.check_or_run(step.name, [h.py, "scripts/bench/bench_lamb.py", "--no-compile",
+                               "--world", "1", "8", "--param-dtype", "fp32", "fp16",
+                               "--out", str(out)], step.cap_s)
+    if out.is_file():
+        h.summary["bench_lamb"] = gpu_report.speedups(json.loads(out.read_text()))
+
+
 def throughput(name: str, extra: list[str]):
     def run(h, step: Step) -> None:
         out = h.work / f"{name}.json"
@@ -157,6 +169,7 @@ STEPS = (
     Step("gpu_tests", 0, True, gpu_tests),  # per file, TEST_FILE_CAP_S each, MIN_TESTS_S kept
     # issue 22: the fused switches train like the reference (200 steps, same seed and data)
     Step("train_compare", 90, False, train_compare),
+    Step("bench_lamb", 45, False, bench_lamb),
     Step("throughput_fused", 120, False, throughput(
         "throughput_fused", ["--fastest", "flash_varlen+fused+fusedlamb", "--variants",
                              "fastest,hf_eager", "--repeats", "2", "--steps", "10",
