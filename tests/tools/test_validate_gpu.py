@@ -201,7 +201,9 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     for step in gpu_window.STEPS:
         assert steps[step.name]["status"] in ("ok", "skipped"), steps[step.name]
     order = [s["name"] for s in summary["steps"]]
-    assert order[:4] == ["device", "sdpa_probe", "smoke", "throughput_eager"]
+    # the dry run checks the carry right after the device step (bert/tools/gpu/carry.py)
+    assert order[:5] == ["device", "carry", "sdpa_probe", "smoke", "throughput_eager"]
+    assert steps["carry"]["status"] == "ok", steps["carry"]
     assert "--device cuda" in steps["smoke"]["planned_command"]
     assert "hf_eager" in steps["throughput_eager"]["planned_command"]
     tests = summary["tests"]
@@ -219,8 +221,8 @@ def test_window_killed_mid_step_leaves_a_summary_of_the_finished_steps(tmp_path)
                             start_new_session=True)
     summary_path = tmp_path / "summary.json"
     try:
-        for _ in range(1200):  # until two steps are recorded (a third is then running)
-            if summary_path.is_file() and len(json.loads(summary_path.read_text())["steps"]) >= 2:
+        for _ in range(1200):  # until three steps are recorded (a fourth is then running)
+            if summary_path.is_file() and len(json.loads(summary_path.read_text())["steps"]) >= 3:
                 break
             time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -228,7 +230,7 @@ def test_window_killed_mid_step_leaves_a_summary_of_the_finished_steps(tmp_path)
         proc.wait()
     summary = json.loads(summary_path.read_text())  # parses: written atomically
     names = [s["name"] for s in summary["steps"]]
-    assert names[:2] == ["device", "sdpa_probe"] and len(names) < len(gpu_window.STEPS)
+    assert names[:3] == ["device", "carry", "sdpa_probe"] and len(names) < len(gpu_window.STEPS)
     assert all(s["status"] == "ok" for s in summary["steps"])
     assert not list(tmp_path.glob("*.tmp"))
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from bert.tools.gpu import carry
 from bert.tools.gpu import report as gpu_report
 
 WINDOW_BUDGET_S = 420  # a 480-s device call leaves 60 s for the start and the copy back
@@ -77,6 +78,13 @@ def gpu_test_files(root: Path) -> list[str]:
 # ---- the steps ---------------------------------------------------------------------------------
 def device(h, step: Step) -> None:
     h.device_info(step.cap_s)
+    if h.dry_run:  # here, before device time: would the image import everything?
+        missing = carry.uncovered()
+        record = {"name": "carry", "status": "failed" if missing else "ok",
+                  "reason": ("the image lacks these and .whl/ would not bring them "
+                             "(scripts/bench/prepare_gpu_carry.sh WHEELS): " + ", ".join(missing))
+                  if missing else "every requirement is on the image or carried"}
+        h._record(record, 1 if missing else 0)
 
 
 def sdpa_probe(h, step: Step) -> None:
