@@ -46,11 +46,11 @@ def check_out(out: str | os.PathLike, step: str, settings: dict, own: Callable[[
         return
     if not folder.is_dir():
         raise ConfigError(f"--out {out}: is a file; name a folder")
-    mark = read_mark(folder)
+    mark, wanted = read_mark(folder), _wanted(step, settings)
     if mark is not None:
-        if mark != _wanted(step, settings):
+        if mark != wanted:
             raise ConfigError(f"--out {out}: was written by `{mark.get('step')}` with other "
-                              f"settings ({_first_difference(mark, _wanted(step, settings))}); "
+                              f"settings ({_first_difference(mark, wanted)}); "
                               f"name another folder, or pass --force to use it as is")
         return
     foreign = sorted(p.name for p in folder.iterdir()

@@ -69,6 +69,11 @@ def overrides(device: str, work: Path, output: str, precision: str, blocks: int)
         "data.synthetic.num_shards": 2, "data.synthetic.samples_per_shard": 256,
         "data.synthetic.eval_samples": 128,
     }
+    return set_args(values)
+
+
+def set_args(values: dict) -> list[str]:
+    """run_pretraining.py's `--set key=value` for each item."""
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 

@@ -22,15 +22,14 @@ import dataclasses
 import datetime as dt
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bert.core.errors import BadInputError
 from bert.model import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.obs.sinks import read_records
-from bert.tools.common import git_commit, write_json
-from bert.train.cli import main as train_main
+from bert.tools.common import git_commit, import_pyplot, write_json
+from bert.tools.gpu.smoke_train import run, set_args
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
 SHAPES = {  # the fused kernels' shape limits need width 1024 (bert/model/config.py)
@@ -74,22 +73,16 @@ def run_args(device: str, work: Path, name: str, steps: int, extra: dict) -> lis
               "data.synthetic.enabled": "true", "data.synthetic.cache_dir": str(work / "cache"),
               "data.synthetic.num_shards": 2, "data.synthetic.samples_per_shard": 2048,
               "data.synthetic.eval_samples": 512}
-    return ["--quiet", *(arg for key, value in values.items()
-                         for arg in ("--set", f"{key}={value}"))]
+    return ["--quiet", *set_args(values)]
 
 
 def one_run(device: str, work: Path, name: str, steps: int, extra: dict) -> dict:
-    start = time.monotonic()
-    try:
-        code, error = train_main(run_args(device, work, name, steps, extra)), None
-    except Exception as err:  # noqa: BLE001 - recorded: the comparison reports, not crashes
-        code, error = 1, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    result = run(run_args(device, work, name, steps, extra))  # the smoke's: exit, error, time
     metrics = work / name / "metrics.jsonl"
     records = read_records(metrics) if metrics.is_file() else []
     losses = {r["step"]: r["loss"] for r in records if r.get("kind") == "train"}
     evals = [r["eval_mlm_accuracy"] for r in records if r.get("kind") == "eval"]
-    return {"exit": code, "error": error, "seconds": round(time.monotonic() - start, 1),
-            "switches": extra, "loss_by_step": losses,
+    return {**result, "switches": extra, "loss_by_step": losses,
             "final_eval_mlm_accuracy": evals[-1] if evals else None}
 
 
@@ -109,11 +102,8 @@ def compare(reference: dict, fused: dict) -> dict:
 
 def plot(record: dict, path: Path) -> None:
     from bert.obs.figures import save_figure
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = import_pyplot()
     figure, axes = plt.subplots(figsize=(7, 4))
     for name in ("reference", "fused"):
         curve = record["runs"][name]["loss_by_step"]

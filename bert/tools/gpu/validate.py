@@ -205,40 +205,34 @@ class Harness:
         Returns the journal: nodeid -> outcome (and the failure text)."""
         journal = self.work / f"{name}.journal.jsonl"
         deadline = time.monotonic() + cap_s
-        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0",
-               test_journal.JOURNAL_ENV: str(journal)}
+        env = {**gpu_test_env(require_kernels), test_journal.JOURNAL_ENV: str(journal)}
+        tests: dict[str, dict] = {}  # the journal so far: every test with a verdict
         for attempt in range(MAX_CRASH_RERUNS + 1):
-            finished = test_journal.read_journal(journal)
-            args = ["-m", "gpu", path, "-q", "-rfEs", "-p", "no:cacheprovider",
-                    "-p", "bert.tools.gpu.test_journal", f"--junitxml={junit}",
-                    *(f"--deselect={nodeid}" for nodeid in finished)]
-            if pytest_timeout_available():
-                args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
+            args = [*gpu_pytest_args(path, junit), "-p", "bert.tools.gpu.test_journal",
+                    *(f"--deselect={nodeid}" for nodeid in tests), *timeout_args()]
             step_name = name if attempt == 0 else f"{name}_after_crash_{attempt}"
             code = self.step(step_name, [PY, "-m", "pytest", *args],
                              deadline - time.monotonic(), env)
-            crashed = [nodeid for nodeid, test in test_journal.read_journal(journal).items()
+            finished, tests = tests, test_journal.read_journal(journal)
+            crashed = [nodeid for nodeid, test in tests.items()
                        if test["outcome"] == "crashed" and nodeid not in finished]
             # Ended by itself (0 all passed, 1 some failed, 5 none left), timed out, or died
             # outside any test: nothing a rerun would add.
             if code in (0, 1, 5, 124) or not crashed or time.monotonic() >= deadline:
                 break
-        return test_journal.read_journal(journal)
+        return tests
 
     def gpu_tests(self, require_kernels: bool) -> None:
         junit = self.work / "gpu-tests.xml"
-        args = ["-m", "gpu", "tests", "-q", "-rfEs", "-p", "no:cacheprovider",
-                f"--junitxml={junit}"]
+        args = gpu_pytest_args("tests", junit)
         if self.dry_run:
             # Collect as the GPU image would: without mlperf_logging.
             self.step("gpu-tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging",
                                     "--collect-only", *args], 120)
             self.summary["tests"] = gpu_report.collected(self.work / "gpu-tests.log")
             return
-        if pytest_timeout_available():
-            args += ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"]
-        env = {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
-        self.step("gpu-tests", [PY, "-m", "pytest", *args], 330, env)
+        self.step("gpu-tests", [PY, "-m", "pytest", *args, *timeout_args()], 330,
+                  gpu_test_env(require_kernels))
         self.summary["tests"] = gpu_report.junit_counts(junit)
 
     def microbenchmarks(self) -> None:
@@ -332,6 +326,21 @@ def pytest_timeout_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pytest_timeout") is not None
+
+
+def gpu_pytest_args(target: str, junit: Path) -> list[str]:
+    """pytest's arguments for the GPU tests of `target` (a file or a folder)."""
+    return ["-m", "gpu", target, "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+
+
+def timeout_args() -> list[str]:
+    """A per-test limit, where the image has pytest-timeout."""
+    return ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"] if pytest_timeout_available() else []
+
+
+def gpu_test_env(require_kernels: bool) -> dict[str, str]:
+    """A missing GPU fails the GPU tests; a missing kernel build too once the build passed."""
+    return {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
 
 
 def toolchain_env() -> dict:
