@@ -46,6 +46,8 @@ def _load_library() -> None:
 def load() -> bool:
     """Load the extension once; True on success. Failures are remembered, not raised."""
     global _loaded, _error
+    if _loaded:  # without the lock: torch.compile traces this call, and cannot trace a lock
+        return True
     with _lock:
         if not _loaded and _error is None:
             try:

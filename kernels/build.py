@@ -20,22 +20,24 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from kernels.raise_check import LibraryCannotRaise, check_library_raises
+from kernels.raise_check import check_library_raises
 from kernels._library import (DEFAULT_BUILD_DIR, LIB_NAME, OPS, RAW_OPS, library_path,
                               registered_ops)
 
 DEFAULT_ARCH_LIST = "8.0;9.0"  # A100, H100/H200
-# The fallback link when a library cannot raise (kernels/raise_check.py): libstdc++ named ahead
-# of torch's libraries and kept even if the linker finds its symbols elsewhere first (the
-# 2026-11-26 H100 image's build listed no libstdc++ at all, and its first TORCH_CHECK failure
-# was a segmentation fault)
-STDCXX_FIRST = ["-Wl,--no-as-needed", "-lstdc++", "-Wl,--as-needed"]
+# The C++ runtime the library links: the very libstdc++ this process (torch) has loaded, named
+# by path ahead of torch's libraries. Why: on the 2026-11-26 GPU image (torch 2.11, Ubuntu g++
+# 13.3) the default link, and one with -lstdc++ first, gave a library that carried its own copy
+# of the C++ stream code and listed no libstdc++; formatting an integer into a TORCH_CHECK
+# message crashed in that copy (a segfault instead of a RuntimeError). Linked this way the same
+# build raised, and 260 GPU kernel tests passed
+# (benchmarks/results/gpu/2026-11-26b_window/diag_stdcxx_link.json).
+STDCXX_LIBRARY = "libstdc++.so"
 CSRC = Path(__file__).resolve().parent / "csrc"
 
 CXX_FLAGS = ["-O3"]
@@ -104,9 +106,27 @@ def _check_toolchain() -> None:
                            "(the one whose lib64/ holds libcudart.so), e.g. /usr/local/cuda")
 
 
+def loaded_stdcxx(maps: str | os.PathLike = "/proc/self/maps") -> str | None:
+    """The path of the libstdc++ this process has mapped (torch loads one), or None where the
+    process map cannot tell (not Linux)."""
+    try:
+        lines = Path(maps).read_text().splitlines()
+    except OSError:
+        return None
+    paths = (line.split()[-1] for line in lines if len(line.split()) >= 6)
+    return next((p for p in paths if Path(p).name.startswith(STDCXX_LIBRARY)), None)
+
+
+def stdcxx_ldflags() -> list[str]:
+    """Link flags naming the process's libstdc++ first and keeping it NEEDED (see above)."""
+    import torch  # noqa: F401 - maps torch's libstdc++ into this process
+
+    path = loaded_stdcxx()
+    return ["-Wl,--no-as-needed", path, "-Wl,--as-needed"] if path else []
+
+
 def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | None = None,
-          jobs: int | None = None, verbose: bool = False, ninja: bool | None = None,
-          extra_ldflags: list[str] | None = None) -> Path:
+          jobs: int | None = None, verbose: bool = False, ninja: bool | None = None) -> Path:
     """Compile and load the extension; returns the .so path.
 
     arch_list: TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0"); default: $TORCH_CUDA_ARCH_LIST if set,
@@ -128,7 +148,7 @@ def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | Non
     if ninja is None:
         ninja = is_ninja_available()
     blas_cflags, blas_ldflags = cublas_flags()
-    blas_ldflags = [*(extra_ldflags or []), *blas_ldflags]  # first: ahead of torch's libraries
+    blas_ldflags = [*stdcxx_ldflags(), *blas_ldflags]  # first: ahead of torch's libraries
     if ninja:
         load(name=LIB_NAME, sources=sources(), extra_cflags=CXX_FLAGS + blas_cflags,
              extra_cuda_cflags=CUDA_FLAGS + blas_cflags, extra_ldflags=blas_ldflags,
@@ -179,9 +199,6 @@ def main(argv: list[str] | None = None) -> int:
                              "ops registered, delete it; exit 1 on any failure")
     parser.add_argument("--no-ninja", action="store_true",
                         help="compile serially with setuptools (when ninja is not installed)")
-    parser.add_argument("--link-stdcxx-first", action="store_true",
-                        help="link libstdc++ ahead of torch's libraries (tried by itself when "
-                             "a library built without it cannot raise)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -189,24 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="bert_kernels_check_") if args.check else None
     try:
         path = build(tmp or args.build_dir, args.arch, args.jobs, args.verbose,
-                     ninja=False if args.no_ninja else None,
-                     extra_ldflags=STDCXX_FIRST if args.link_stdcxx_first else None)
+                     ninja=False if args.no_ninja else None)
         ops = registered_ops()
         if len(ops) != len(RAW_OPS):
             raise RuntimeError(f"library built but only registered {ops}")
         check_library_raises(Path(path))
-    except LibraryCannotRaise as err:
-        if args.link_stdcxx_first:
-            print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}, with "
-                  f"libstdc++ linked first too", file=sys.stderr)
-            return 1
-        # This process has the library loaded: the relinked one is built and checked in a
-        # child, which prints the verdict.
-        print(f"kernels.build: {err}; relinking with libstdc++ ahead of torch's libraries",
-              file=sys.stderr)
-        return subprocess.call([sys.executable, "-m", "kernels.build",
-                                *(sys.argv[1:] if argv is None else argv),
-                                "--link-stdcxx-first"])
     except Exception as err:  # noqa: BLE001 - report any build failure as exit status 1
         print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}",
               file=sys.stderr)

@@ -6,8 +6,12 @@ user's bad tensor would end a run without a word (benchmarks/results/gpu/2026-11
 diag_extension_throw.json). A library that cannot raise must fail its build, not a training run.
 
 The check needs no GPU: it calls the dense op's CUDA kernel directly through the dispatcher with
-CPU tensors, so the binding's first check (`x must be a CUDA tensor`) throws. It runs in a child
-process, since a broken library takes its process down.
+CPU tensors, twice: a 2-D one fails the first device check (a message with a Device in it), a
+1-D one the first shape check (a message with a list of integers). The second case is the one
+that crashed on the 2026-11-26 window (benchmarks/results/gpu/2026-11-26b_window/
+diag_stdcxx_link.json): the library's own copy of the C++ stream code died formatting an
+integer, while messages without one raised, so a check of the first case alone passed a
+broken library. It runs in a child process, since a broken library takes its process down.
 """
 
 from __future__ import annotations
@@ -18,18 +22,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXPECTED = "must be a CUDA tensor"
+EXPECTED = ("must be a CUDA tensor", "must be 2-D [tokens, features], got [8]")
 CHILD = """
 import sys, torch
 torch.ops.load_library(sys.argv[1])
 op = torch.ops.bert_kernels_cuda.dense_forward.default
-x = torch.zeros(8, 8, dtype=torch.float16)
-try:
-    op.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA), x, x, None, False)
-except RuntimeError as err:
-    print("raised:", str(err).splitlines()[0])
-else:
-    print("did not raise")
+cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+w = torch.zeros(8, 8, dtype=torch.float16)
+for x in (w, w[0]):  # a device message, then a shape message (integers)
+    try:
+        op.redispatch(cuda, x, w, None, False)
+    except RuntimeError as err:
+        print("raised:", str(err).splitlines()[0], flush=True)
+    else:
+        print("did not raise", flush=True)
 """
 
 
@@ -41,7 +47,7 @@ def check_library_raises(library: Path, timeout_s: float = 120) -> None:
     """Raise RuntimeError, with what the build's link produced, unless the library raises."""
     child = subprocess.run([sys.executable, "-c", CHILD, str(library)], capture_output=True,
                            text=True, timeout=timeout_s)
-    if child.returncode == 0 and EXPECTED in child.stdout:
+    if child.returncode == 0 and all(e in child.stdout for e in EXPECTED):
         return
     how = (f"died with signal {-child.returncode}" if child.returncode < 0
            else f"exited {child.returncode}" if child.returncode else

@@ -76,7 +76,7 @@ def pack_dropout_mask(keep: torch.Tensor) -> torch.Tensor:
     """
     rows = keep.shape[0]
     k = keep.reshape(rows, 4, 32, 8).permute(0, 2, 1, 3).reshape(rows, 32, 32).to(torch.int64)
-    words = (k << torch.arange(32, dtype=torch.int64)).sum(-1)
+    words = (k << torch.arange(32, dtype=torch.int64, device=k.device)).sum(-1)
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 

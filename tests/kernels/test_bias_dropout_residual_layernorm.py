@@ -57,6 +57,14 @@ def test_mask_pack_round_trip():
     assert ref.pack_dropout_mask(one)[0, 5].item() == 1 << (2 * 8 + 3)
 
 
+def test_mask_packing_stays_on_the_masks_device():
+    # The 2026-11-26 window: the reference built its bit shifts on the CPU, so packing a CUDA
+    # mask failed. The meta device stands in for CUDA here.
+    keep = torch.ones(3, H, dtype=torch.bool, device="meta")
+    assert ref.pack_dropout_mask(keep).device.type == "meta"
+    assert ref.unpack_dropout_mask(ref.pack_dropout_mask(keep)).device.type == "meta"
+
+
 def test_keep_mask_statistics_and_reproducibility():
     keep = ref.dropout_keep_mask(256, 0.1, seed=1234, offset=8)
     frac = keep.float().mean().item()

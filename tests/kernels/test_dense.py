@@ -378,7 +378,7 @@ def test_kernel_rejects_bad_tensors(cuda_kernels):
     with pytest.raises(RuntimeError, match="contiguous"):
         raw.dense_forward(x, w.t(), b, False)
     with pytest.raises(RuntimeError, match="aligned"):
-        raw.dense_forward(x.view(-1)[8:8 + 6 * H].view(6, H), w, b, False)
+        raw.dense_forward(x.view(-1)[1:1 + 6 * H].view(6, H), w, b, False)  # 2 bytes off
     with pytest.raises(RuntimeError, match="CUDA tensor"):
         raw.dense_forward(x, w.cpu(), b, False)
     with pytest.raises(RuntimeError, match="float16 or bfloat16"):
@@ -450,8 +450,15 @@ def test_kernel_under_autocast_matches_pytorch(cuda_kernels, dtype):
     assert y.dtype == y_torch.dtype == dtype
     dy = torch.randn_like(y)
     got, want = grads([y], inputs, [dy]), grads([y_torch], twins, [dy])
-    y_ref = ref.linear_gelu_linear_ref(*leaves(inputs, torch.float32))
-    assert_within_torch_error("autocast y", y, y_torch, y_ref)
-    for a, b in zip(got, want, strict=True):
+    fp32_twins = leaves(inputs, torch.float32)
+    y_ref = ref.linear_gelu_linear_ref(*fp32_twins)
+    oracle = grads([y_ref], fp32_twins, [dy.float()])  # the same step without autocast
+    assert_within_torch_error("autocast y", y, y_torch, y_ref.detach())
+    # Against the fp32 oracle, not torch's autocast grads: bf16 rounds the two compositions'
+    # intermediates in different places (the 2026-11-26 window: 0.7% of dW1 off by up to 0.47
+    # under a fixed 0.05), so the bound is PyTorch's own autocast error, as for y.
+    for name, a, b, o in zip(("x", "w1", "b1", "w2", "b2"), got, want, oracle, strict=True):
+        if a is None:
+            continue
         assert a.dtype == torch.float32
-        torch.testing.assert_close(a, b, rtol=0.05, atol=0.05)
+        assert_within_torch_error(f"autocast grad {name}", a, b, o)

@@ -334,7 +334,11 @@ def test_update_direction_and_norms_match_reference(cuda_kernels):
         actual.grad, actual.master, actual.exp_avg, actual.exp_avg_sq, actual.update,
         actual.segments, DECAYS, inputs.coef, None, inputs.bc1, inputs.bc2, *BETAS, EPS,
         fused_u_sq)
-    torch.testing.assert_close(actual.update, expected.update, rtol=1e-5, atol=1e-12)
+    # A few fp32 ulps of the direction's scale: u = m/(sqrt(v)+eps) + wd*w cancels to near zero
+    # in places, where the kernel's and torch's roundings differ by more than any rtol allows
+    # (the 2026-11-26 window: 6e-8 against atol 1e-12 on 2786 of 42M elements).
+    ulps = 4 * torch.finfo(torch.float32).eps * expected.update.abs().max().item()
+    torch.testing.assert_close(actual.update, expected.update, rtol=1e-5, atol=ulps)
     torch.testing.assert_close(fused_u_sq, u_sq, rtol=1e-5, atol=0)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import kernels
-from kernels import _loader, build
+from kernels import _library, _loader, build
 
 
 def test_import_needs_no_build_and_no_gpu():
@@ -101,31 +101,47 @@ def test_ops_are_read_from_their_own_sources():
     assert registered == set(_library.OPS)  # every kernel is registered once, and only those
 
 
-def test_a_library_that_cannot_raise_is_relinked_once_with_libstdcxx_first(monkeypatch, capsys):
-    """The fallback of the 2026-11-26 H100 crash: when the built library cannot raise, the build
-    relinks it with libstdc++ ahead of torch's libraries in a child process (this one has the
-    first library loaded), and fails for good when that link cannot raise either."""
+def test_a_library_that_cannot_raise_fails_its_build(monkeypatch, capsys):
+    """kernels.build exits 1 with the check's one-line reason when the library cannot raise."""
     from kernels import raise_check
-
-    builds = []
-
-    def fake_build(build_dir, arch, jobs, verbose, ninja=None, extra_ldflags=None):
-        builds.append(extra_ldflags)
-        return Path(build_dir) / "bert_kernels_cuda.so"
 
     def cannot_raise(path):
         raise raise_check.LibraryCannotRaise("the library does not raise on a rejected input")
 
-    children = []
-    monkeypatch.setattr(build, "build", fake_build)
+    monkeypatch.setattr(build, "build", lambda *a, **k: Path(a[0]) / "bert_kernels_cuda.so")
     monkeypatch.setattr(build, "registered_ops", lambda: list(build.RAW_OPS))
     monkeypatch.setattr(build, "check_library_raises", cannot_raise)
-    monkeypatch.setattr(build.subprocess, "call", lambda argv: children.append(argv) or 0)
-    assert build.main(["--arch", "9.0"]) == 0  # the child's verdict
-    assert builds == [None]
-    assert children == [[sys.executable, "-m", "kernels.build", "--arch", "9.0",
-                         "--link-stdcxx-first"]]
-    assert "relinking with libstdc++" in capsys.readouterr().err
-    assert build.main(["--arch", "9.0", "--link-stdcxx-first"]) == 1  # no second fallback
-    assert builds[-1] == build.STDCXX_FIRST and len(children) == 1
-    assert "with libstdc++ linked first too" in capsys.readouterr().err
+    assert build.main(["--arch", "9.0"]) == 1
+    assert "FAILED" in capsys.readouterr().err
+
+
+def test_the_library_links_the_processs_own_libstdcxx_first(tmp_path):
+    """The fix of the 2026-11-26 crash (kernels/build.py STDCXX_LIBRARY): the link names, by
+    path, the libstdc++ this process has mapped, and keeps it NEEDED."""
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "7f00-7f01 r--p 00000000 fd:01 11 /usr/lib/libc10.so\n"
+        "7f01-7f02 r-xp 00001000 fd:01 12 /opt/x/lib/libstdc++.so.6.0.33\n"
+        "7f02-7f03 rw-p 00000000 00:00 0\n")
+    assert build.loaded_stdcxx(maps) == "/opt/x/lib/libstdc++.so.6.0.33"
+    assert build.loaded_stdcxx(tmp_path / "absent") is None
+    flags = build.stdcxx_ldflags()  # this process: torch is imported, so one is mapped
+    assert flags[0] == "-Wl,--no-as-needed" and flags[2] == "-Wl,--as-needed"
+    assert Path(flags[1]).name.startswith("libstdc++.so") and Path(flags[1]).is_file()
+
+
+def test_require_traces_under_torch_compile_once_loaded(monkeypatch):
+    """The fused ops call require() inside the model, which torch.compile traces with
+    fullgraph=True; the 2026-11-26 window's compile tests failed because dynamo cannot enter
+    the loader's lock. Once loaded, require() must not touch it."""
+    import torch
+
+    monkeypatch.setattr(_loader, "_loaded", True)
+
+    def f(x):
+        _loader.require(_library.OPS[0])
+        return x * 2
+
+    x = torch.ones(3)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(f, backend="eager", fullgraph=True)(x), x * 2)

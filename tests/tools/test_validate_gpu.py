@@ -304,3 +304,15 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "State:\tZ" not in state
+
+
+def test_gpu_test_files_are_found_by_their_code_not_their_strings():
+    """The 2026-11-26 window ran this file as a GPU test file (its fixture strings hold
+    `pytest.mark.gpu`), and pytest, with nothing to select, failed the step."""
+    assert gpu_window.has_gpu_tests("import pytest\n\npytestmark = pytest.mark.gpu\n")
+    assert gpu_window.has_gpu_tests("@pytest.mark.gpu\ndef test_a(): pass\n")
+    assert gpu_window.has_gpu_tests("from gpu_gate import require_cuda\n")
+    assert not gpu_window.has_gpu_tests(f"FIXTURE = {CRASHING_TESTS!r}\ndef test_a(): pass\n")
+    files = gpu_window.gpu_test_files(ROOT)
+    assert "tests/tools/test_validate_gpu.py" not in files
+    assert {"tests/kernels/test_dense.py", "tests/unit/test_attention.py"} <= set(files)
