@@ -23,6 +23,8 @@ TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile
 VARIANT_NAMES = {"fastest": "this project", "hf_eager": "HF BertForPreTraining, padded, eager",
                  "hf_compile": "HF BertForPreTraining, padded, torch.compile",
                  "reference": "this project, unpadded reference (no custom kernels)"}
+OPTIMIZERS = {"sharded": "sharded LAMB (flat shard, torch ops)",
+              "fusedlamb": "sharded LAMB with the fused CUDA kernels"}  # "lamb": the default
 
 
 def describe(options: dict) -> str:
@@ -30,6 +32,8 @@ def describe(options: dict) -> str:
     if "transformers" in options:
         return f"transformers {options['transformers']}, {options.get('attention', '')}"
     parts = [options.get("attention", "")]
+    if options.get("compile"):
+        parts.append("torch.compile")
     if options.get("fused_flags"):
         names = ", ".join(flag.removeprefix("fused_") for flag in options["fused_flags"])
         parts.append(f"fused kernels (run with --include-unvalidated): {names}")
@@ -37,6 +41,8 @@ def describe(options: dict) -> str:
         parts.append("compile_sublayers")
     if options.get("last_layer_subset"):
         parts.append("last-layer subset")
+    if options.get("optimizer") in OPTIMIZERS:
+        parts.append(OPTIMIZERS[options["optimizer"]])
     return "; ".join(p for p in parts if p)
 
 
