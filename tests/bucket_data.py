@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from data.sources.shards import list_shards, read_samples, write_samples
-from data.synthetic import generate_samples, shard_name, successor_table
+from data.synthetic import shard_name
+from data.synthetic_language import generate_samples, successor_table
 
 from data_audit import Key
 

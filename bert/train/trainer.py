@@ -53,10 +53,8 @@ from bert.train.run_plan import RunPlan
 from bert.train.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
-from bert.train.resume import (TRAINER_FILE, Manifest, checkpoint_fit, checkpoint_root,
-                               rank_file, rng_state, save_checkpoint, set_rng_state)
+from bert.train.checkpointer import Checkpointer
 from bert.train.peer_failure import explain
-from bert.train.resume_pick import pick_resume_point
 from bert.train.run_lock import hold_output_dir
 from bert.train.step_guard import StepGuard
 from bert.train.stop_signals import RunInterrupted, stop_reason
@@ -119,7 +117,9 @@ class Trainer:
         self.out_dir = Path(cfg.run.output_dir)
         self.progress = Progress(enabled=self.ctx.is_main or cfg.log.all_ranks,
                                  interval_s=cfg.log.interval_s, quiet=cfg.log.quiet)
-        self.resume_from, self.resume_manifest = self._find_resume_point()
+        # read whole before the log opens: a refused or damaged resume writes nothing
+        self.ckpt = Checkpointer(cfg, self.ctx, self.plan.global_batch_size, self.progress.line)
+        self.resume_from, self.resume_manifest = self.ckpt.folder, self.ckpt.manifest
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
         self._init_state = (read_checkpoint_file(cfg.run.init_checkpoint)
@@ -170,9 +170,9 @@ class Trainer:
                                      cfg.run.precision == "fp16", self.ctx)
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
         self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
-        self._resume_data: dict | None = None
+        self._resume_data: dict | None = None  # the data position, restored at run_start
         if self.resume_from:
-            self._restore(self.resume_from)
+            self.start_point, self._resume_data = self.ckpt.restore(self.raw_model, self.optim)
         self.progress.line(
             f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
@@ -203,46 +203,9 @@ class Trainer:
             seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
         return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
 
-    def _find_resume_point(self) -> tuple[Path | None, Manifest | None]:
-        """Read whole before the log opens: a refused or damaged resume writes nothing."""
-        self._resume_point = pick_resume_point(
-            self.cfg.checkpoint.resume, self.cfg.run.output_dir, self.ctx,
-            self.plan.global_batch_size, self.cfg.to_dict(), self.progress.line)
-        point = self._resume_point
-        return (point.folder, point.manifest) if point else (None, None)
-
-    def _restore(self, folder: Path) -> None:
-        """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing
-        after it draws); the data position waits for the run phase."""
-        point, self._resume_point = self._resume_point, None  # the states are not kept
-        trainer_state, rank_state = point.trainer_state, point.rank_state
-        with checkpoint_fit(folder / TRAINER_FILE):
-            self.raw_model.load_state_dict(trainer_state["model"])
-            self.optim.load_state_dict(trainer_state["optimizer"])
-        with checkpoint_fit(folder / rank_file(self.ctx.rank)):
-            set_rng_state(rank_state["rng"], self.ctx.device)
-        self.start_point = trainer_state["progress"]
-        self._resume_data = rank_state["pipeline"]
-        self.progress.line(f"resumed from {folder}: step {self.start_point['step']}, "
-                           f"{self.start_point['samples']} samples trained")
-
     def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
-        """Collective. A host sync (state copies): at checkpoint points only."""
-        cfg, ctx = self.cfg, self.ctx
-        optim_state = self.optim.state_dict()  # collective for the sharded optimizer
-        trainer_state = None
-        if ctx.is_main:
-            trainer_state = {"model": self.raw_model.state_dict(), "optimizer": optim_state,
-                             "progress": {"step": step, "samples": samples,
-                                          "accuracy": accuracy},
-                             "config": cfg.to_dict()}
-        rank_state = {"rng": rng_state(ctx.device), "pipeline": self.pipeline.state_dict()}
-        manifest = Manifest(step, samples, ctx.world_size, self.plan.global_batch_size,
-                            self.seed)
-        folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
-                                 trainer_state, rank_state, cfg.checkpoint.keep)
-        self._last_checkpoint_step = step
-        self.progress.line(f"checkpoint: {folder}")
+        self.ckpt.save(step, samples, accuracy, self.raw_model, self.optim, self.pipeline,
+                       self.seed)
 
     def _interrupt(self, signum: int, step: int, samples: int, accuracy: float,
                    block_samples: int) -> None:
@@ -252,7 +215,7 @@ class Trainer:
                               epoch_count=block_samples)
         self.mllog.train_samples(samples)
         saved = ""
-        if self.cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
+        if self.ckpt.final_due(step):
             self._save_checkpoint(step, samples, accuracy)
             saved = "; checkpoint saved"
         elif self.cfg.checkpoint.interval_steps:
@@ -260,10 +223,6 @@ class Trainer:
         self.progress.result(f"interrupted by {signal.Signals(signum).name} after step "
                              f"{step}{saved}")
         raise RunInterrupted(signum, step)
-
-    def _checkpoint_due(self, step: int) -> bool:
-        interval = self.cfg.checkpoint.interval_steps
-        return interval > 0 and step % interval == 0 and step != self._last_checkpoint_step
 
     def _build_model(self) -> torch.nn.Module:
         # on CUDA a fused kernel the config asks for must be built: fail here, not at step 1
@@ -331,7 +290,7 @@ class Trainer:
         steps_per_block = plan.steps_per_eval_block  # whole global batches (REFERENCE 1)
         step, samples = self.start_point["step"], self.start_point["samples"]
         accuracy, status = self.start_point["accuracy"], "aborted"
-        self._last_checkpoint_step = step
+        self.ckpt.last_step = step
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = plan.max_steps
@@ -346,7 +305,7 @@ class Trainer:
                 step += 1  # a skipped fp16 step counts too: its samples were consumed
                 samples += gbs
                 self.progress.step(step, samples, step_loss, self.optim.lr)
-                if block_step < block_steps and self._checkpoint_due(step):
+                if block_step < block_steps and self.ckpt.due(step):
                     self._save_checkpoint(step, samples, accuracy)
                 for callback in self.callbacks:
                     callback.on_step_end(self, step)
@@ -360,7 +319,7 @@ class Trainer:
             if accuracy >= cfg.eval.target_mlm_accuracy:
                 status = "success"
                 break
-            if self._checkpoint_due(step):
+            if self.ckpt.due(step):
                 self._save_checkpoint(step, samples, accuracy)
         self.guard.finish()
         log.train_samples(samples)
@@ -369,7 +328,7 @@ class Trainer:
         seconds = time.time() - started
         self.obs.ended(status, step, samples, accuracy, seconds, self.log_file.final.name)
         self._publish_log()
-        if cfg.checkpoint.interval_steps and step != self._last_checkpoint_step:
+        if self.ckpt.final_due(step):
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
         self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
                              f"{samples} samples ({step} steps) in {seconds:.1f} s")
@@ -388,8 +347,7 @@ class Trainer:
             ranks_per_node=self.plan.ranks_per_node, pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size)
         if self._resume_data is not None:
-            with checkpoint_fit(self.resume_from / rank_file(ctx.rank)):
-                self.pipeline.load_state_dict(self._resume_data)
+            self.ckpt.restore_pipeline(self.pipeline, self._resume_data)
         return self.pipeline, self._read_eval_set()
 
     def _read_eval_set(self):

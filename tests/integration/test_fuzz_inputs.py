@@ -36,9 +36,9 @@ from hypothesis import strategies as st
 
 from bert.config import describe_fields, load_config
 from bert.core.errors import BadInputError
-from data.synthetic import generate
 
 from cli_rows import changed_paths, snapshot
+from tiny_run import make_tiny_data, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -155,8 +155,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     """Data and an earlier run's folder (a real 2-step run with checkpoints), watched."""
     root = tmp_path_factory.mktemp("fuzz")
     data, earlier = root / "data", root / "earlier"
-    generate(data, num_shards=2, samples_per_shard=32, eval_samples=16, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=3)
+    make_tiny_data(data, samples_per_shard=32, eval_samples=16, seed=3)
     code, out, err = run_main(data, earlier, {"run.max_steps": 2,
                                               "checkpoint.interval_steps": 1})
     assert code == 1, out + err
@@ -180,7 +179,7 @@ def run_main(data: Path, out: Path, changed: dict, cli: tuple[str, ...] = ()) ->
     relative output folder lands there): (status, stdout, stderr); a traceback as status 1."""
     values = {**TINY, "data.train_dir": data, "data.eval_file": data / "eval.hdf5",
               "run.output_dir": out, **changed}
-    args = ["--quiet", *cli] + [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
+    args = ["--quiet", *cli, *set_args(values)]
     stdout, stderr = io.StringIO(), io.StringIO()
     out.parent.mkdir(parents=True, exist_ok=True)
     with working_folder(out.parent), contextlib.redirect_stdout(stdout), \

@@ -34,7 +34,8 @@ from bert.core.errors import ConfigError
 from bert.train.config import LogConfig
 from bert.plan.flops import LengthMix, training_flops
 from data.packing import Sample, pack_samples
-from data.synthetic import generate
+
+from tiny_run import make_tiny_data, set_args, tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -49,26 +50,14 @@ EVAL_FIELDS = {"kind", "time", "step", "samples", "eval_mlm_accuracy", "eval_sec
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("obs_data")
-    generate(folder, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
-    return folder
+    return make_tiny_data(tmp_path_factory.mktemp("obs_data"))
 
 
 def tiny_args(data_dir: Path, out: Path, **changed) -> list[str]:
-    values = {
-        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2, "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64, "model.attention": "padded_sdpa",
-        "data.max_seq_length": 64, "data.max_predictions_per_seq": 10,
-        "data.synthetic.enabled": False, "data.train_dir": data_dir,
-        "data.eval_file": data_dir / "eval.hdf5", "run.global_batch_size": GBS,
-        "run.max_steps": STEPS, "eval.interval_samples": EVAL_EVERY, "eval.samples": 40,
-        "run.device": "cpu", "run.seed": 7, "run.output_dir": out,
-        "schedule.total_steps": TOTAL_STEPS, "schedule.warmup_steps": WARMUP,
-        "optim.lr": BASE_LR, "log.interval_s": 0,
-        "submission.division": "open", **changed}  # open: the target is not required
-    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    return set_args(tiny_settings(data_dir, out, **{
+        "model.attention": "padded_sdpa", "run.global_batch_size": GBS, "run.max_steps": STEPS,
+        "eval.interval_samples": EVAL_EVERY, "schedule.total_steps": TOTAL_STEPS,
+        "schedule.warmup_steps": WARMUP, "optim.lr": BASE_LR, "log.interval_s": 0, **changed}))
 
 
 @pytest.fixture(scope="module")

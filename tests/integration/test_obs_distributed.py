@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from bert.obs.sinks import read_records
-from data.synthetic import generate
+
+from tiny_run import make_tiny_data, set_args, tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d rank (\d) (INFO|WARNING|ERROR) (.*)")
@@ -22,19 +23,12 @@ LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d rank (\d) (INFO|WARNING|ERROR
 @pytest.mark.distributed
 def test_two_ranks_log_by_rank_and_trace_each(tmp_path):
     data = tmp_path / "data"
-    generate(data, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
+    make_tiny_data(data)
     out = tmp_path / "out"
-    values = {"model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-              "model.num_attention_heads": 2, "model.intermediate_size": 64,
-              "model.max_position_embeddings": 64, "data.max_seq_length": 64,
-              "data.max_predictions_per_seq": 10, "data.synthetic.enabled": False,
-              "data.train_dir": data, "data.eval_file": data / "eval.hdf5",
-              "run.global_batch_size": 8, "run.max_steps": 4, "eval.interval_samples": 16,
-              "eval.samples": 40, "run.device": "cpu", "run.output_dir": out,
-              "log.interval_s": 0, "profile.start_step": 2, "profile.steps": 1,
-              "submission.division": "open"}
-    args = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    values = tiny_settings(data, out, **{"run.max_steps": 4, "log.interval_s": 0,
+                                         "profile.start_step": 2, "profile.steps": 1})
+    del values["run.seed"], values["optim.lr"]  # tiny_cpu.yaml's, as this run always had
+    args = set_args(values)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(ROOT / "run_pretraining.py"), *args],

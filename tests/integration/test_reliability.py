@@ -35,7 +35,8 @@ from bert.train import resume
 from bert.train.resume import complete_checkpoints, remove_folder, step_dir
 from bert.train.run_lock import LOCK_NAME, RunLock
 from bert.train.trainer import Callback, Trainer
-from data.synthetic import generate
+
+from tiny_run import make_tiny_data, set_args, tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -46,27 +47,17 @@ ERROR_LINE = re.compile(r"(^|: )error: ")
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("reliability_data")
-    generate(folder, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
-    return folder
+    return make_tiny_data(tmp_path_factory.mktemp("reliability_data"))
 
 
 def settings(data_dir: Path, out: Path, **changed) -> dict:
-    return {
-        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2, "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64, "data.max_seq_length": 64,
-        "data.max_predictions_per_seq": 10, "data.synthetic.enabled": False,
-        "data.train_dir": data_dir, "data.eval_file": data_dir / "eval.hdf5",
-        "run.global_batch_size": 8, "run.max_steps": 2, "eval.interval_samples": 16,
-        "eval.samples": 40, "run.device": "cpu", "run.seed": 7, "run.output_dir": out,
-        "run.threads": 1, "schedule.total_steps": 2000, "optim.lr": 1e-2,
-        "log.interval_s": 1000, "submission.division": "open", **changed}
+    return tiny_settings(data_dir, out, **{
+        "run.max_steps": 2, "run.threads": 1, "schedule.total_steps": 2000,
+        "log.interval_s": 1000, **changed})
 
 
 def cli(values: dict) -> list[str]:
-    return ["--quiet"] + [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
+    return ["--quiet", *set_args(values)]
 
 
 def run_main(capsys, values: dict, callbacks=()) -> tuple[int, str, str]:

@@ -20,34 +20,24 @@ from bert.train.resume import (MANIFEST, Manifest, complete_checkpoints, load_tr
 from bert.train.resume_settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
-from data.synthetic import generate
 
 from test_data_distributed import launch
+from tiny_run import make_tiny_data, set_args
+from tiny_run import tiny_settings as shared_tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("resume_data")
-    generate(folder, num_shards=4, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
-    return folder
+    return make_tiny_data(tmp_path_factory.mktemp("resume_data"), num_shards=4)
 
 
 def tiny_settings(data_dir, out, steps: int, **extra) -> dict:
     """A 1-layer BERT with dropout on (so the RNG state matters), evals every 2 steps."""
-    return {
-        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2, "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64, "data.max_seq_length": 64,
-        "data.max_predictions_per_seq": 10, "data.train_dir": data_dir,
-        "data.synthetic.enabled": False,  # on in the default config run_pretraining.py reads
-        "data.eval_file": data_dir / "eval.hdf5", "run.global_batch_size": 8,
-        "run.max_steps": steps, "eval.interval_samples": 16, "eval.samples": 40,
-        "run.device": "cpu", "run.seed": 7, "run.output_dir": out, "log.quiet": True,
-        "submission.division": "open", "schedule.total_steps": 20,
-        "schedule.warmup_steps": 2, "optim.lr": 1e-2, **extra}
+    return shared_tiny_settings(data_dir, out, **{
+        "run.max_steps": steps, "log.quiet": True, "schedule.total_steps": 20,
+        "schedule.warmup_steps": 2, **extra})
 
 
 def overrides(settings: dict) -> list[str]:
@@ -180,8 +170,7 @@ def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]
     settings.pop("log.quiet")
     program = ROOT / "tests" / "faults.py" if env else ROOT / "run_pretraining.py"
     args = [str(program), "--quiet", "--record-samples", str(out / "rec"), *cli]
-    for item in overrides(settings):
-        args += ["--set", item]
+    args += set_args(settings)
     code, output, _ = launch("torchrun", 2, args, **env)
     return code, output
 
@@ -220,6 +209,6 @@ def test_eval_only_command_line(data_dir, tmp_path, capsys):
 
     settings = tiny_settings(data_dir, tmp_path, 4)
     settings.pop("log.quiet")
-    args = ["--eval-only"] + [arg for item in overrides(settings) for arg in ("--set", item)]
+    args = ["--eval-only", *set_args(settings)]
     assert run_pretraining.main(args) == 0
     assert "eval-only: MLM accuracy" in capsys.readouterr().out

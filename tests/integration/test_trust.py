@@ -25,7 +25,8 @@ import torch
 
 from bert.mlperf import reader as run_logs
 from bert.train.resume import rank_file, step_dir
-from data.synthetic import generate
+
+from tiny_run import make_tiny_data, set_args, tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -34,31 +35,21 @@ import run_pretraining  # noqa: E402
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("trust_data")
-    generate(folder, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
-    return folder
+    return make_tiny_data(tmp_path_factory.mktemp("trust_data"))
 
 
 def settings(data_dir: Path, out: Path) -> dict:
-    return {
-        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2, "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64, "data.max_seq_length": 64,
-        "data.max_predictions_per_seq": 10, "data.synthetic.enabled": False,
-        "data.train_dir": data_dir, "data.eval_file": data_dir / "eval.hdf5",
-        "run.global_batch_size": 8, "run.max_steps": 4, "eval.interval_samples": 16,
-        "eval.samples": 40, "run.device": "cpu", "run.seed": 7, "run.output_dir": out,
-        "schedule.total_steps": 20, "schedule.warmup_steps": 2, "optim.lr": 1e-2,
+    return tiny_settings(data_dir, out, **{
+        "run.max_steps": 4, "schedule.total_steps": 20, "schedule.warmup_steps": 2,
         "checkpoint.interval_steps": 2, "checkpoint.keep": 0, "log.interval_s": 1000,
-        "submission.division": "closed"}
+        "submission.division": "closed"})
 
 
 def run(capsys, data_dir: Path, out: Path, *cli: str, **changed) -> tuple[int, str, str]:
     """run_pretraining.py with the tiny settings (`changed` on top): (status, stdout, stderr).
     An exception that escapes main counts as status 1, as it would for the process."""
     values = {**settings(data_dir, out), **changed}
-    args = [*cli] + [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+    args = [*cli, *set_args(values)]
     capsys.readouterr()
     try:
         code = run_pretraining.main(args)

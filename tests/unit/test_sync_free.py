@@ -17,7 +17,7 @@ from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, param_groups
 from data.packing import pack_samples
-from data.synthetic import generate_samples, successor_table
+from data.synthetic_language import generate_samples, successor_table
 
 # Methods that copy a tensor's value to the host (a sync on a GPU).
 HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")

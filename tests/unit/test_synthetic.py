@@ -13,9 +13,9 @@ import pytest
 from data.config import DataConfig, SyntheticConfig
 from data.packing import pack_samples
 from data.sources.shards import DataError, list_shards, read_samples
-from data.synthetic import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID,
-                            ensure_synthetic_data, generate, generate_samples, main,
-                            successor_table)
+from data.synthetic import ensure_synthetic_data, generate, main
+from data.synthetic_language import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID,
+                                     generate_samples, successor_table)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import torch
 from bert.config import load_config
 from bert.model import ModelConfig
 from data.packing import PackedBatch, Sample, pack_samples
-from data.synthetic import generate_samples, successor_table
+from data.synthetic_language import generate_samples, successor_table
 
 VOCAB_SIZE = 30522
 MAX_LENGTH = 512
