@@ -54,6 +54,7 @@ from bert.train.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
 from bert.train.checkpointer import Checkpointer
+from bert.train.preflight import preflight_data
 from bert.train.peer_failure import explain
 from bert.train.run_lock import hold_output_dir
 from bert.train.step_guard import StepGuard
@@ -61,7 +62,7 @@ from bert.train.stop_signals import RunInterrupted, stop_reason
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
-from data.sources.shards import DataError, list_shards, read_eval_samples
+from data.sources.shards import read_eval_samples
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -84,20 +85,6 @@ class Callback:
 
     def on_step_end(self, trainer: "Trainer", step: int) -> None:
         """Optimizer step `step` (1-based) is done."""
-
-
-def preflight_data(cfg: Config) -> list[Path]:
-    """Fail before init if the data is not where the config says (names only, no reads).
-    An eval-only run needs no training shards."""
-    files = [] if cfg.run.eval_only else list_shards(cfg.data.train_dir)
-    eval_file = cfg.data.eval_file
-    if not eval_file:
-        raise DataError("data.eval_file is not set (the HDF5 eval set, 10,000 samples for MLPerf)")
-    if os.path.isdir(eval_file):
-        raise DataError(f"{eval_file}: data.eval_file is a folder; it must be the HDF5 eval file")
-    if not os.path.isfile(eval_file):
-        raise DataError(f"{eval_file}: data.eval_file does not exist")
-    return files
 
 
 class Trainer:
