@@ -18,7 +18,8 @@ from data.order.lengths import strata_edges, stratum_of
 from data.order.strategies import STRATEGIES, balance
 from data.sample_record import read_records
 from data.sources import SOURCES
-from data.sources.shards import ShardStream, list_shards, read_samples
+from data.sources.shard_stream import ShardStream
+from data.sources.shards import list_shards, read_samples
 from data.sources.stratified import StratifiedStream
 
 Key = tuple[str, int]  # (shard file name, sample index in the file)

@@ -15,7 +15,8 @@ import numpy as np
 from data.order.bucketing import check_boundaries, reference_shares
 from data.packing import Sample
 from data.sources.loader import ShardLoader
-from data.sources.shards import DataError, ShardStream, read_samples
+from data.sources.shard_stream import ShardStream
+from data.sources.shards import DataError, read_samples
 
 
 class _BucketShardStream(ShardStream):

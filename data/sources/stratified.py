@@ -31,7 +31,8 @@ import numpy as np
 from data.order.lengths import length_pmf, strata_counts, strata_edges, strata_fractions
 from data.packing import Sample
 from data.sources.loader import ShardLoader
-from data.sources.shards import ShardStream, read_samples
+from data.sources.shard_stream import ShardStream
+from data.sources.shards import read_samples
 
 
 class StratifiedStream:

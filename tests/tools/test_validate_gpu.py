@@ -18,6 +18,7 @@ from bert.tools import common as script_utils  # noqa: E402
 from bert.tools.gpu import report as gpu_report  # noqa: E402
 from bert.tools.gpu import validate as validate_gpu  # noqa: E402
 from bert.tools.gpu import window as gpu_window  # noqa: E402
+from bert.tools.gpu.launch import run_capped  # noqa: E402
 
 HARNESS = ROOT / "scripts" / "bench" / "validate_gpu.sh"
 
@@ -290,8 +291,7 @@ def test_a_timed_out_step_kills_its_whole_process_group(tmp_path):
             f"'import time; time.sleep(60)']); open({str(marker)!r}, 'w').write(str(p.pid)); "
             f"time.sleep(60)")
     with open(tmp_path / "log", "w") as log:
-        assert validate_gpu.run_capped([sys.executable, "-c", code], dict(os.environ), log,
-                                       3) == 124
+        assert run_capped([sys.executable, "-c", code], dict(os.environ), log, 3) == 124
     child = int(marker.read_text())
     time.sleep(0.2)
     assert not alive(child)

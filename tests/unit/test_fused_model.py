@@ -427,10 +427,11 @@ def test_fused_model_on_gpu(dtype, attention, flags):
 def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     """scripts/bench_throughput.py: the fused kernels and grouped_flash compete for `fastest`
     only with --include-unvalidated, only on CUDA, and the kernels only at hidden size 1024."""
-    from bert.tools.throughput import bench
+    from bert.tools.throughput.bench import parse_args
+    from bert.tools.throughput.settings import fastest_candidates
 
     def candidates(kind, *argv):
-        return bench.fastest_candidates(bench.parse_args(list(argv)), kind)
+        return fastest_candidates(parse_args(list(argv)), kind)
 
     assert not any(c.fused for c in candidates("cuda", "--model", "large"))
     assert not any(c.fused for c in candidates("cpu", "--include-unvalidated"))

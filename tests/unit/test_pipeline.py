@@ -21,7 +21,8 @@ from data.order.lengths import strata_counts, stratum_of
 from data.order.strategies import STRATEGIES
 from data.packing import Sample
 from data.pipeline import TrainPipeline
-from data.sources.shards import DataError, ShardStream, list_shards, read_samples, write_samples
+from data.sources.shard_stream import ShardStream
+from data.sources.shards import DataError, list_shards, read_samples, write_samples
 from data.sources.stratified import StratifiedStream
 from data.synthetic import generate
 

@@ -1,5 +1,5 @@
-"""data.sources.shards: the MLPerf variable-length HDF5 format, its validation, and the per-rank
-stream."""
+"""data.sources.shards: the MLPerf variable-length HDF5 format and its validation;
+data.sources.shard_stream: the per-rank stream over it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from data.packing import Sample
-from data.sources.shards import (DataError, ShardStream, list_shards, read_eval_samples,
-                                 read_samples, write_samples)
+from data.sources.shard_stream import ShardStream
+from data.sources.shards import (DataError, list_shards, read_eval_samples, read_samples,
+                                 write_samples)
 
 MAX_SEQ = 16
 MAX_PRED = 4

@@ -33,8 +33,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -45,13 +43,13 @@ from bert.tools.common import ROOT, git_commit
 from bert.tools.gpu import report as gpu_report
 from bert.tools.gpu import test_journal
 from bert.tools.gpu import window as gpu_window
+from bert.tools.gpu.launch import gpu_pytest_args, gpu_test_env, run_capped, timeout_args
 
 STAGES = ("window", "kernels", "throughput", "fused")
 BUDGETS_S = {"window": gpu_window.WINDOW_BUDGET_S, "kernels": 540, "throughput": 540,
              "fused": 540}
 MAX_FILES = 8  # what the device tool brings back from $OUT
 RESERVE_S = 15  # kept back from the budget for the summary and the tarball
-TEST_TIMEOUT_S = 180  # per GPU test (pytest-timeout)
 PY = sys.executable
 
 # Kernel microbenchmarks: (script, eager arguments, one compiled size or None when the op has no
@@ -302,45 +300,8 @@ class Harness:
         return 1 if failed else 0
 
 
-def run_capped(argv: list[str], env: dict, log, timeout: float) -> int:
-    """Run a command in its own process group; past `timeout` the whole group is killed (a
-    pytest's or a build's children too, so nothing outlives its step); 124 then."""
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        return 124
-
-
 class HarnessError(Exception):
     """Bad setup: one `error:` line, exit status 2."""
-
-
-def pytest_timeout_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("pytest_timeout") is not None
-
-
-def gpu_pytest_args(target: str, junit: Path) -> list[str]:
-    """pytest's arguments for the GPU tests of `target` (a file or a folder)."""
-    return ["-m", "gpu", target, "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-
-
-def timeout_args() -> list[str]:
-    """A per-test limit, where the image has pytest-timeout."""
-    return ["-p", "timeout", f"--timeout={TEST_TIMEOUT_S}"] if pytest_timeout_available() else []
-
-
-def gpu_test_env(require_kernels: bool) -> dict[str, str]:
-    """A missing GPU fails the GPU tests; a missing kernel build too once the build passed."""
-    return {"BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1" if require_kernels else "0"}
 
 
 def toolchain_env() -> dict:

@@ -43,55 +43,19 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from bert.model.attention import BACKENDS
-from bert.model.config import FUSED_HIDDEN_SIZE
 from bert.tools.common import ROOT, git_commit, write_json
 from bert.tools.throughput.measure import (MemoryMeter, device_name, matmul_peak_tflops,
                                            synchronize, timed_block)
+from bert.tools.throughput.settings import VARIANTS, Candidate, fastest_candidates, resolve
 from bert.tools.throughput.profiling import profile_step
 from bert.tools.throughput.variants import build_hf, build_ours, init_state
 from bert.tools.throughput.workload import (FLOP_FORMULA, MODEL_SIZES, build_workload,
                                             model_config, train_flops)
 
-VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
-# Attention backends for `fastest`: the reference ones, plus those whose GPU tests passed in a
-# window (their records, bert/model/attention.py); the others only with --include-unvalidated.
-ATTENTION_CANDIDATES = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa", "flash_varlen",
-                                                           "grouped_flash")}
-FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb")
-
-
-class Candidate(NamedTuple):
-    """One set of options for the `fastest` variant (bench_throughput's --fastest syntax:
-    ATTENTION[+FLAG...]; sharded/fusedlamb pick the optimizer, variants.OPTIMIZER_KINDS)."""
-    attention: str
-    compile: bool = False
-    fused: bool = False
-    subset: bool = False
-    sublayers: bool = False
-    optimizer: str = "lamb"
-
-
-def validated(kind: str, attention: str) -> bool:
-    backend = BACKENDS[attention]
-    return backend.reference or (kind == "cuda" and backend.gpu_validated is not None)
-
-
-# Per device: local batch by model size, timed steps per round, warmup steps, rounds.
-DEFAULTS = {
-    "cpu": {"batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
-            "steps": 3, "warmup": 1,
-            "repeats": 5, "precision": "fp32"},
-    "cuda": {"batch": {"mini": 128, "tiny": 128, "l4_h256": 128, "base": 96, "large": 56},
-             "steps": 20,
-             "warmup": 5,
-             "repeats": 3, "precision": "bf16"},
-}
 GB = 1e9
 
 
@@ -133,77 +97,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="output file (default: results/bench/..., "
                    "which git ignores; name benchmarks/results/... to record a result)")
     return p.parse_args(argv)
-
-
-def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill device-dependent defaults and check the combination."""
-    if args.device is None:
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    kind = torch.device(args.device).type
-    if kind not in DEFAULTS:
-        sys.exit(f"--device {args.device}: only cpu and cuda are supported")
-    d = DEFAULTS[kind]
-    args.batch = args.batch or d["batch"][args.model]
-    args.steps = args.steps or d["steps"]
-    args.warmup = d["warmup"] if args.warmup is None else args.warmup
-    args.repeats = args.repeats or d["repeats"]
-    args.num_batches = args.num_batches or args.steps
-    args.precision = args.precision or d["precision"]
-    names = [v for v in args.variants.split(",") if v]
-    if args.hf_compile and "hf_compile" not in names:
-        names.append("hf_compile")
-    unknown = set(names) - set(VARIANTS)
-    if unknown or not names:
-        sys.exit(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
-    positions = model_config(args.model).max_position_embeddings
-    args.max_length = args.max_length or positions
-    if not 20 <= args.max_length <= positions:
-        sys.exit(f"--max-length {args.max_length}: expected 20..{positions} (the model has "
-                 f"{positions} positions; the synthetic length mix needs 20)")
-    if args.warmup < 1:
-        sys.exit("--warmup must be >= 1 (the first step allocates the optimizer state)")
-    args.variant_names = names
-    return args
-
-
-def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
-    """The option sets that compete for the `fastest` variant. `sublayers`
-    (model.compile_sublayers) and the sharded optimizers only when --fastest names them."""
-    # The fused kernels are built for hidden size 1024 only.
-    fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
-    if args.fastest != "auto":
-        return [named_candidate(args.fastest, fusable)]
-    backends = [b for b in ATTENTION_CANDIDATES[kind]
-                if validated(kind, b) or args.include_unvalidated]
-    # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
-    # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
-    compiles = (False, True) if kind == "cuda" else (False,)
-    fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
-             and not args.no_fused else (False,))
-    # model.last_layer_subset is exact (tests/unit/test_last_layer_subset.py): a candidate unless
-    # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
-    subsets = (False,) if args.no_subset else (False, True)
-    return [Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses
-            for s in subsets]
-
-
-def named_candidate(spec: str, fusable: bool) -> Candidate:
-    attention, *flags = spec.split("+")
-    if attention not in BACKENDS or not set(flags) <= set(FLAGS):
-        sys.exit(f"--fastest {spec!r}: expected ATTENTION[+FLAG...], ATTENTION one of "
-                 f"{sorted(BACKENDS)}, FLAG one of {', '.join(FLAGS)}")
-    if {"fused", "sublayers"} <= set(flags):
-        sys.exit(f"--fastest {spec!r}: +sublayers compiles what +fused replaces; "
-                 "name one of them")
-    if {"sharded", "fusedlamb"} <= set(flags):
-        sys.exit(f"--fastest {spec!r}: +fusedlamb is the sharded optimizer with its kernels; "
-                 "name one of them")
-    if "fused" in flags and not fusable:
-        sys.exit(f"--fastest {spec!r}: the fused kernels need hidden size "
-                 f"{FUSED_HIDDEN_SIZE} (--model large)")
-    optimizer = next((flag for flag in ("sharded", "fusedlamb") if flag in flags), "lamb")
-    return Candidate(attention, "compile" in flags, "fused" in flags, "subset" in flags,
-                     "sublayers" in flags, optimizer)
 
 
 class Bench:
