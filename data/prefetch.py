@@ -4,9 +4,10 @@
 queued, so step k+1 (and k+2, ...) is ready while step k trains ([Zeng], section IV-B).
 
 Failure handling, so that a broken pipeline never hangs or silently stops the run:
-- an exception in `produce()` is stored and re-raised by the next `get()` at once (results
-  still queued behind it are dropped: the run is failing anyway), with a note saying it came
-  from the prefetch thread;
+- an exception in `produce()` is stored and re-raised by the `get()` that would have returned
+  its result, with a note saying it came from the prefetch thread: the results produced before
+  it are still handed out, so a failure belongs to its own step however far ahead the thread
+  ran (the step a run fails at does not depend on timing), and stays raised after that;
 - `get()` waits in short slices and notices a thread that ended without a result;
 - `close()` (also via `with`) stops the thread in lockstep with the other ranks (see
   `Prefetcher`) and joins it with a timeout. A thread stuck in a collective whose peer died
@@ -70,7 +71,6 @@ class Prefetcher(Generic[T]):
             raise RuntimeError("prefetch thread is not running (closed)")
         waited = 0.0
         while True:
-            self._raise_if_failed()
             try:
                 item = self._queue.get(timeout=POLL_S)
             except queue.Empty:
@@ -81,8 +81,9 @@ class Prefetcher(Generic[T]):
                 if timeout is not None and waited >= timeout:
                     raise TimeoutError(f"no prefetched result within {timeout} s")
                 continue
-            if isinstance(item, _Done):
+            if isinstance(item, _Done):  # queued after the last result (and after any error)
                 self._queue.put_nowait(item)  # keep waking later get() calls
+                self._raise_if_failed()
                 continue
             self._gets += 1
             return item
