@@ -14,6 +14,7 @@ Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a st
 diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
 143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
+
 from __future__ import annotations
 
 import sys

@@ -21,6 +21,7 @@ A config given by a bare name (`tiny_cpu` or `tiny_cpu.yaml`, no folder) that is
 the current folder is one of the shipped configs (`shipped_configs()`): configs/ of a checkout,
 the same files inside an installed wheel.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,15 @@ from bert.model.config import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
-from bert.train.config import (CheckpointConfig, DistConfig, EvalConfig, LogConfig,
-                               RunConfig, SubmissionConfig, run_device_type)
+from bert.train.config import (
+    CheckpointConfig,
+    DistConfig,
+    EvalConfig,
+    LogConfig,
+    RunConfig,
+    SubmissionConfig,
+    run_device_type,
+)
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_yaml
 from bert.core.settings import F, expected, section, shown
@@ -47,8 +55,17 @@ from data.config import BatchGeometry, DataConfig
 from data.order.curricula import CURRICULA, division_error
 from data.order.strategies import STRATEGIES
 
-__all__ = ["BatchGeometry", "Config", "ConfigError", "MOVED_KEYS", "describe_fields",
-           "find_config", "load_config", "parse_override", "shipped_configs"]
+__all__ = [
+    "BatchGeometry",
+    "Config",
+    "ConfigError",
+    "MOVED_KEYS",
+    "describe_fields",
+    "find_config",
+    "load_config",
+    "parse_override",
+    "shipped_configs",
+]
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -68,14 +85,18 @@ class Config:
 
     def __post_init__(self) -> None:
         division = self.submission.division
-        check(OPTIMIZERS[self.optim.name].closed_division or division == "open",
-              f"optim.name={self.optim.name!r}: the closed division requires LAMB "
-              f"(REFERENCE 1); set submission.division=open")
+        check(
+            OPTIMIZERS[self.optim.name].closed_division or division == "open",
+            f"optim.name={self.optim.name!r}: the closed division requires LAMB "
+            f"(REFERENCE 1); set submission.division=open",
+        )
         problem = division_error(self.data.curriculum.name, division)
         check(problem is None, problem or "")
-        check(self.data.max_seq_length <= self.model.max_position_embeddings,
-              f"data.max_seq_length={self.data.max_seq_length} exceeds "
-              f"model.max_position_embeddings={self.model.max_position_embeddings}")
+        check(
+            self.data.max_seq_length <= self.model.max_position_embeddings,
+            f"data.max_seq_length={self.data.max_seq_length} exceeds "
+            f"model.max_position_embeddings={self.model.max_position_embeddings}",
+        )
         problem = device_combination_error(self.model, self.run)
         check(problem is None, problem or "")
 
@@ -87,19 +108,26 @@ def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:
     """Attention backend, fused kernels, device and precision that cannot run together: found
     here, before anything is written, rather than at the first step (a log already open)."""
     device, precision = run_device_type(run.device), run.precision
-    where = f"run.device={run.device}" + (f" (resolves to {device})" if run.device == "auto"
-                                          else "")
+    where = f"run.device={run.device}" + (
+        f" (resolves to {device})" if run.device == "auto" else ""
+    )
     if model.attention == "per_sequence" and device == "cuda":
-        return (f"model.attention=per_sequence is the CPU path (it reads sequence lengths on "
-                f"the host) and {where}: use flash_varlen or padded_sdpa on CUDA")
+        return (
+            f"model.attention=per_sequence is the CPU path (it reads sequence lengths on "
+            f"the host) and {where}: use flash_varlen or padded_sdpa on CUDA"
+        )
     if model.attention == "flash_varlen" and (device != "cuda" or precision == "fp32"):
-        return (f"model.attention=flash_varlen needs CUDA and run.precision=bf16 or fp16, got "
-                f"{where} and run.precision={precision}: use padded_sdpa (or per_sequence "
-                f"on CPU)")
+        return (
+            f"model.attention=flash_varlen needs CUDA and run.precision=bf16 or fp16, got "
+            f"{where} and run.precision={precision}: use padded_sdpa (or per_sequence "
+            f"on CPU)"
+        )
     fused = [flag for flag in FUSED_OPS if getattr(model, flag)]
     if fused and device == "cuda" and precision == "fp32":
-        return (f"model.{fused[0]}=true needs run.precision=bf16 or fp16 on CUDA (its kernel "
-                f"takes 16-bit activations), got run.precision=fp32 with {where}")
+        return (
+            f"model.{fused[0]}=true needs run.precision=bf16 or fp16 on CUDA (its kernel "
+            f"takes 16-bit activations), got run.precision=fp32 with {where}"
+        )
     return None
 
 
@@ -132,9 +160,19 @@ MOVED_KEYS = {
     "run.submission_status": "submission.status",
     "data.curriculum": "data.curriculum.name",
     "data.bucket_boundaries": "data.curriculum.bucket_boundaries",
-    **{f"data.curriculum_{k}": f"data.curriculum.{k}" for k in (
-        "round_batches", "loss_targets", "loss_window", "max_batches", "eta", "gamma", "alpha",
-        "reward")},
+    **{
+        f"data.curriculum_{k}": f"data.curriculum.{k}"
+        for k in (
+            "round_batches",
+            "loss_targets",
+            "loss_window",
+            "max_batches",
+            "eta",
+            "gamma",
+            "alpha",
+            "reward",
+        )
+    },
 }
 
 
@@ -191,8 +229,9 @@ def _build(cls: type, values: Any, prefix: str) -> Any:
     if values is None:  # a section left empty in the YAML
         values = {}
     if not isinstance(values, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of its keys, "
-                          f"got {shown(values)}")
+        raise ConfigError(
+            f"{prefix.rstrip('.') or 'config'}: expected a mapping of its keys, got {shown(values)}"
+        )
     fields = cls.__pydantic_fields__
     kwargs = {}
     for key, value in values.items():
@@ -271,12 +310,15 @@ def find_config(name: str | os.PathLike) -> Path:
         if candidate.is_file():
             return candidate
     shipped = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none found"
-    raise ConfigError(f"config {str(name)!r}: no such file here, and no shipped config of "
-                      f"that name (shipped: {shipped})")
+    raise ConfigError(
+        f"config {str(name)!r}: no such file here, and no shipped config of "
+        f"that name (shipped: {shipped})"
+    )
 
 
-def load_config(path: str | os.PathLike | None = None,
-                overrides: typing.Sequence[str] = ()) -> Config:
+def load_config(
+    path: str | os.PathLike | None = None, overrides: typing.Sequence[str] = ()
+) -> Config:
     """Read a YAML config (or the defaults when `path` is None; a bare name may be a shipped
     config: find_config) and apply `key=value` overrides."""
     tree: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 own records (attention backends, fused ops, the optimizers' fused kernels, compile_sublayers),
 never from prose. The trainer warns once at the start of a CUDA run; tests/unit/test_gpu_status.py
 checks that kernels/VALIDATION.md says the same."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -21,8 +22,11 @@ def unvalidated(cfg: "Config") -> list[str]:
     backend = BACKENDS[cfg.model.attention]
     if not backend.reference and backend.gpu_validated is None:
         found.append(f"model.attention={backend.name}")
-    found += [f"model.{flag}" for flag, op in FUSED_OPS.items()
-              if getattr(cfg.model, flag) and op.gpu_validated is None]
+    found += [
+        f"model.{flag}"
+        for flag, op in FUSED_OPS.items()
+        if getattr(cfg.model, flag) and op.gpu_validated is None
+    ]
     if cfg.model.compile_sublayers and COMPILE_SUBLAYERS_GPU_VALIDATED is None:
         found.append("model.compile_sublayers")
     math = OPTIMIZERS[cfg.optim.name].sharded
@@ -36,5 +40,7 @@ def warning(cfg: "Config") -> str | None:
     names = unvalidated(cfg)
     if not names:
         return None
-    return (f"warning: not validated on a GPU yet: {', '.join(names)} "
-            f"(kernels/VALIDATION.md; results may be wrong or slow)")
+    return (
+        f"warning: not validated on a GPU yet: {', '.join(names)} "
+        f"(kernels/VALIDATION.md; results may be wrong or slow)"
+    )

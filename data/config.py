@@ -6,6 +6,7 @@ batch and the world size. The root config (bert/config.py) composes these; the p
 (data/pipeline.py) takes a DataConfig and a BatchGeometry, nothing else of the run's config.
 Every check raises `ConfigError` naming the key and the value.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,16 +23,23 @@ from data.order.strategies import STRATEGIES
 class SyntheticConfig:
     """Synthetic MLPerf-format data made on first use (the tiny CPU default run)."""
 
-    enabled: bool = F(False, "train on synthetic data: with data.train_dir empty, made on first "
-                             "use in cache_dir; a data.train_dir that is set must already hold "
-                             "it (python -m data.synthetic --out DIR)")
+    enabled: bool = F(
+        False,
+        "train on synthetic data: with data.train_dir empty, made on first "
+        "use in cache_dir; a data.train_dir that is set must already hold "
+        "it (python -m data.synthetic --out DIR)",
+    )
     num_shards: int = F(4, "training shards generated", gt=0)
     samples_per_shard: int = F(4096, "samples in each generated shard", gt=0)
     eval_samples: int = F(2000, "samples in the generated eval.hdf5", gt=0)
-    seed: int = F(12345, "seed of the generated data (not of the run)", ge=0, lt=2 ** 32)
-    cache_dir: ExpandedPath = F("~/.cache/open-bert/synthetic", "one subfolder per settings "
-                                "(never regenerated in place); a folder holding files this "
-                                "program did not write is refused", min_length=1)
+    seed: int = F(12345, "seed of the generated data (not of the run)", ge=0, lt=2**32)
+    cache_dir: ExpandedPath = F(
+        "~/.cache/open-bert/synthetic",
+        "one subfolder per settings "
+        "(never regenerated in place); a folder holding files this "
+        "program did not write is refused",
+        min_length=1,
+    )
 
 
 @section("data.curriculum")
@@ -39,12 +47,16 @@ class CurriculumConfig:
     """Length bucketing + a bucket-order curriculum ([Zhang], docs/curriculum.md), open
     division only. On: every step's batch comes from one length bucket, the same on every rank."""
 
-    name: str = F("none", "none (off) | shuffled | random | increasing | decreasing | "
-                          "loss_controlled | exp3s")
-    bucket_boundaries: list[int] = F(factory=list, doc="bucket upper edges, increasing, the "
-                                     "last one data.max_seq_length; empty: [Kim]'s four "
-                                     "strata scaled to max_seq_length (128,256,384,512 at 512), "
-                                     "filled in when the config loads")
+    name: str = F(
+        "none", "none (off) | shuffled | random | increasing | decreasing | loss_controlled | exp3s"
+    )
+    bucket_boundaries: list[int] = F(
+        factory=list,
+        doc="bucket upper edges, increasing, the "
+        "last one data.max_seq_length; empty: [Kim]'s four "
+        "strata scaled to max_seq_length (128,256,384,512 at 512), "
+        "filled in when the config loads",
+    )
     round_batches: int = F(100, "fixed orders: steps per round, split by bucket share", gt=0)
     loss_targets: list[float] = F(factory=lambda: [2.0], doc="loss_controlled: 1 or M")
     loss_window: int = F(10, "loss_controlled: steps averaged against the target", ge=1)
@@ -52,9 +64,12 @@ class CurriculumConfig:
     eta: float = F(0.1, "exp3s step size", gt=0)
     gamma: float = F(0.1, "exp3s exploration share", gt=0, le=1)
     alpha: float | Literal["1/t"] = F(0.01, "exp3s weight sharing: a number in [0, 1], or 1/t")
-    reward: str = F("visit_gain", "exp3s reward: visit_gain (loss drop since the bucket's last "
-                                  "batch); prediction_gain needs a second forward per step, "
-                                  "which the trainer does not run")
+    reward: str = F(
+        "visit_gain",
+        "exp3s reward: visit_gain (loss drop since the bucket's last "
+        "batch); prediction_gain needs a second forward per step, "
+        "which the trainer does not run",
+    )
 
     @property
     def enabled(self) -> bool:
@@ -62,22 +77,36 @@ class CurriculumConfig:
 
     def __post_init__(self) -> None:
         k = "data.curriculum"
-        check(self.name in ("none", *CURRICULA),
-              f"{k}.name={self.name!r}: expected none or one of {', '.join(CURRICULA)}")
+        check(
+            self.name in ("none", *CURRICULA),
+            f"{k}.name={self.name!r}: expected none or one of {', '.join(CURRICULA)}",
+        )
         if not self.enabled:
-            check(not self.bucket_boundaries, f"{k}.bucket_boundaries={self.bucket_boundaries}"
-                  f" needs a {k}.name (the order of the buckets; shuffled for a random one)")
+            check(
+                not self.bucket_boundaries,
+                f"{k}.bucket_boundaries={self.bucket_boundaries}"
+                f" needs a {k}.name (the order of the buckets; shuffled for a random one)",
+            )
             return
         edges = self.bucket_boundaries
-        check(not edges or edges[0] >= 1 and all(a < b for a, b in zip(edges, edges[1:])),
-              f"{k}.bucket_boundaries={edges}: edges must be positive and strictly increasing")
-        check(self.loss_targets and min(self.loss_targets) > 0,
-              f"{k}.loss_targets={self.loss_targets}: expected positive losses")
-        check(self.alpha == "1/t" or 0 <= self.alpha <= 1,
-              f"{k}.alpha={self.alpha!r}: expected a number in [0, 1] or 1/t")
-        check(self.reward == "visit_gain", f"{k}.reward={self.reward!r}: only visit_gain is "
-              f"supported in training; prediction_gain needs a second forward of every batch "
-              f"after the optimizer step, which the trainer does not run (docs/curriculum.md)")
+        check(
+            not edges or edges[0] >= 1 and all(a < b for a, b in zip(edges, edges[1:])),
+            f"{k}.bucket_boundaries={edges}: edges must be positive and strictly increasing",
+        )
+        check(
+            self.loss_targets and min(self.loss_targets) > 0,
+            f"{k}.loss_targets={self.loss_targets}: expected positive losses",
+        )
+        check(
+            self.alpha == "1/t" or 0 <= self.alpha <= 1,
+            f"{k}.alpha={self.alpha!r}: expected a number in [0, 1] or 1/t",
+        )
+        check(
+            self.reward == "visit_gain",
+            f"{k}.reward={self.reward!r}: only visit_gain is "
+            f"supported in training; prediction_gain needs a second forward of every batch "
+            f"after the optimizer step, which the trainer does not run (docs/curriculum.md)",
+        )
 
     def resolve(self, max_seq_length: int) -> None:
         """Fill in the default boundaries (the one change a frozen section gets, while the
@@ -87,12 +116,20 @@ class CurriculumConfig:
             edges = [int(e) for e in strata_edges(max_seq_length)[1:]]
             object.__setattr__(self, "bucket_boundaries", edges)
         edges = self.bucket_boundaries
-        check(edges[-1] == max_seq_length, f"{k}.bucket_boundaries={edges}: the last edge must "
-              f"equal data.max_seq_length={max_seq_length}")
-        check(self.round_batches >= len(edges), f"{k}.round_batches={self.round_batches} must "
-              f"be >= the {len(edges)} buckets")
-        check(len(self.loss_targets) in (1, len(edges)), f"{k}.loss_targets="
-              f"{self.loss_targets}: expected one positive loss or {len(edges)} (one per bucket)")
+        check(
+            edges[-1] == max_seq_length,
+            f"{k}.bucket_boundaries={edges}: the last edge must "
+            f"equal data.max_seq_length={max_seq_length}",
+        )
+        check(
+            self.round_batches >= len(edges),
+            f"{k}.round_batches={self.round_batches} must be >= the {len(edges)} buckets",
+        )
+        check(
+            len(self.loss_targets) in (1, len(edges)),
+            f"{k}.loss_targets="
+            f"{self.loss_targets}: expected one positive loss or {len(edges)} (one per bucket)",
+        )
 
 
 @section("data")
@@ -100,24 +137,34 @@ class DataConfig:
     """Where the MLPerf variable-length HDF5 data lives and how it is drawn and dealt."""
 
     train_dir: ExpandedPath = F("", "folder of part_*.hdf5 training shards")
-    eval_file: ExpandedPath = F("", "HDF5 eval file (10,000 samples for MLPerf); synthetic: the "
-                                    "data's own")
-    max_seq_length: int = F(512, "longest sample, in tokens; longer ones are a data error",
-                            gt=1, le=32767)
+    eval_file: ExpandedPath = F(
+        "", "HDF5 eval file (10,000 samples for MLPerf); synthetic: the data's own"
+    )
+    max_seq_length: int = F(
+        512, "longest sample, in tokens; longer ones are a data error", gt=1, le=32767
+    )
     max_predictions_per_seq: int = F(76, "most masked positions per sample", gt=0, le=32767)
-    balance: str = F("none", "how samples are dealt to ranks (data/order/strategies.py): none | "
-                             "global_presort | serpentine | stratified | "
-                             "stratified_local_presort | stratified_local_snake | node_swap | "
-                             "stratified_node_swap (docs/balance_at_scale.md)")
-    ranks_per_node: int = F(0, "node size for the node-local strategies and node_swap's nodes; "
-                               "0: LOCAL_WORLD_SIZE", ge=0)
+    balance: str = F(
+        "none",
+        "how samples are dealt to ranks (data/order/strategies.py): none | "
+        "global_presort | serpentine | stratified | "
+        "stratified_local_presort | stratified_local_snake | node_swap | "
+        "stratified_node_swap (docs/balance_at_scale.md)",
+    )
+    ranks_per_node: int = F(
+        0,
+        "node size for the node-local strategies and node_swap's nodes; 0: LOCAL_WORLD_SIZE",
+        ge=0,
+    )
     prefetch_depth: int = F(2, "optimizer steps prepared ahead by the data thread", ge=1)
     synthetic: SyntheticConfig = F(factory=SyntheticConfig, doc="")
     curriculum: CurriculumConfig = F(factory=CurriculumConfig, doc="")
 
     def __post_init__(self) -> None:
-        check(self.balance in STRATEGIES, f"data.balance={self.balance!r}: expected one of "
-              f"{', '.join(STRATEGIES)}")
+        check(
+            self.balance in STRATEGIES,
+            f"data.balance={self.balance!r}: expected one of {', '.join(STRATEGIES)}",
+        )
         if self.curriculum.enabled:
             self._check_curriculum_source()
             self.curriculum.resolve(self.max_seq_length)
@@ -125,9 +172,12 @@ class DataConfig:
     def _check_curriculum_source(self) -> None:
         source = STRATEGIES[self.balance].source
         shards_only = [name for name, s in STRATEGIES.items() if s.source == "shards"]
-        check(source == "shards", f"data.balance={self.balance} draws from the {source} source, "
-              f"but data.curriculum.name={self.curriculum.name} draws every batch from one length "
-              f"bucket; use data.balance {', '.join(shards_only[:-1])} or {shards_only[-1]}")
+        check(
+            source == "shards",
+            f"data.balance={self.balance} draws from the {source} source, "
+            f"but data.curriculum.name={self.curriculum.name} draws every batch from one length "
+            f"bucket; use data.balance {', '.join(shards_only[:-1])} or {shards_only[-1]}",
+        )
 
 
 @dataclass(frozen=True)
@@ -152,16 +202,21 @@ class BatchGeometry:
     def micro_batches(self, samples: list) -> list[list]:
         """A rank's local batch split into its `gradient_accumulation_steps` micro-batches."""
         micro = self.micro_batch_size
-        return [samples[i * micro:(i + 1) * micro]
-                for i in range(self.gradient_accumulation_steps)]
+        return [
+            samples[i * micro : (i + 1) * micro] for i in range(self.gradient_accumulation_steps)
+        ]
 
     @classmethod
     def build(cls, batch, world_size: int) -> "BatchGeometry":
         """`batch`: the run config's global_batch_size and gradient_accumulation_steps."""
         gbs, accum = batch.global_batch_size, batch.gradient_accumulation_steps
-        check(gbs % world_size == 0,
-              f"run.global_batch_size={gbs} is not divisible by the world size {world_size}")
-        check((gbs // world_size) % accum == 0,
-              f"per-rank batch {gbs // world_size} (run.global_batch_size={gbs} / {world_size} "
-              f"ranks) is not divisible by run.gradient_accumulation_steps={accum}")
+        check(
+            gbs % world_size == 0,
+            f"run.global_batch_size={gbs} is not divisible by the world size {world_size}",
+        )
+        check(
+            (gbs // world_size) % accum == 0,
+            f"per-rank batch {gbs // world_size} (run.global_batch_size={gbs} / {world_size} "
+            f"ranks) is not divisible by run.gradient_accumulation_steps={accum}",
+        )
         return cls(world_size, gbs, accum)

@@ -20,6 +20,7 @@ plus, only when the model's attention backend asks for them (`pack_samples(...,
 attention_groups=True)`: grouped_flash, bert/model/attention.py), the length groups of grouped
 attention (`AttentionGroups`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -95,10 +96,12 @@ class PackedBatch:
 
     def to(self, device, non_blocking: bool = False) -> "PackedBatch":
         """Tensors on `device` (numpy arrays are wrapped without a copy first)."""
+
         def move(value):
             if isinstance(value, np.ndarray):
                 value = torch.from_numpy(value)
             return value.to(device, non_blocking=non_blocking) if torch.is_tensor(value) else value
+
         return _map_arrays(self, move)
 
     def pin_memory(self) -> "PackedBatch":
@@ -122,8 +125,9 @@ def _map_arrays(batch, fn):
     return type(batch)(**values)
 
 
-def pack_samples(samples: Sequence[Sample], attention_groups: bool = False,
-                 query_subset: bool = False) -> PackedBatch:
+def pack_samples(
+    samples: Sequence[Sample], attention_groups: bool = False, query_subset: bool = False
+) -> PackedBatch:
     """Concatenate samples into one PackedBatch (vectorized; no per-token Python work).
 
     attention_groups: also build the length groups of grouped attention (`AttentionGroups`),
@@ -132,8 +136,9 @@ def pack_samples(samples: Sequence[Sample], attention_groups: bool = False,
     """
     if not samples:
         raise ValueError("pack_samples: empty batch")
-    lengths = np.fromiter((s.input_ids.shape[0] for s in samples), dtype=np.int64,
-                          count=len(samples))
+    lengths = np.fromiter(
+        (s.input_ids.shape[0] for s in samples), dtype=np.int64, count=len(samples)
+    )
     cu_seqlens = np.zeros(len(samples) + 1, dtype=np.int64)
     np.cumsum(lengths, out=cu_seqlens[1:])
     total = int(cu_seqlens[-1])
@@ -143,8 +148,9 @@ def pack_samples(samples: Sequence[Sample], attention_groups: bool = False,
     seq_of_token = np.repeat(np.arange(len(samples), dtype=np.int64), lengths)
     token_index = seq_of_token * max_seqlen + position_ids
 
-    masked_counts = np.fromiter((s.masked_positions.shape[0] for s in samples), dtype=np.int64,
-                                count=len(samples))
+    masked_counts = np.fromiter(
+        (s.masked_positions.shape[0] for s in samples), dtype=np.int64, count=len(samples)
+    )
     masked_offsets = np.repeat(cu_seqlens[:-1], masked_counts)
     masked_positions = np.concatenate([s.masked_positions for s in samples]).astype(np.int64)
     masked_positions += masked_offsets
@@ -156,17 +162,18 @@ def pack_samples(samples: Sequence[Sample], attention_groups: bool = False,
         cu_seqlens=cu_seqlens.astype(np.int32),
         masked_positions=masked_positions,
         masked_labels=np.concatenate([s.masked_ids for s in samples]).astype(np.int64),
-        nsp_labels=np.fromiter((s.nsp_label for s in samples), dtype=np.int64,
-                               count=len(samples)),
+        nsp_labels=np.fromiter((s.nsp_label for s in samples), dtype=np.int64, count=len(samples)),
         max_seqlen=max_seqlen,
         groups=group_by_length(lengths, cu_seqlens) if attention_groups else None,
-        query_subset=(subset_queries(cu_seqlens, masked_counts, masked_positions)
-                      if query_subset else None),
+        query_subset=(
+            subset_queries(cu_seqlens, masked_counts, masked_positions) if query_subset else None
+        ),
     )
 
 
-def subset_queries(cu_seqlens: np.ndarray, masked_counts: np.ndarray,
-                   masked_positions: np.ndarray) -> QuerySubset:
+def subset_queries(
+    cu_seqlens: np.ndarray, masked_counts: np.ndarray, masked_positions: np.ndarray
+) -> QuerySubset:
     """The last layer's queries: per sequence its [CLS] (the pooler's input), then its masked
     tokens (the MLM head's), in batch order. Keys and values stay all tokens.
 
@@ -185,8 +192,9 @@ def subset_queries(cu_seqlens: np.ndarray, masked_counts: np.ndarray,
     max_queries = int(query_counts.max())
     position = np.arange(total, dtype=np.int64) - np.repeat(cu_queries[:-1], query_counts)
     seq = np.repeat(np.arange(len(query_counts), dtype=np.int64), query_counts)
-    return QuerySubset(index, cu_queries.astype(np.int32), seq * max_queries + position,
-                       masked_rows, max_queries)
+    return QuerySubset(
+        index, cu_queries.astype(np.int32), seq * max_queries + position, masked_rows, max_queries
+    )
 
 
 # [Zeng] (IV-A-2): sequences grouped by length into (0, 128], (128, 256], (256, 384] and
@@ -194,8 +202,9 @@ def subset_queries(cu_seqlens: np.ndarray, masked_counts: np.ndarray,
 ATTENTION_GROUP_BOUNDS = (128, 256, 384)
 
 
-def group_by_length(lengths: np.ndarray, cu_seqlens: np.ndarray,
-                    bounds: Sequence[int] = ATTENTION_GROUP_BOUNDS) -> AttentionGroups:
+def group_by_length(
+    lengths: np.ndarray, cu_seqlens: np.ndarray, bounds: Sequence[int] = ATTENTION_GROUP_BOUNDS
+) -> AttentionGroups:
     """Host metadata of grouped attention, so the device step never reads lengths back.
 
     lengths: (B,) int64; cu_seqlens: (B+1,) int64. Sequences keep their batch order within a
@@ -226,12 +235,13 @@ def group_by_length(lengths: np.ndarray, cu_seqlens: np.ndarray,
         group = slice(first, first + count)
         seq_in_group[group] = np.arange(count)
         longest[group] = ordered[group].max()
-        cu_parts.append(ordered_starts[first:first + count + 1] - ordered_starts[first])
+        cu_parts.append(ordered_starts[first : first + count + 1] - ordered_starts[first])
         shapes.append((count, int(cu_parts[-1][-1]), int(longest[first])))
         first += count
     token_index = np.repeat(seq_in_group * longest, ordered) + position
-    return AttentionGroups(order, inverse, token_index,
-                           np.concatenate(cu_parts).astype(np.int32), tuple(shapes))
+    return AttentionGroups(
+        order, inverse, token_index, np.concatenate(cu_parts).astype(np.int32), tuple(shapes)
+    )
 
 
 # ---- on the device: the padded layout [B, max_seqlen, ...] and back ---------------------------
@@ -239,8 +249,10 @@ def group_by_length(lengths: np.ndarray, cu_seqlens: np.ndarray,
 # layout, `seq * max_seqlen + pos`. Both directions are plain indexing ops, so autograd gives
 # the adjoint (scatter <-> gather) for free.
 
-def pad_tokens(x: torch.Tensor, token_index: torch.Tensor, batch: int,
-               max_seqlen: int) -> torch.Tensor:
+
+def pad_tokens(
+    x: torch.Tensor, token_index: torch.Tensor, batch: int, max_seqlen: int
+) -> torch.Tensor:
     """x: (T, *rest) -> (batch, max_seqlen, *rest), zeros where there is no token."""
     rest = x.shape[1:]
     padded = x.new_zeros((batch * max_seqlen, *rest))

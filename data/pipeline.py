@@ -41,6 +41,7 @@ after `observe_loss` of the last step; resuming from it prepares exactly the sam
 `prepare_hooks`: callables run on the data thread with the step index before each step's
 preparation (tests inject failures there: tests/faults.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -74,12 +75,20 @@ class PreparedStep(NamedTuple):
 class TrainPipeline:
     """Prepared optimizer steps for one rank (see module docstring)."""
 
-    def __init__(self, data: DataConfig, geometry: BatchGeometry, rank: int, seed: int, device,
-                 comm: HostComm, record_dir: str | os.PathLike | None = None,
-                 ranks_per_node: int = 0,
-                 pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
-                 prepare_hooks: Sequence[Callable[[int], None]] = (),
-                 vocab_size: int | None = None):
+    def __init__(
+        self,
+        data: DataConfig,
+        geometry: BatchGeometry,
+        rank: int,
+        seed: int,
+        device,
+        comm: HostComm,
+        record_dir: str | os.PathLike | None = None,
+        ranks_per_node: int = 0,
+        pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
+        prepare_hooks: Sequence[Callable[[int], None]] = (),
+        vocab_size: int | None = None,
+    ):
         """ranks_per_node: the node size (data.ranks_per_node wins; 0 for both: the world);
         pack: packs one micro-batch (the trainer's asks for the length groups of grouped
         attention when the model's backend reads them, data/packing.py); vocab_size: the
@@ -99,14 +108,21 @@ class TrainPipeline:
             self._open_curriculum(data, files, seed, device)
         else:
             self.source = SOURCES[self.strategy.source](
-                files, rank, self.world_size, seed, data.max_seq_length,
-                data.max_predictions_per_seq, vocab_size=vocab_size)
+                files,
+                rank,
+                self.world_size,
+                seed,
+                data.max_seq_length,
+                data.max_predictions_per_seq,
+                vocab_size=vocab_size,
+            )
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
         self.ranks_per_node = data.ranks_per_node or ranks_per_node or self.world_size
         self.group = self._exchange_group(comm)
         self.transfer = DeviceTransfer(device)
-        self.recorder = (SampleRecorder(record_dir, rank, [f.name for f in files])
-                         if record_dir else None)
+        self.recorder = (
+            SampleRecorder(record_dir, rank, [f.name for f in files]) if record_dir else None
+        )
         self._prefetcher: Prefetcher | None = None
         self._next_to_prepare = 0
         self._state = {**self._snapshot(), "step": 0}
@@ -114,9 +130,16 @@ class TrainPipeline:
     def _open_curriculum(self, data: DataConfig, files, seed: int, device) -> None:
         """Bucketed source, the curriculum over its buckets, and the loss feedback it needs."""
         # the division rule was checked with the config (Config.__post_init__)
-        self.source = BucketStream(files, self.rank, self.world_size, seed, data.max_seq_length,
-                                   data.max_predictions_per_seq,
-                                   data.curriculum.bucket_boundaries, vocab_size=self.vocab_size)
+        self.source = BucketStream(
+            files,
+            self.rank,
+            self.world_size,
+            seed,
+            data.max_seq_length,
+            data.max_predictions_per_seq,
+            data.curriculum.bucket_boundaries,
+            vocab_size=self.vocab_size,
+        )
         self.curriculum = curriculum_from_config(data.curriculum, self.source.shares, seed)
         if self.curriculum.uses_losses:
             self.feedback = LossFeedback(device, lag=self.depth + 1)
@@ -131,8 +154,9 @@ class TrainPipeline:
         try:
             node = node_size(self.world_size, self.ranks_per_node)
         except ValueError as err:
-            raise ValueError(f"data.balance={self.strategy_name}: {err} "
-                             f"(data.ranks_per_node)") from None
+            raise ValueError(
+                f"data.balance={self.strategy_name}: {err} (data.ranks_per_node)"
+            ) from None
         if self.strategy.scope == "world" or node == self.world_size:
             return comm
         return comm.split(self.rank // node)  # collective: every rank splits here
@@ -143,11 +167,14 @@ class TrainPipeline:
         """The micro-batches of the next optimizer step, on the device (starts the thread)."""
         last = self._state["step"] - 1
         if self.feedback is not None and last >= 0 and not self.feedback.observed(last):
-            raise RuntimeError(f"data.curriculum.name={self.curriculum.name} needs every step's "
-                               f"loss: call pipeline.observe_loss(loss) after step {last}")
+            raise RuntimeError(
+                f"data.curriculum.name={self.curriculum.name} needs every step's "
+                f"loss: call pipeline.observe_loss(loss) after step {last}"
+            )
         if self._prefetcher is None:
-            self._prefetcher = Prefetcher(self._prepare, self.depth,
-                                          name=f"data-prefetch-rank{self.rank}")
+            self._prefetcher = Prefetcher(
+                self._prepare, self.depth, name=f"data-prefetch-rank{self.rank}"
+            )
         prepared: PreparedStep = self._prefetcher.get()
         batches = self.transfer.finish(prepared.transferred)
         if self.recorder is not None:
@@ -167,8 +194,7 @@ class TrainPipeline:
         state = dict(self._state)
         if self.feedback is not None:  # on CUDA reading these syncs: checkpoint points only
             done = state["step"]
-            state["losses"] = self.feedback.values(range(max(0, done - self.feedback.lag),
-                                                         done))
+            state["losses"] = self.feedback.values(range(max(0, done - self.feedback.lag), done))
             state["loss_lag"] = self.feedback.lag
         return state
 
@@ -183,14 +209,15 @@ class TrainPipeline:
 
     def _load_curriculum(self, state: dict) -> None:
         if "curriculum" not in state:
-            raise ValueError("data state holds no curriculum: it was saved without "
-                             "data.curriculum")
+            raise ValueError("data state holds no curriculum: it was saved without data.curriculum")
         self.curriculum.load_state_dict(state["curriculum"])
         if self.feedback is not None:
             if state.get("loss_lag") != self.feedback.lag:
-                raise ValueError(f"data state was saved with a loss lag of "
-                                 f"{state.get('loss_lag')} steps (data.prefetch_depth + 1), "
-                                 f"this run has {self.feedback.lag}: the buckets would differ")
+                raise ValueError(
+                    f"data state was saved with a loss lag of "
+                    f"{state.get('loss_lag')} steps (data.prefetch_depth + 1), "
+                    f"this run has {self.feedback.lag}: the buckets would differ"
+                )
             self.feedback.preload(state["losses"])
 
     def _snapshot(self) -> dict:
@@ -205,13 +232,19 @@ class TrainPipeline:
         line (bert/mlperf/writer.py, bert/train/progress.py). Nothing without a curriculum."""
         if self.curriculum is None:
             return
-        mllog.event("data_curriculum", self.curriculum.name,
-                    metadata={"bucket_boundaries": self.source.edges.tolist(),
-                              **self.curriculum.config()})
-        feedback = (f"; global loss of step t-{self.feedback.lag} fed back"
-                    if self.feedback is not None else "")
-        progress.line(f"data: {self.source.describe()}; curriculum "
-                      f"{self.curriculum.describe()}{feedback}")
+        mllog.event(
+            "data_curriculum",
+            self.curriculum.name,
+            metadata={"bucket_boundaries": self.source.edges.tolist(), **self.curriculum.config()},
+        )
+        feedback = (
+            f"; global loss of step t-{self.feedback.lag} fed back"
+            if self.feedback is not None
+            else ""
+        )
+        progress.line(
+            f"data: {self.source.describe()}; curriculum {self.curriculum.describe()}{feedback}"
+        )
 
     def close(self, finish: bool = True) -> None:
         """Stop the prefetch thread, then release shards and the record file.
@@ -261,17 +294,18 @@ class TrainPipeline:
     def _mean_over_ranks(self, value: float) -> float:
         """The mean of every rank's `value`: the same bits on every rank (the same gathered
         list, summed in the same order), which keeps the curricula in step."""
-        gathered = self.comm.allgather_array(np.array([value], dtype=np.float64),
-                                             sizes=[1] * self.comm.size)
+        gathered = self.comm.allgather_array(
+            np.array([value], dtype=np.float64), sizes=[1] * self.comm.size
+        )
         return float(np.mean(np.concatenate(gathered)))
 
     def _exchange(self, samples, origin):
         """This rank's share of the group's pooled batch under the strategy."""
         if self.strategy.transport == "sparse":
-            return sparse.exchange(self.group, samples, origin, self.ranks_per_node,
-                                   rows_for=self.strategy.rows)
+            return sparse.exchange(
+                self.group, samples, origin, self.ranks_per_node, rows_for=self.strategy.rows
+            )
         pooled = allgather_batch(self.group, samples, origin)
         size = self.group.size
         rows = self.strategy.deal(pooled.lengths, size, size)[self.group.rank]
         return pooled.samples(rows), pooled.origin[rows]
-

@@ -19,6 +19,7 @@ side stream, and an event is recorded there. The consumer makes its stream wait 
 (no host sync) and calls record_stream so the caching allocator does not reuse the device
 memory while the consumer's stream may still read it. On CPU it only wraps arrays as tensors.
 """
+
 from __future__ import annotations
 
 import queue
@@ -49,8 +50,13 @@ class Prefetcher(Generic[T]):
     gets + depth + 1 times in total, dropping the results, and then stop.
     """
 
-    def __init__(self, produce: Callable[[], T], depth: int = 2, name: str = "prefetch",
-                 join_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        produce: Callable[[], T],
+        depth: int = 2,
+        name: str = "prefetch",
+        join_timeout_s: float = 30.0,
+    ):
         if depth < 1:
             raise ValueError(f"Prefetcher: depth={depth} must be >= 1")
         self._produce = produce
@@ -101,8 +107,10 @@ class Prefetcher(Generic[T]):
         self._thread.join(self._join_timeout_s if finish else min(1.0, self._join_timeout_s))
         self._drain()
         if finish and self._thread.is_alive():
-            warnings.warn(f"prefetch thread {self._thread.name} did not stop within "
-                          f"{self._join_timeout_s} s (blocked in I/O or a collective?)")
+            warnings.warn(
+                f"prefetch thread {self._thread.name} did not stop within "
+                f"{self._join_timeout_s} s (blocked in I/O or a collective?)"
+            )
 
     def __enter__(self) -> "Prefetcher[T]":
         return self
@@ -164,8 +172,7 @@ class DeviceTransfer:
         if self.stream is None:
             return Transferred([b.to(self.device) for b in batches], None)
         with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
-            moved = [b.to("cpu").pin_memory().to(self.device, non_blocking=True)
-                     for b in batches]
+            moved = [b.to("cpu").pin_memory().to(self.device, non_blocking=True) for b in batches]
             event = torch.cuda.Event()
             event.record(self.stream)
         return Transferred(moved, event)

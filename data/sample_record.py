@@ -12,6 +12,7 @@ once" (tests/integration/test_data_distributed.py checks exactly that).
 A fresh run (no checkpoint.resume) refuses a DIR that already holds rank*.txt files, which it
 would overwrite (check_record_dir, before the run starts); a resumed run appends to them.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,11 @@ def check_record_dir(folder: str | os.PathLike, resuming: bool) -> None:
         return
     found = sorted(p.name for p in Path(folder).glob("rank*.txt"))
     if found:
-        raise ConfigError(f"--record-samples {folder}: already holds {', '.join(found[:3])} "
-                          f"from an earlier run; a fresh run would overwrite them: choose an "
-                          f"empty folder, or resume that run")
+        raise ConfigError(
+            f"--record-samples {folder}: already holds {', '.join(found[:3])} "
+            f"from an earlier run; a fresh run would overwrite them: choose an "
+            f"empty folder, or resume that run"
+        )
 
 
 class SampleRecorder:

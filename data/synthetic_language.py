@@ -21,6 +21,7 @@ What the data looks like and why:
 - Masking as in BERT: max(1, round(0.15 * word tokens)) positions (at most max_predictions)
   among the words, sorted; 80% become [MASK], 10% a random word, 10% stay.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,18 +64,26 @@ def _check_vocab(vocab_size: int) -> None:
 # Vectorized generation: every step works on all n samples at once
 # --------------------------------------------------------------------------------------------
 
+
 def _sample_lengths(rng: np.random.Generator, n: int, max_seq_length: int) -> np.ndarray:
     """(n,) int64 sequence lengths from REFERENCE 2's histogram (data/order/lengths.py) scaled
     to max_seq_length L: bins [5, L/4], (L/4, L/2], (L/2, 3L/4], (3L/4, L-1] and exactly L."""
     if max_seq_length < 4 * MIN_LENGTH:
-        raise ValueError(f"max_seq_length={max_seq_length} must be >= {4 * MIN_LENGTH} (each "
-                         f"quarter of the length histogram needs room above the minimum length "
-                         f"{MIN_LENGTH})")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} must be >= {4 * MIN_LENGTH} (each "
+            f"quarter of the length histogram needs room above the minimum length "
+            f"{MIN_LENGTH})"
+        )
     return sample_lengths(n, max_seq_length, rng, min_length=MIN_LENGTH)
 
 
-def generate_words(rng: np.random.Generator, succ: np.ndarray, num_words: np.ndarray,
-                   b_starts: np.ndarray, b_is_random: np.ndarray) -> np.ndarray:
+def generate_words(
+    rng: np.random.Generator,
+    succ: np.ndarray,
+    num_words: np.ndarray,
+    b_starts: np.ndarray,
+    b_is_random: np.ndarray,
+) -> np.ndarray:
     """(n, max(num_words)) int64 words; entries past num_words[i] are unused.
 
     Column j is its sentence's topic word with probability KEY_PROB; otherwise it follows the
@@ -100,8 +109,9 @@ def generate_words(rng: np.random.Generator, succ: np.ndarray, num_words: np.nda
     return words
 
 
-def layout_tokens(words: np.ndarray, lengths: np.ndarray, a_lengths: np.ndarray,
-                  max_seq_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def layout_tokens(
+    words: np.ndarray, lengths: np.ndarray, a_lengths: np.ndarray, max_seq_length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense [CLS] A [SEP] B [SEP] layout of n samples, padded to max_seq_length.
 
     Returns input_ids (n, L) int64 (PAD past each length), segment_ids (n, L) int64 and
@@ -120,8 +130,9 @@ def layout_tokens(words: np.ndarray, lengths: np.ndarray, a_lengths: np.ndarray,
     return tokens, segments, is_word
 
 
-def choose_masked(rng: np.random.Generator, is_word: np.ndarray,
-                  max_predictions: int) -> tuple[np.ndarray, np.ndarray]:
+def choose_masked(
+    rng: np.random.Generator, is_word: np.ndarray, max_predictions: int
+) -> tuple[np.ndarray, np.ndarray]:
     """BERT's choice of masked positions among the words of each sample.
 
     Returns positions (n, max_predictions) int64, sorted within the valid prefix of each row,
@@ -139,8 +150,13 @@ def choose_masked(rng: np.random.Generator, is_word: np.ndarray,
     return positions, valid
 
 
-def apply_masking(rng: np.random.Generator, tokens: np.ndarray, positions: np.ndarray,
-                  valid: np.ndarray, vocab_size: int) -> np.ndarray:
+def apply_masking(
+    rng: np.random.Generator,
+    tokens: np.ndarray,
+    positions: np.ndarray,
+    valid: np.ndarray,
+    vocab_size: int,
+) -> np.ndarray:
     """(n, max_predictions) int64 original ids at the chosen positions; masks `tokens` in place.
 
     Each chosen token becomes [MASK] (80%), a random word (10%) or stays (10%).
@@ -150,16 +166,26 @@ def apply_masking(rng: np.random.Generator, tokens: np.ndarray, positions: np.nd
     original = np.zeros(positions.shape, dtype=np.int64)
     original[valid] = tokens[rows, cols]
     choice = rng.random(len(rows))
-    replacement = np.where(choice < MASK_TOKEN_PROB, MASK_ID,
-                           np.where(choice < MASK_TOKEN_PROB + RANDOM_TOKEN_PROB,
-                                    rng.integers(FIRST_WORD_ID, vocab_size, size=len(rows)),
-                                    tokens[rows, cols]))
+    replacement = np.where(
+        choice < MASK_TOKEN_PROB,
+        MASK_ID,
+        np.where(
+            choice < MASK_TOKEN_PROB + RANDOM_TOKEN_PROB,
+            rng.integers(FIRST_WORD_ID, vocab_size, size=len(rows)),
+            tokens[rows, cols],
+        ),
+    )
     tokens[rows, cols] = replacement
     return original
 
 
-def generate_samples(rng: np.random.Generator, succ: np.ndarray, num_samples: int,
-                     max_seq_length: int, max_predictions: int) -> list[Sample]:
+def generate_samples(
+    rng: np.random.Generator,
+    succ: np.ndarray,
+    num_samples: int,
+    max_seq_length: int,
+    max_predictions: int,
+) -> list[Sample]:
     """`num_samples` synthetic Samples (file dtypes: int16 ids, int8 segments)."""
     lengths = _sample_lengths(rng, num_samples, max_seq_length)
     num_words = lengths - 3
@@ -169,19 +195,27 @@ def generate_samples(rng: np.random.Generator, succ: np.ndarray, num_samples: in
     tokens, segments, is_word = layout_tokens(words, lengths, a_lengths, max_seq_length)
     positions, valid = choose_masked(rng, is_word, max_predictions)
     original = apply_masking(rng, tokens, positions, valid, len(succ))
-    return _to_samples(tokens, segments, lengths, positions, original, valid.sum(axis=1),
-                       b_is_random)
+    return _to_samples(
+        tokens, segments, lengths, positions, original, valid.sum(axis=1), b_is_random
+    )
 
 
-def _to_samples(tokens: np.ndarray, segments: np.ndarray, lengths: np.ndarray,
-                positions: np.ndarray, original: np.ndarray, counts: np.ndarray,
-                b_is_random: np.ndarray) -> list[Sample]:
+def _to_samples(
+    tokens: np.ndarray,
+    segments: np.ndarray,
+    lengths: np.ndarray,
+    positions: np.ndarray,
+    original: np.ndarray,
+    counts: np.ndarray,
+    b_is_random: np.ndarray,
+) -> list[Sample]:
     """Cut the dense rows to their lengths (views into the int16/int8 copies)."""
     tokens16, segments8 = tokens.astype(np.int16), segments.astype(np.int8)
     positions16, original16 = positions.astype(np.int16), original.astype(np.int16)
     labels = b_is_random.astype(np.int64)
     return [
-        Sample(tokens16[i, :l], segments8[i, :l], positions16[i, :m], original16[i, :m],
-               int(labels[i]))
+        Sample(
+            tokens16[i, :l], segments8[i, :l], positions16[i, :m], original16[i, :m], int(labels[i])
+        )
         for i, (l, m) in enumerate(zip(lengths.tolist(), counts.tolist()))
     ]

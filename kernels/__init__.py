@@ -12,6 +12,7 @@ until validated on a GPU (kernels/VALIDATION.md).
     kernels.require("bias_dropout_residual_layernorm")      # or: if kernels.available(): ...
     y = bias_dropout_residual_layernorm(x, bias, residual, weight, ln_bias, p=0.1)
 """
+
 import importlib
 
 from kernels._library import OPS

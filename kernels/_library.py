@@ -4,6 +4,7 @@ The ops are read from their own sources, so adding one never edits a list here: 
 folder kernels/csrc/<op>/ holding <op>.cu and <op>_api.cpp, and its raw C++ ops are the
 `m.def("name(...` schemas of that binding (shipped with the package: setup.py package_data).
 """
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,19 @@ _SCHEMA = re.compile(r'm\.def\(\s*"(\w+)\(')
 
 
 def _ops() -> tuple[str, ...]:
-    return tuple(sorted(d.name for d in CSRC.iterdir()
-                        if d.is_dir() and d.name != SHARED_FOLDER
-                        and (d / f"{d.name}_api.cpp").is_file()))
+    return tuple(
+        sorted(
+            d.name
+            for d in CSRC.iterdir()
+            if d.is_dir() and d.name != SHARED_FOLDER and (d / f"{d.name}_api.cpp").is_file()
+        )
+    )
 
 
 def _raw_ops(ops: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(name for op in ops
-                 for name in _SCHEMA.findall((CSRC / op / f"{op}_api.cpp").read_text()))
+    return tuple(
+        name for op in ops for name in _SCHEMA.findall((CSRC / op / f"{op}_api.cpp").read_text())
+    )
 
 
 OPS = _ops()  # the kernels/ ops, e.g. "dense" (kernels/dense.py, kernels/csrc/dense/)

@@ -8,6 +8,7 @@ A failure is stored and raised, with the original error chained, by `require()`,
 configuration asks for a fused op. Nothing here touches the GPU: loading the library only
 registers the raw ops under torch.ops.bert_kernels_cuda.
 """
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ Custom ops (torch.ops.bert_kernels.*; CUDA kernels on CUDA tensors, kernels.refe
   bdrln_backward(grad_y, z, mean, rstd, mask, weight, p)
       -> (dx, dresidual, dweight, dln_bias, dbias)
 """
+
 from __future__ import annotations
 
 import torch
@@ -25,26 +26,41 @@ MASK_WORDS = reference.MASK_WORDS
 def _check(x: Tensor, residual: Tensor, params: tuple[Tensor, ...], p: float) -> None:
     """Shape/dtype errors before tracing or launching (the C++ binding checks again)."""
     if x.dim() != 2 or x.shape[1] != HIDDEN:
-        raise ValueError(f"{OP} is built for hidden size {HIDDEN} only: x must be (tokens, "
-                         f"{HIDDEN}), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{OP} is built for hidden size {HIDDEN} only: x must be (tokens, "
+            f"{HIDDEN}), got {tuple(x.shape)}"
+        )
     if residual.shape != x.shape or residual.dtype != x.dtype:
-        raise ValueError(f"residual must match x {tuple(x.shape)} {x.dtype}, got "
-                         f"{tuple(residual.shape)} {residual.dtype}")
+        raise ValueError(
+            f"residual must match x {tuple(x.shape)} {x.dtype}, got "
+            f"{tuple(residual.shape)} {residual.dtype}"
+        )
     if x.is_cuda and x.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"{OP} takes float16 or bfloat16 activations on CUDA, got {x.dtype}")
     for t in params:
         if t.shape != (HIDDEN,) or t.dtype != params[0].dtype:
-            raise ValueError(f"bias, weight and ln_bias must be ({HIDDEN},) of one dtype, got "
-                             f"{[(tuple(q.shape), q.dtype) for q in params]}")
+            raise ValueError(
+                f"bias, weight and ln_bias must be ({HIDDEN},) of one dtype, got "
+                f"{[(tuple(q.shape), q.dtype) for q in params]}"
+            )
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
 
 
-@torch.library.custom_op("bert_kernels::bdrln_forward", mutates_args=(),
-                         tags=(torch.Tag.nondeterministic_seeded,))
-def bdrln_forward(x: Tensor, bias: Tensor, residual: Tensor, weight: Tensor, ln_bias: Tensor,
-                  p: float, eps: float, seed: int, offset: int
-                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+@torch.library.custom_op(
+    "bert_kernels::bdrln_forward", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,)
+)
+def bdrln_forward(
+    x: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    weight: Tensor,
+    ln_bias: Tensor,
+    p: float,
+    eps: float,
+    seed: int,
+    offset: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Fused forward.
 
     x, residual: (T, 1024) fp16/bf16, contiguous; bias, weight, ln_bias: (1024,) fp32 or x.dtype.
@@ -54,8 +70,9 @@ def bdrln_forward(x: Tensor, bias: Tensor, residual: Tensor, weight: Tensor, ln_
     """
     if x.is_cuda:
         _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.bdrln_forward(x, bias, residual, weight, ln_bias, p,
-                                                         eps, seed, offset)
+        return torch.ops.bert_kernels_cuda.bdrln_forward(
+            x, bias, residual, weight, ln_bias, p, eps, seed, offset
+        )
     if seed < 0:  # CPU twin: draw the Philox key from torch's CPU generator
         seed, offset = int(torch.randint(2**62, ()).item()), 0
     return reference.bdrln_forward_ref(x, bias, residual, weight, ln_bias, p, eps, seed, offset)
@@ -66,13 +83,19 @@ def _(x, bias, residual, weight, ln_bias, p, eps, seed, offset):
     _check(x, residual, (bias, weight, ln_bias), p)
     rows = x.shape[0]
     stats = x.new_empty(rows, dtype=torch.float32)
-    return (torch.empty_like(x), torch.empty_like(x), stats, torch.empty_like(stats),
-            x.new_empty(rows, MASK_WORDS, dtype=torch.int32))
+    return (
+        torch.empty_like(x),
+        torch.empty_like(x),
+        stats,
+        torch.empty_like(stats),
+        x.new_empty(rows, MASK_WORDS, dtype=torch.int32),
+    )
 
 
 @torch.library.custom_op("bert_kernels::bdrln_backward", mutates_args=())
-def bdrln_backward(grad_y: Tensor, z: Tensor, mean: Tensor, rstd: Tensor, mask: Tensor,
-                   weight: Tensor, p: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def bdrln_backward(
+    grad_y: Tensor, z: Tensor, mean: Tensor, rstd: Tensor, mask: Tensor, weight: Tensor, p: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Fused backward from the forward's saved tensors.
 
     grad_y: (T, 1024) z.dtype, contiguous. Returns dx, dresidual: (T, 1024) z.dtype;
@@ -86,8 +109,13 @@ def bdrln_backward(grad_y: Tensor, z: Tensor, mean: Tensor, rstd: Tensor, mask: 
 
 @bdrln_backward.register_fake
 def _(grad_y, z, mean, rstd, mask, weight, p):
-    return (torch.empty_like(z), torch.empty_like(z), torch.empty_like(weight),
-            torch.empty_like(weight), torch.empty_like(weight))
+    return (
+        torch.empty_like(z),
+        torch.empty_like(z),
+        torch.empty_like(weight),
+        torch.empty_like(weight),
+        torch.empty_like(weight),
+    )
 
 
 def _setup_context(ctx, inputs, output):
@@ -100,19 +128,29 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_y, *unused):
     z, mean, rstd, mask, weight = ctx.saved_tensors
-    dx, dres, dweight, dln_bias, dbias = bdrln_backward(grad_y.contiguous(), z, mean, rstd, mask,
-                                                        weight, ctx.p)
+    dx, dres, dweight, dln_bias, dbias = bdrln_backward(
+        grad_y.contiguous(), z, mean, rstd, mask, weight, ctx.p
+    )
     return dx, dbias, dres, dweight, dln_bias, None, None, None, None
 
 
-torch.library.register_autograd("bert_kernels::bdrln_forward", _backward,
-                                setup_context=_setup_context)
+torch.library.register_autograd(
+    "bert_kernels::bdrln_forward", _backward, setup_context=_setup_context
+)
 
 
-def bias_dropout_residual_layernorm(x: Tensor, bias: Tensor, residual: Tensor, weight: Tensor,
-                                    ln_bias: Tensor, p: float = 0.0, eps: float = 1e-12,
-                                    training: bool = True, seed: int | None = None,
-                                    offset: int = 0) -> Tensor:
+def bias_dropout_residual_layernorm(
+    x: Tensor,
+    bias: Tensor,
+    residual: Tensor,
+    weight: Tensor,
+    ln_bias: Tensor,
+    p: float = 0.0,
+    eps: float = 1e-12,
+    training: bool = True,
+    seed: int | None = None,
+    offset: int = 0,
+) -> Tensor:
     """LayerNorm(residual + dropout(x + bias)), the end of a post-LN BERT sublayer.
 
     x: (T, 1024), the dense layer's output *without* its bias (F.linear(h, W)); residual:
@@ -125,6 +163,14 @@ def bias_dropout_residual_layernorm(x: Tensor, bias: Tensor, residual: Tensor, w
     if x.is_cuda:
         _loader.require(OP)
     outputs = torch.ops.bert_kernels.bdrln_forward(
-        x, bias, residual, weight, ln_bias, p if training else 0.0, eps,
-        -1 if seed is None else seed, offset)
+        x,
+        bias,
+        residual,
+        weight,
+        ln_bias,
+        p if training else 0.0,
+        eps,
+        -1 if seed is None else seed,
+        offset,
+    )
     return outputs[0]

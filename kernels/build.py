@@ -15,6 +15,7 @@ is quick) and `<op>_api.cpp` (checks and registration, the only files that see t
 The dense op links cuBLASLt: from CUDA_HOME when the toolkit has it, else from the nvidia-* wheels
 that a pip-installed PyTorch brings (`cublas_flags()`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,7 @@ import time
 from pathlib import Path
 
 from kernels.raise_check import check_library_raises
-from kernels._library import (DEFAULT_BUILD_DIR, LIB_NAME, OPS, RAW_OPS, library_path,
-                              registered_ops)
+from kernels._library import DEFAULT_BUILD_DIR, LIB_NAME, OPS, RAW_OPS, library_path, registered_ops
 
 DEFAULT_ARCH_LIST = "8.0;9.0"  # A100, H100/H200
 # The C++ runtime the library links: the very libstdc++ this process (torch) has loaded, named
@@ -63,7 +63,8 @@ def cublas_flags() -> tuple[list[str], list[str]]:
 
     toolkit = Path(CUDA_HOME or "/usr/local/cuda")
     if (toolkit / "include" / "cublasLt.h").is_file() and any(
-            (toolkit / lib / "libcublasLt.so").exists() for lib in ("lib64", "lib")):
+        (toolkit / lib / "libcublasLt.so").exists() for lib in ("lib64", "lib")
+    ):
         return [], ["-lcublasLt"]  # torch's build already adds -L$CUDA_HOME/lib64
     includes, libs = [], []
     for root in _nvidia_wheel_roots():
@@ -72,12 +73,16 @@ def cublas_flags() -> tuple[list[str], list[str]]:
                 includes.append(pkg / "include")
             libs += sorted((pkg / "lib").glob("libcublasLt.so*"))
     if not any((inc / "cublasLt.h").is_file() for inc in includes) or not libs:
-        raise RuntimeError(f"cuBLASLt not found: no cublasLt.h and libcublasLt.so under "
-                           f"{toolkit} nor in the nvidia-* wheels beside torch; install the "
-                           "toolkit's cuBLAS or the nvidia-cublas wheel matching torch")
+        raise RuntimeError(
+            f"cuBLASLt not found: no cublasLt.h and libcublasLt.so under "
+            f"{toolkit} nor in the nvidia-* wheels beside torch; install the "
+            "toolkit's cuBLAS or the nvidia-cublas wheel matching torch"
+        )
     lib = libs[0]  # versioned (libcublasLt.so.13): wheels ship no unversioned link
-    return ([f for inc in includes for f in ("-isystem", str(inc))],
-            [f"-L{lib.parent}", f"-l:{lib.name}"])
+    return (
+        [f for inc in includes for f in ("-isystem", str(inc))],
+        [f"-L{lib.parent}", f"-l:{lib.name}"],
+    )
 
 
 def _nvidia_wheel_roots() -> list[Path]:
@@ -99,11 +104,15 @@ def _check_toolchain() -> None:
     import torch
 
     if torch.version.cuda is None:
-        raise RuntimeError(f"PyTorch {torch.__version__} is a CPU-only build; building the "
-                           "kernels needs a CUDA build (e.g. the .venv-cuda environment)")
+        raise RuntimeError(
+            f"PyTorch {torch.__version__} is a CPU-only build; building the "
+            "kernels needs a CUDA build (e.g. the .venv-cuda environment)"
+        )
     if not os.environ.get("CUDA_HOME") and shutil.which("nvcc") is None:
-        raise RuntimeError("nvcc not found: set CUDA_HOME to the CUDA toolkit folder "
-                           "(the one whose lib64/ holds libcudart.so), e.g. /usr/local/cuda")
+        raise RuntimeError(
+            "nvcc not found: set CUDA_HOME to the CUDA toolkit folder "
+            "(the one whose lib64/ holds libcudart.so), e.g. /usr/local/cuda"
+        )
 
 
 def loaded_stdcxx(maps: str | os.PathLike = "/proc/self/maps") -> str | None:
@@ -125,8 +134,13 @@ def stdcxx_ldflags() -> list[str]:
     return ["-Wl,--no-as-needed", path, "-Wl,--as-needed"] if path else []
 
 
-def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | None = None,
-          jobs: int | None = None, verbose: bool = False, ninja: bool | None = None) -> Path:
+def build(
+    build_dir: str | os.PathLike = DEFAULT_BUILD_DIR,
+    arch_list: str | None = None,
+    jobs: int | None = None,
+    verbose: bool = False,
+    ninja: bool | None = None,
+) -> Path:
     """Compile and load the extension; returns the .so path.
 
     arch_list: TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0"); default: $TORCH_CUDA_ARCH_LIST if set,
@@ -136,8 +150,9 @@ def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | Non
     with setuptools, for machines without ninja.
     """
     _check_toolchain()
-    os.environ["TORCH_CUDA_ARCH_LIST"] = (arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST")
-                                          or DEFAULT_ARCH_LIST)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = (
+        arch_list or os.environ.get("TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCH_LIST
+    )
     if jobs is not None:
         os.environ["MAX_JOBS"] = str(jobs)
     import torch
@@ -150,28 +165,44 @@ def build(build_dir: str | os.PathLike = DEFAULT_BUILD_DIR, arch_list: str | Non
     blas_cflags, blas_ldflags = cublas_flags()
     blas_ldflags = [*stdcxx_ldflags(), *blas_ldflags]  # first: ahead of torch's libraries
     if ninja:
-        load(name=LIB_NAME, sources=sources(), extra_cflags=CXX_FLAGS + blas_cflags,
-             extra_cuda_cflags=CUDA_FLAGS + blas_cflags, extra_ldflags=blas_ldflags,
-             extra_include_paths=[str(CSRC / "common")], build_directory=str(build_dir),
-             is_python_module=False, verbose=verbose)
+        load(
+            name=LIB_NAME,
+            sources=sources(),
+            extra_cflags=CXX_FLAGS + blas_cflags,
+            extra_cuda_cflags=CUDA_FLAGS + blas_cflags,
+            extra_ldflags=blas_ldflags,
+            extra_include_paths=[str(CSRC / "common")],
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=verbose,
+        )
     else:
         _build_with_setuptools(build_dir, verbose, blas_cflags, blas_ldflags)
         torch.ops.load_library(str(library_path(build_dir)))
     return library_path(build_dir)
 
 
-def _build_with_setuptools(build_dir: Path, verbose: bool, blas_cflags: list[str],
-                           blas_ldflags: list[str]) -> None:
+def _build_with_setuptools(
+    build_dir: Path, verbose: bool, blas_cflags: list[str], blas_ldflags: list[str]
+) -> None:
     """Serial fallback: setuptools' build_ext with torch's CUDAExtension, no ninja needed."""
     from setuptools import Distribution
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
-    ext = CUDAExtension(LIB_NAME, sources(), include_dirs=[str(CSRC / "common")],
-                        extra_compile_args={"cxx": CXX_FLAGS + blas_cflags,
-                                            "nvcc": CUDA_FLAGS + blas_cflags},
-                        extra_link_args=blas_ldflags)
-    dist = Distribution({"name": LIB_NAME, "ext_modules": [ext],
-                         "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)}})
+    ext = CUDAExtension(
+        LIB_NAME,
+        sources(),
+        include_dirs=[str(CSRC / "common")],
+        extra_compile_args={"cxx": CXX_FLAGS + blas_cflags, "nvcc": CUDA_FLAGS + blas_cflags},
+        extra_link_args=blas_ldflags,
+    )
+    dist = Distribution(
+        {
+            "name": LIB_NAME,
+            "ext_modules": [ext],
+            "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)},
+        }
+    )
     dist.verbose = int(verbose)
     cmd = dist.get_command_obj("build_ext")
     cmd.build_lib = str(build_dir / "setuptools")
@@ -187,40 +218,62 @@ def jit_load(verbose: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", default=str(DEFAULT_BUILD_DIR),
-                        help="output folder (default: build/kernels)")
-    parser.add_argument("--arch", default=None,
-                        help=f"TORCH_CUDA_ARCH_LIST, e.g. '8.0;9.0' (default {DEFAULT_ARCH_LIST})")
+    parser = argparse.ArgumentParser(
+        prog="python -m kernels.build",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--build-dir", default=str(DEFAULT_BUILD_DIR), help="output folder (default: build/kernels)"
+    )
+    parser.add_argument(
+        "--arch",
+        default=None,
+        help=f"TORCH_CUDA_ARCH_LIST, e.g. '8.0;9.0' (default {DEFAULT_ARCH_LIST})",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (MAX_JOBS)")
-    parser.add_argument("--check", action="store_true",
-                        help="compile check for CI: clean build in a temporary folder, verify the "
-                             "ops registered, delete it; exit 1 on any failure")
-    parser.add_argument("--no-ninja", action="store_true",
-                        help="compile serially with setuptools (when ninja is not installed)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compile check for CI: clean build in a temporary folder, verify the "
+        "ops registered, delete it; exit 1 on any failure",
+    )
+    parser.add_argument(
+        "--no-ninja",
+        action="store_true",
+        help="compile serially with setuptools (when ninja is not installed)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="bert_kernels_check_") if args.check else None
     try:
-        path = build(tmp or args.build_dir, args.arch, args.jobs, args.verbose,
-                     ninja=False if args.no_ninja else None)
+        path = build(
+            tmp or args.build_dir,
+            args.arch,
+            args.jobs,
+            args.verbose,
+            ninja=False if args.no_ninja else None,
+        )
         ops = registered_ops()
         if len(ops) != len(RAW_OPS):
             raise RuntimeError(f"library built but only registered {ops}")
         check_library_raises(Path(path))
     except Exception as err:  # noqa: BLE001 - report any build failure as exit status 1
-        print(f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}",
-              file=sys.stderr)
+        print(
+            f"kernels.build: FAILED after {time.perf_counter() - start:.0f}s: {err}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     where = "checked (temporary build removed)" if args.check else str(path)
-    print(f"kernels.build: OK, archs {os.environ['TORCH_CUDA_ARCH_LIST']}, ops {', '.join(ops)}; "
-          f"{where}; {time.perf_counter() - start:.0f}s")
+    print(
+        f"kernels.build: OK, archs {os.environ['TORCH_CUDA_ARCH_LIST']}, ops {', '.join(ops)}; "
+        f"{where}; {time.perf_counter() - start:.0f}s"
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ Autograd is a torch.autograd.Function around them, not register_autograd: a cust
 return its input, and returning the input unchanged as a second output ("residual") is what
 brings the residual branch's gradient into this node's backward, where the GEMM adds it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,24 +42,30 @@ def _check(x: Tensor, weight: Tensor, bias: Tensor | None) -> None:
     _check_layer(x.shape[1], x.dtype, x.is_cuda, weight, bias)
 
 
-def _check_layer(in_features: int, dtype: torch.dtype, is_cuda: bool, weight: Tensor,
-                 bias: Tensor | None) -> None:
+def _check_layer(
+    in_features: int, dtype: torch.dtype, is_cuda: bool, weight: Tensor, bias: Tensor | None
+) -> None:
     """One layer's parameters against its input's features, dtype and device type."""
     if weight.dim() != 2 or weight.shape[1] != in_features:
         raise ValueError(f"{OP}: weight must be (out, {in_features}), got {tuple(weight.shape)}")
     if bias is not None and bias.shape != weight.shape[:1]:
         raise ValueError(f"{OP}: bias must be ({weight.shape[0]},), got {tuple(bias.shape)}")
     if any(t is not None and t.dtype != dtype for t in (weight, bias)):
-        raise ValueError(f"{OP}: weight and bias must have the input's dtype {dtype}, got "
-                         f"{[t.dtype for t in (weight, bias) if t is not None]}")
+        raise ValueError(
+            f"{OP}: weight and bias must have the input's dtype {dtype}, got "
+            f"{[t.dtype for t in (weight, bias) if t is not None]}"
+        )
     if is_cuda:
         if dtype not in (torch.float16, torch.bfloat16):
-            raise ValueError(f"{OP} takes float16 or bfloat16 on CUDA (or run under autocast), "
-                             f"got {dtype}")
+            raise ValueError(
+                f"{OP} takes float16 or bfloat16 on CUDA (or run under autocast), got {dtype}"
+            )
         for name, n in (("in", in_features), ("out", weight.shape[0])):
             if n % FEATURE_MULTIPLE:
-                raise ValueError(f"{OP}: {name} features must be a multiple of "
-                                 f"{FEATURE_MULTIPLE} for cuBLASLt, got {n}")
+                raise ValueError(
+                    f"{OP}: {name} features must be a multiple of "
+                    f"{FEATURE_MULTIPLE} for cuBLASLt, got {n}"
+                )
 
 
 def _check_gelu(approximate: str) -> None:
@@ -66,13 +73,15 @@ def _check_gelu(approximate: str) -> None:
         raise ValueError(
             f"{OP}: cuBLASLt's GELU epilogue is the tanh approximation; approximate must be "
             f"'tanh' (hidden_act gelu_tanh), got {approximate!r}. For erf GeLU (hidden_act "
-            "gelu) use F.gelu(linear_bias(...)) instead.")
+            "gelu) use F.gelu(linear_bias(...)) instead."
+        )
 
 
 # ---- custom ops ---------------------------------------------------------------------------
 @torch.library.custom_op("bert_kernels::dense_forward", mutates_args=())
-def dense_forward(x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool
-                  ) -> tuple[Tensor, Tensor]:
+def dense_forward(
+    x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool
+) -> tuple[Tensor, Tensor]:
     """x @ weight^T (+ bias) [-> gelu_tanh], one GEMM.
 
     x: (T, K), weight: (N, K), bias: (N,) or None; fp16/bf16 and contiguous on CUDA, K and N
@@ -92,8 +101,9 @@ def _(x, weight, bias, gelu):
 
 
 @torch.library.custom_op("bert_kernels::dense_dgrad", mutates_args=())
-def dense_dgrad(grad_y: Tensor, weight: Tensor, residual_grad: Tensor | None,
-                gelu_pre: Tensor | None) -> tuple[Tensor, Tensor]:
+def dense_dgrad(
+    grad_y: Tensor, weight: Tensor, residual_grad: Tensor | None, gelu_pre: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """grad_y @ weight, + residual_grad (beta = 1) or * gelu_tanh'(gelu_pre) (DGELU_BGRAD).
 
     grad_y: (T, N), weight: (N, K), residual_grad / gelu_pre: (T, K) or None, not both.
@@ -111,8 +121,10 @@ def _(grad_y, weight, residual_grad, gelu_pre):
     if residual_grad is not None and gelu_pre is not None:
         raise ValueError("dense_dgrad takes residual_grad or gelu_pre, not both")
     tokens, in_features = grad_y.shape[0], weight.shape[1]
-    return (grad_y.new_empty(tokens, in_features),
-            grad_y.new_empty(in_features if gelu_pre is not None else 0))
+    return (
+        grad_y.new_empty(tokens, in_features),
+        grad_y.new_empty(in_features if gelu_pre is not None else 0),
+    )
 
 
 @torch.library.custom_op("bert_kernels::dense_wgrad", mutates_args=())
@@ -179,14 +191,19 @@ class _LinearGeluLinear(torch.autograd.Function):
         if grad_y is None:
             return grad_residual, None, None, None, None
         grad_y = grad_y.contiguous()
-        grad_w2, grad_b2 = dense_wgrad(h, grad_y, ctx.has_b2)          # BGRADB
-        grad_pre, grad_b1 = dense_dgrad(grad_y, w2, None, pre)         # DGELU_BGRAD
+        grad_w2, grad_b2 = dense_wgrad(h, grad_y, ctx.has_b2)  # BGRADB
+        grad_pre, grad_b1 = dense_dgrad(grad_y, w2, None, pre)  # DGELU_BGRAD
         grad_w1, _ = dense_wgrad(x, grad_pre, False)
         grad_x = None
-        if ctx.needs_input_grad[0]:                                    # + residual, beta = 1
+        if ctx.needs_input_grad[0]:  # + residual, beta = 1
             grad_x, _ = dense_dgrad(grad_pre, w1, _contiguous(grad_residual), None)
-        return (grad_x, grad_w1, grad_b1 if ctx.has_b1 else None, grad_w2,
-                grad_b2 if ctx.has_b2 else None)
+        return (
+            grad_x,
+            grad_w1,
+            grad_b1 if ctx.has_b1 else None,
+            grad_w2,
+            grad_b2 if ctx.has_b2 else None,
+        )
 
 
 def _contiguous(t: Tensor | None) -> Tensor | None:
@@ -203,8 +220,9 @@ def _prepare(x: Tensor, *params: Tensor | None) -> tuple[Tensor | None, ...]:
     return (x, *params)
 
 
-def linear_bias(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
-                return_residual: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def linear_bias(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, return_residual: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
     """F.linear(x, weight, bias) as one cuBLASLt GEMM with the BIAS epilogue.
 
     x: (T, K), weight: (N, K), bias: (N,) or None; fp16/bf16 on CUDA (cast under autocast),
@@ -221,9 +239,14 @@ def linear_bias(x: Tensor, weight: Tensor, bias: Tensor | None = None, *,
     return (y, residual) if return_residual else y
 
 
-def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Tensor | None, *,
-                     approximate: str = "tanh", return_residual: bool = False
-                     ) -> Tensor | tuple[Tensor, Tensor]:
+def linear_bias_gelu(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    *,
+    approximate: str = "tanh",
+    return_residual: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """F.gelu(F.linear(x, weight, bias), approximate="tanh") as one GEMM (GELU_AUX_BIAS).
 
     Shapes and dtypes as linear_bias. The pre-activation (T, N) is kept for the backward, which
@@ -239,9 +262,16 @@ def linear_bias_gelu(x: Tensor, weight: Tensor, bias: Tensor | None, *,
     return (y, residual) if return_residual else y
 
 
-def linear_gelu_linear(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor,
-                       b2: Tensor | None = None, *, approximate: str = "tanh",
-                       return_residual: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def linear_gelu_linear(
+    x: Tensor,
+    w1: Tensor,
+    b1: Tensor | None,
+    w2: Tensor,
+    b2: Tensor | None = None,
+    *,
+    approximate: str = "tanh",
+    return_residual: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2): BERT's feed-forward.
 
     x: (T, K); w1: (F, K), b1: (F,); w2: (N, F), b2: (N,) or None (None when the bias goes to

@@ -9,6 +9,7 @@ Custom ops (torch.ops.bert_kernels.*):
   embedding_backward(grad, indices, num_weights, out_dtype) -> grad_weight
   embedding(weight, indices, fp32_accumulate) -> out, whose backward is embedding_backward
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ HIDDEN = reference.HIDDEN
 
 
 @torch.library.custom_op("bert_kernels::embedding_backward", mutates_args=())
-def embedding_backward(grad: Tensor, indices: Tensor, num_weights: int,
-                       out_dtype: torch.dtype) -> Tensor:
+def embedding_backward(
+    grad: Tensor, indices: Tensor, num_weights: int, out_dtype: torch.dtype
+) -> Tensor:
     """grad_weight[indices[t]] += grad[t].
 
     grad: (T, 1024) fp16/bf16/fp32, contiguous; indices: (T,) int32/int64 in [0, num_weights).
@@ -40,8 +42,10 @@ def embedding_backward(grad: Tensor, indices: Tensor, num_weights: int,
 @embedding_backward.register_fake
 def _(grad, indices, num_weights, out_dtype):
     if grad.dim() != 2 or grad.shape[1] != HIDDEN:
-        raise ValueError(f"{OP} is built for hidden size {HIDDEN} only: grad must be (tokens, "
-                         f"{HIDDEN}), got {tuple(grad.shape)}")
+        raise ValueError(
+            f"{OP} is built for hidden size {HIDDEN} only: grad must be (tokens, "
+            f"{HIDDEN}), got {tuple(grad.shape)}"
+        )
     return grad.new_empty(num_weights, HIDDEN, dtype=out_dtype)
 
 
@@ -65,8 +69,9 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     (indices,) = ctx.saved_tensors
     same = grad.dtype == ctx.weight_dtype and not ctx.fp32_accumulate
-    grad_weight = embedding_backward(grad.contiguous(), indices, ctx.num_weights,
-                                     grad.dtype if same else torch.float32)
+    grad_weight = embedding_backward(
+        grad.contiguous(), indices, ctx.num_weights, grad.dtype if same else torch.float32
+    )
     return grad_weight.to(ctx.weight_dtype), None, None
 
 
@@ -81,8 +86,10 @@ def embedding(indices: Tensor, weight: Tensor, fp32_accumulate: bool = False) ->
     does) instead of once per repeat of a token; costs a (V, 1024) fp32 buffer.
     """
     if indices.dim() != 1 or weight.dim() != 2 or weight.shape[1] != HIDDEN:
-        raise ValueError(f"embedding takes indices (T,) and weight (V, {HIDDEN}), got "
-                         f"{tuple(indices.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"embedding takes indices (T,) and weight (V, {HIDDEN}), got "
+            f"{tuple(indices.shape)} and {tuple(weight.shape)}"
+        )
     if weight.is_cuda:
         _loader.require(OP)
     return torch.ops.bert_kernels.embedding(weight, indices, fp32_accumulate)

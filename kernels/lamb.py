@@ -20,6 +20,7 @@ Custom ops (torch.ops.bert_kernels.*), all in place, no autograd:
 The sharded optimizer calls them through bert/optim/shard_update.py (`fused_sums`,
 `fused_update`).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -34,8 +35,9 @@ OP = "lamb"
 
 
 @torch.library.custom_op("bert_kernels::lamb_sums", mutates_args=("sums",))
-def lamb_sums(grad: Tensor, master: Tensor, segments: Tensor, decays: list[float],
-              sums: Tensor) -> None:
+def lamb_sums(
+    grad: Tensor, master: Tensor, segments: Tensor, decays: list[float], sums: Tensor
+) -> None:
     """sums[0] += |grad|^2; sums[1 + p] += |master piece of p|^2 for parameters p with decay.
 
     grad: (S,) fp32/fp16/bf16; master: (S,) fp32; segments: (k, 4) int64, one row (start,
@@ -56,12 +58,26 @@ def _(grad, master, segments, decays, sums):
     return None
 
 
-@torch.library.custom_op("bert_kernels::lamb_update",
-                         mutates_args=("exp_avg", "exp_avg_sq", "update", "update_sq"))
-def lamb_update(grad: Tensor, master: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor,
-                update: Tensor, segments: Tensor, decays: list[float], coef: Tensor,
-                ok: Optional[Tensor], bc1: Tensor, bc2: Tensor, beta1: float, beta2: float,
-                eps: float, update_sq: Optional[Tensor]) -> None:
+@torch.library.custom_op(
+    "bert_kernels::lamb_update", mutates_args=("exp_avg", "exp_avg_sq", "update", "update_sq")
+)
+def lamb_update(
+    grad: Tensor,
+    master: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    update: Tensor,
+    segments: Tensor,
+    decays: list[float],
+    coef: Tensor,
+    ok: Optional[Tensor],
+    bc1: Tensor,
+    bc2: Tensor,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    update_sq: Optional[Tensor],
+) -> None:
     """Moments and the update direction u (with wd * w); update_sq[p] += |u piece of p|^2.
 
     exp_avg, exp_avg_sq, update: (S,) fp32; coef: () fp32, multiplies grad (1 / loss scale x
@@ -71,27 +87,65 @@ def lamb_update(grad: Tensor, master: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
     """
     if grad.is_cuda:
         _loader.require(OP)
-        torch.ops.bert_kernels_cuda.lamb_update(grad, master, exp_avg, exp_avg_sq, update,
-                                                segments, decays, coef, ok, bc1, bc2, beta1,
-                                                beta2, eps, update_sq)
+        torch.ops.bert_kernels_cuda.lamb_update(
+            grad,
+            master,
+            exp_avg,
+            exp_avg_sq,
+            update,
+            segments,
+            decays,
+            coef,
+            ok,
+            bc1,
+            bc2,
+            beta1,
+            beta2,
+            eps,
+            update_sq,
+        )
         return
     groups = ref.make_groups(segments.tolist(), decays, master, update)
-    ref.update_direction(grad, exp_avg, exp_avg_sq, update, groups, coef, ok, bc1, bc2,
-                         (beta1, beta2), eps)
+    ref.update_direction(
+        grad, exp_avg, exp_avg_sq, update, groups, coef, ok, bc1, bc2, (beta1, beta2), eps
+    )
     if update_sq is not None:
         update_sq.add_(ref.sum_squares(groups, "update", update_sq.numel(), update.device))
 
 
 @lamb_update.register_fake
-def _(grad, master, exp_avg, exp_avg_sq, update, segments, decays, coef, ok, bc1, bc2, beta1,
-      beta2, eps, update_sq):
+def _(
+    grad,
+    master,
+    exp_avg,
+    exp_avg_sq,
+    update,
+    segments,
+    decays,
+    coef,
+    ok,
+    bc1,
+    bc2,
+    beta1,
+    beta2,
+    eps,
+    update_sq,
+):
     return None
 
 
 @torch.library.custom_op("bert_kernels::lamb_apply", mutates_args=("master", "update", "model"))
-def lamb_apply(master: Tensor, update: Tensor, segments: Tensor, decays: list[float],
-               lrs: Tensor, ok: Optional[Tensor], w_sq: Optional[Tensor],
-               u_sq: Optional[Tensor], model: Optional[Tensor]) -> None:
+def lamb_apply(
+    master: Tensor,
+    update: Tensor,
+    segments: Tensor,
+    decays: list[float],
+    lrs: Tensor,
+    ok: Optional[Tensor],
+    w_sq: Optional[Tensor],
+    u_sq: Optional[Tensor],
+    model: Optional[Tensor],
+) -> None:
     """master -= lr x ok x ratio x update per piece; model (if given) = master rounded.
 
     lrs: (groups,) fp32; w_sq, u_sq: (n,) fp32, |w|^2 and |u|^2 summed over all ranks, giving
@@ -101,8 +155,9 @@ def lamb_apply(master: Tensor, update: Tensor, segments: Tensor, decays: list[fl
     """
     if master.is_cuda:
         _loader.require(OP)
-        torch.ops.bert_kernels_cuda.lamb_apply(master, update, segments, decays, lrs, ok, w_sq,
-                                               u_sq, model)
+        torch.ops.bert_kernels_cuda.lamb_apply(
+            master, update, segments, decays, lrs, ok, w_sq, u_sq, model
+        )
         return
     groups = ref.make_groups(segments.tolist(), decays, master, update)
     ratio = None if w_sq is None else ref.trust_ratios(w_sq, u_sq)

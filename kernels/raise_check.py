@@ -45,16 +45,26 @@ class LibraryCannotRaise(RuntimeError):
 
 def check_library_raises(library: Path, timeout_s: float = 120) -> None:
     """Raise RuntimeError, with what the build's link produced, unless the library raises."""
-    child = subprocess.run([sys.executable, "-c", CHILD, str(library)], capture_output=True,
-                           text=True, timeout=timeout_s)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(library)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     if child.returncode == 0 and all(e in child.stdout for e in EXPECTED):
         return
-    how = (f"died with signal {-child.returncode}" if child.returncode < 0
-           else f"exited {child.returncode}" if child.returncode else
-           f"printed {child.stdout.strip()!r}")
+    how = (
+        f"died with signal {-child.returncode}"
+        if child.returncode < 0
+        else f"exited {child.returncode}"
+        if child.returncode
+        else f"printed {child.stdout.strip()!r}"
+    )
     print(diagnostics(library), file=sys.stderr)
-    raise LibraryCannotRaise(f"the library does not raise on a rejected input: the check {how} "
-                             "instead of raising RuntimeError (diagnostics above)")
+    raise LibraryCannotRaise(
+        f"the library does not raise on a rejected input: the check {how} "
+        "instead of raising RuntimeError (diagnostics above)"
+    )
 
 
 def diagnostics(library: Path) -> str:
@@ -63,16 +73,36 @@ def diagnostics(library: Path) -> str:
     cuda-gdb can take one."""
     lines = ["kernels.raise_check diagnostics:"]
     lines += _tool_lines(["readelf", "-d", str(library)], r"NEEDED|RPATH|RUNPATH")
-    lines += _tool_lines(["nm", "-D", "--defined-only", str(library)],
-                         r"__cxa_throw|__gxx_personality|_Unwind_RaiseException")
+    lines += _tool_lines(
+        ["nm", "-D", "--defined-only", str(library)],
+        r"__cxa_throw|__gxx_personality|_Unwind_RaiseException",
+    )
     lines += _tool_lines(["c++", "--version"], r".", limit=1)
     ninja_file = library.parent / "build.ninja"
     if ninja_file.is_file():
-        lines += [f"  {line}" for line in ninja_file.read_text().splitlines()
-                  if re.match(r"\s*(cxx|ldflags|rule link|  command = \$cxx)\b", line)]
+        lines += [
+            f"  {line}"
+            for line in ninja_file.read_text().splitlines()
+            if re.match(r"\s*(cxx|ldflags|rule link|  command = \$cxx)\b", line)
+        ]
     if shutil.which("cuda-gdb"):
-        lines += _tool_lines(["cuda-gdb", "-batch", "-ex", "run", "-ex", "bt 25", "--args",
-                              sys.executable, "-c", CHILD, str(library)], r"^#\d+", limit=25)
+        lines += _tool_lines(
+            [
+                "cuda-gdb",
+                "-batch",
+                "-ex",
+                "run",
+                "-ex",
+                "bt 25",
+                "--args",
+                sys.executable,
+                "-c",
+                CHILD,
+                str(library),
+            ],
+            r"^#\d+",
+            limit=25,
+        )
     return "\n".join(lines)
 
 
@@ -83,6 +113,9 @@ def _tool_lines(argv: list[str], pattern: str, limit: int = 40) -> list[str]:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return [f"  ({argv[0]} timed out)"]
-    matched = [f"  {' '.join(argv[:2])}: {line.strip()}"
-               for line in (out.stdout + out.stderr).splitlines() if re.search(pattern, line)]
+    matched = [
+        f"  {' '.join(argv[:2])}: {line.strip()}"
+        for line in (out.stdout + out.stderr).splitlines()
+        if re.search(pattern, line)
+    ]
     return matched[:limit] or [f"  {' '.join(argv[:2])}: nothing matched {pattern!r}"]

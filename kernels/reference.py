@@ -11,6 +11,7 @@ The dropout mask of `bias_dropout_residual_layernorm` is reproduced bit for bit:
 draws from a stateless Philox4x32-10 keyed by (seed, offset, row, column), and `dropout_keep_mask`
 evaluates the same function with numpy.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,12 @@ def philox4x32_10(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
     k0, k1 = key[..., 0].astype(np.uint64), key[..., 1].astype(np.uint64)
     for _ in range(10):
         p0, p1 = _M0 * c[0], _M1 * c[2]  # < 2**64: exact in uint64
-        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & _LOW32,
-             (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & _LOW32]
+        c = [
+            (p1 >> np.uint64(32)) ^ c[1] ^ k0,
+            p1 & _LOW32,
+            (p0 >> np.uint64(32)) ^ c[3] ^ k1,
+            p0 & _LOW32,
+        ]
         k0, k1 = (k0 + _W0) & _LOW32, (k1 + _W1) & _LOW32
     return np.stack(c, axis=-1).astype(np.uint32)
 
@@ -89,8 +94,9 @@ def unpack_dropout_mask(words: torch.Tensor) -> torch.Tensor:
 
 
 # ---- bias + dropout + residual + LayerNorm -------------------------------------------------
-def bias_dropout_residual_layernorm_ref(x, bias, residual, weight, ln_bias, p: float, eps: float,
-                                        keep: torch.Tensor | None = None) -> torch.Tensor:
+def bias_dropout_residual_layernorm_ref(
+    x, bias, residual, weight, ln_bias, p: float, eps: float, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """LayerNorm(residual + dropout(x + bias)) with torch ops, in the inputs' dtypes.
 
     x, residual: (T, H); bias, weight, ln_bias: (H,); keep: (T, H) bool, required when p > 0.
@@ -103,8 +109,9 @@ def bias_dropout_residual_layernorm_ref(x, bias, residual, weight, ln_bias, p: f
     return F.layer_norm(residual + h, (x.shape[-1],), weight, ln_bias, eps)
 
 
-def bdrln_forward_ref(x, bias, residual, weight, ln_bias, p: float, eps: float, seed: int,
-                      offset: int):
+def bdrln_forward_ref(
+    x, bias, residual, weight, ln_bias, p: float, eps: float, seed: int, offset: int
+):
     """The CUDA forward's contract in fp32: -> (y, z, mean, rstd, mask).
 
     y, z: (T, 1024) x.dtype, z = residual + dropout(x + bias); mean, rstd: (T,) fp32;
@@ -136,13 +143,19 @@ def bdrln_backward_ref(grad_y, z, mean, rstd, mask, weight, p: float):
     scale = 1.0 / (1.0 - p) if drop_threshold(p) else 1.0
     dx = torch.where(keep, dz * torch.tensor(scale, dtype=torch.float32), torch.zeros_like(dz))
     pd = weight.dtype
-    return (dx.to(z.dtype), dz.to(z.dtype), (dy * xhat).sum(0).to(pd), dy.sum(0).to(pd),
-            dx.sum(0).to(pd))
+    return (
+        dx.to(z.dtype),
+        dz.to(z.dtype),
+        (dy * xhat).sum(0).to(pd),
+        dy.sum(0).to(pd),
+        dx.sum(0).to(pd),
+    )
 
 
 # ---- embedding backward --------------------------------------------------------------------
-def embedding_backward_ref(grad: torch.Tensor, indices: torch.Tensor, num_weights: int,
-                           out_dtype: torch.dtype) -> torch.Tensor:
+def embedding_backward_ref(
+    grad: torch.Tensor, indices: torch.Tensor, num_weights: int, out_dtype: torch.dtype
+) -> torch.Tensor:
     """grad: (T, H); indices: (T,) -> (num_weights, H): fp32 (or fp64) scatter-add, one rounding."""
     acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
     out = torch.zeros(num_weights, grad.shape[1], dtype=acc, device=grad.device)
@@ -150,8 +163,9 @@ def embedding_backward_ref(grad: torch.Tensor, indices: torch.Tensor, num_weight
 
 
 # ---- softmax cross-entropy -----------------------------------------------------------------
-def softmax_cross_entropy_ref(logits: torch.Tensor, labels: torch.Tensor, vocab_size: int,
-                              ignore_index: int, need_grad: bool):
+def softmax_cross_entropy_ref(
+    logits: torch.Tensor, labels: torch.Tensor, vocab_size: int, ignore_index: int, need_grad: bool
+):
     """The CUDA forward's contract: -> (losses (M,) fp32, grad (M, V_pad) logits.dtype).
 
     losses[m] = logsumexp(logits[m, :vocab]) - logits[m, label]; 0 where label == ignore_index,

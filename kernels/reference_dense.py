@@ -11,6 +11,7 @@ GeLU is the tanh approximation throughout: cuBLASLt's GELU epilogues compute tha
 (kernels/VALIDATION.md, "GeLU in dense"), so the twins do too. It differs from BERT's erf GeLU
 by at most TANH_VS_ERF_MAX (4.8e-4) in value and TANH_VS_ERF_GRAD_MAX (8.7e-4) in derivative.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,9 @@ def linear_gelu_ref(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return F.gelu(F.linear(x, weight, bias), approximate=GELU_APPROXIMATE)
 
 
-def linear_gelu_linear_ref(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor,
-                           b2: Tensor | None) -> Tensor:
+def linear_gelu_linear_ref(
+    x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None
+) -> Tensor:
     """BERT's feed-forward without dropout/residual: x (T, K), w1 (F, K), w2 (K2, F) -> (T, K2)."""
     return F.linear(linear_gelu_ref(x, w1, b1), w2, b2)
 
@@ -48,8 +50,9 @@ def _acc(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def dense_forward_ref(x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool
-                      ) -> tuple[Tensor, Tensor]:
+def dense_forward_ref(
+    x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool
+) -> tuple[Tensor, Tensor]:
     """-> (y (T, N), pre (T, N) with gelu else (0, N)), both in x.dtype.
 
     pre = x @ weight^T + bias in fp32, rounded once; y = gelu_tanh(pre) from the fp32 value
@@ -64,8 +67,9 @@ def dense_forward_ref(x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool
     return y.to(x.dtype), saved.to(x.dtype)
 
 
-def dense_dgrad_ref(grad_y: Tensor, weight: Tensor, residual_grad: Tensor | None,
-                    gelu_pre: Tensor | None) -> tuple[Tensor, Tensor]:
+def dense_dgrad_ref(
+    grad_y: Tensor, weight: Tensor, residual_grad: Tensor | None, gelu_pre: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """-> (grad_x (T, K), grad_bias (K,) with gelu_pre else (0,)), in grad_y.dtype.
 
     g = grad_y @ weight in fp32. With residual_grad: grad_x = g + residual_grad (beta = 1).

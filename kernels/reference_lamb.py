@@ -10,6 +10,7 @@ These functions are the same three stages with `torch._foreach_*` ops over views
 The sharded optimizer's reference step (bert/optim/shard_update.py) is their composition, and
 the custom ops of kernels/lamb.py run them on CPU tensors.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,17 +34,27 @@ class GroupSegments:
     update: list[Tensor]  # k views into the flat update (empty where only norms are needed)
 
 
-def make_groups(rows: Sequence[SegmentRow], decays: Sequence[float], master: Tensor,
-                update: Optional[Tensor] = None) -> list[GroupSegments]:
+def make_groups(
+    rows: Sequence[SegmentRow],
+    decays: Sequence[float],
+    master: Tensor,
+    update: Optional[Tensor] = None,
+) -> list[GroupSegments]:
     """Per param group, the views of its pieces into the flat (S,) `master` and `update`."""
     groups = []
     for g, decay in enumerate(decays):
         mine = [row for row in rows if row[3] == g]
         index = torch.tensor([row[2] for row in mine], dtype=torch.int64, device=master.device)
-        groups.append(GroupSegments(
-            decay, index, [master[start:start + length] for start, length, _, _ in mine],
-            [] if update is None else [update[start:start + length]
-                                       for start, length, _, _ in mine]))
+        groups.append(
+            GroupSegments(
+                decay,
+                index,
+                [master[start : start + length] for start, length, _, _ in mine],
+                []
+                if update is None
+                else [update[start : start + length] for start, length, _, _ in mine],
+            )
+        )
     return groups
 
 
@@ -58,9 +69,19 @@ def local_sums(grad: Tensor, groups: list[GroupSegments], n: int, trust_ratio: b
     return torch.cat([grad_sq, sum_squares(groups, "master", n, grad.device)])
 
 
-def update_direction(grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, update: Tensor,
-                     groups: list[GroupSegments], coef: Tensor, ok: Optional[Tensor],
-                     bc1: Tensor, bc2: Tensor, betas: tuple[float, float], eps: float) -> None:
+def update_direction(
+    grad: Tensor,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    update: Tensor,
+    groups: list[GroupSegments],
+    coef: Tensor,
+    ok: Optional[Tensor],
+    bc1: Tensor,
+    bc2: Tensor,
+    betas: tuple[float, float],
+    eps: float,
+) -> None:
     """Moments, then update = m_hat / (sqrt(v_hat) + eps) (+ wd * w in decay groups).
 
     Flat (S,) buffers. coef: () fp32, multiplies grad (1 / loss scale x clip factor); ok: ()
@@ -85,8 +106,9 @@ def update_direction(grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, update: 
             torch._foreach_add_(group.update, group.master, alpha=group.weight_decay)
 
 
-def apply_update(groups: list[GroupSegments], lrs: Sequence[LR], ok: Optional[Tensor],
-                 ratio: Optional[Tensor]) -> None:
+def apply_update(
+    groups: list[GroupSegments], lrs: Sequence[LR], ok: Optional[Tensor], ratio: Optional[Tensor]
+) -> None:
     """w -= lr x ok x ratio x u per piece; scales the update pieces in place on the way.
 
     ratio: (n,) trust ratio per parameter, applied in decay groups only; None for Adam.

@@ -9,6 +9,7 @@ Custom ops (torch.ops.bert_kernels.*):
   softmax_cross_entropy(logits, labels, vocab_size, ignore_index, need_grad) -> (losses, grad)
   softmax_cross_entropy_backward(grad, grad_loss) -> grad_logits
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,9 @@ OP = "softmax_cross_entropy"
 
 
 @torch.library.custom_op("bert_kernels::softmax_cross_entropy", mutates_args=())
-def softmax_cross_entropy_op(logits: Tensor, labels: Tensor, vocab_size: int, ignore_index: int,
-                             need_grad: bool) -> tuple[Tensor, Tensor]:
+def softmax_cross_entropy_op(
+    logits: Tensor, labels: Tensor, vocab_size: int, ignore_index: int, need_grad: bool
+) -> tuple[Tensor, Tensor]:
     """Per-row loss and gradient.
 
     logits: (M, V_pad) fp16/bf16, contiguous, V_pad % 8 == 0; labels: (M,) int64. Columns
@@ -31,16 +33,19 @@ def softmax_cross_entropy_op(logits: Tensor, labels: Tensor, vocab_size: int, ig
     """
     if logits.is_cuda:
         _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.softmax_cross_entropy(logits, labels, vocab_size,
-                                                                 ignore_index, need_grad)
+        return torch.ops.bert_kernels_cuda.softmax_cross_entropy(
+            logits, labels, vocab_size, ignore_index, need_grad
+        )
     return reference.softmax_cross_entropy_ref(logits, labels, vocab_size, ignore_index, need_grad)
 
 
 @softmax_cross_entropy_op.register_fake
 def _(logits, labels, vocab_size, ignore_index, need_grad):
     rows, cols = logits.shape
-    return (logits.new_empty(rows, dtype=torch.float32),
-            logits.new_empty(rows if need_grad else 0, cols))
+    return (
+        logits.new_empty(rows, dtype=torch.float32),
+        logits.new_empty(rows if need_grad else 0, cols),
+    )
 
 
 @torch.library.custom_op("bert_kernels::softmax_cross_entropy_backward", mutates_args=())
@@ -65,19 +70,26 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_losses, unused):
     if not ctx.need_grad:
-        raise RuntimeError("softmax_cross_entropy ran with need_grad=False; its gradient was "
-                           "not computed")
+        raise RuntimeError(
+            "softmax_cross_entropy ran with need_grad=False; its gradient was not computed"
+        )
     (grad,) = ctx.saved_tensors
     grad_logits = softmax_cross_entropy_backward(grad, grad_losses.float().contiguous())
     return grad_logits, None, None, None, None
 
 
-torch.library.register_autograd("bert_kernels::softmax_cross_entropy", _backward,
-                                setup_context=_setup_context)
+torch.library.register_autograd(
+    "bert_kernels::softmax_cross_entropy", _backward, setup_context=_setup_context
+)
 
 
-def softmax_cross_entropy(logits: Tensor, labels: Tensor, vocab_size: int | None = None,
-                          ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+def softmax_cross_entropy(
+    logits: Tensor,
+    labels: Tensor,
+    vocab_size: int | None = None,
+    ignore_index: int = -100,
+    reduction: str = "mean",
+) -> Tensor:
     """F.cross_entropy(logits[:, :vocab_size].float(), labels) with the gradient fused in.
 
     logits: (M, V_pad) fp16/bf16 (the padded vocabulary, a multiple of 8); labels: (M,) int.
@@ -85,16 +97,22 @@ def softmax_cross_entropy(logits: Tensor, labels: Tensor, vocab_size: int | None
     F.cross_entropy), "sum", or "none" for the (M,) fp32 losses.
     """
     if logits.dim() != 2 or labels.shape != logits.shape[:1]:
-        raise ValueError(f"expected logits (M, V) and labels (M,), got {tuple(logits.shape)} "
-                         f"and {tuple(labels.shape)}")
+        raise ValueError(
+            f"expected logits (M, V) and labels (M,), got {tuple(logits.shape)} "
+            f"and {tuple(labels.shape)}"
+        )
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be mean, sum or none, got {reduction!r}")
     if logits.is_cuda:
         _loader.require(OP)
     need_grad = torch.is_grad_enabled() and logits.requires_grad
     losses, _ = torch.ops.bert_kernels.softmax_cross_entropy(
-        logits, labels.long(), logits.shape[1] if vocab_size is None else vocab_size,
-        ignore_index, need_grad)
+        logits,
+        labels.long(),
+        logits.shape[1] if vocab_size is None else vocab_size,
+        ignore_index,
+        need_grad,
+    )
     if reduction == "none":
         return losses
     if reduction == "sum":

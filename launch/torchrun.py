@@ -10,6 +10,7 @@ line leaves its status (bert/train/launch_env.py: report_error; the other ranks 
 nothing). When workers fail it prints one line (no traceback) and exits with that status, else
 with the status of the first worker that failed (128 + N for signal N).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,11 @@ def main(argv: list[str]) -> int:
     except ChildFailedError as err:
         rank, failure = err.get_first_failure()
         status = recorded_status(folder) or exit_status(failure.exitcode)
-        print(f"torchrun: worker rank {rank} exited with status {exit_status(failure.exitcode)}"
-              f"; exit status {status}", file=sys.stderr)
+        print(
+            f"torchrun: worker rank {rank} exited with status {exit_status(failure.exitcode)}"
+            f"; exit status {status}",
+            file=sys.stderr,
+        )
         return status
     finally:
         shutil.rmtree(folder, ignore_errors=True)

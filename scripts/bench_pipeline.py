@@ -3,6 +3,7 @@
 
 The command line of bert/tools/bench_pipeline.py (`--help`).
 """
+
 import sys
 
 from bert.tools.bench_pipeline import main

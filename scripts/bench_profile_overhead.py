@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Step time with and without a profiler window configured, and the host cost per step of the
 metrics and ranges (bert/obs/bench_overhead.py; writes JSON under benchmarks/results/)."""
+
 import sys
 
 from bert.obs.bench_overhead import main

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/bench_threads.py (`--help`).
 """
+
 import sys
 
 from bert.tools.bench_threads import main

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/throughput/bench.py (`--help`).
 """
+
 from bert.tools.throughput.bench import main
 
 if __name__ == "__main__":

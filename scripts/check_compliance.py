@@ -3,6 +3,7 @@
 
 The command line of bert/mlperf/compliance.py (`--help`).
 """
+
 import sys
 
 from bert.mlperf.compliance import main

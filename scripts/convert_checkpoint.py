@@ -3,6 +3,7 @@
 
 The command line of bert/tools/convert_checkpoint.py (`--help`).
 """
+
 import sys
 
 from bert.tools.convert_checkpoint import main

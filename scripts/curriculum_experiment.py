@@ -3,6 +3,7 @@
 
 The command line of bert/tools/curriculum_experiment.py (`--help`).
 """
+
 from bert.tools.curriculum_experiment import main
 
 if __name__ == "__main__":

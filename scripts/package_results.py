@@ -3,6 +3,7 @@
 
 The command line of bert/mlperf/package.py (`--help`).
 """
+
 import sys
 
 from bert.mlperf.package import main

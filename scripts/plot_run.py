@@ -3,6 +3,7 @@
 
 The command line of bert/mlperf/plot.py (`--help`).
 """
+
 import sys
 
 from bert.mlperf.plot import main

@@ -3,6 +3,7 @@
 
 The command line of data/prepare/cli.py (`--help`).
 """
+
 import sys
 
 from data.prepare.cli import main

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/simulate_balance.py (`--help`).
 """
+
 import sys
 
 from bert.tools.simulate_balance import main

@@ -8,6 +8,7 @@ sample exactly once per epoch" can be checked exactly, step by step, across rank
 Used by tests/integration/test_bucketing_pipeline.py (ranks as threads) and
 tests/integration/test_curriculum_distributed.py (ranks as processes).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -44,8 +45,11 @@ def write_bucketed_shards(folder: Path, seed: int = 3, eval_samples: int = 16) -
 
 def sample_buckets(folder: Path) -> dict[Key, int]:
     """(shard name, index) -> bucket of every training sample."""
-    return {(p.name, i): int(np.searchsorted(EDGES, len(s.input_ids), side="left"))
-            for p in list_shards(folder) for i, s in enumerate(read_samples(p, MAX_SEQ, MAX_PRED))}
+    return {
+        (p.name, i): int(np.searchsorted(EDGES, len(s.input_ids), side="left"))
+        for p in list_shards(folder)
+        for i, s in enumerate(read_samples(p, MAX_SEQ, MAX_PRED))
+    }
 
 
 def step_buckets(recorded: list[dict[int, list[Key]]], buckets: dict[Key, int]) -> list[int]:
@@ -67,11 +71,16 @@ def check_epochs(recorded: list[dict[int, list[Key]]], buckets: dict[Key, int]) 
     per_step = step_buckets(recorded, buckets)
     size = PER_BUCKET * SHARDS
     for b in range(len(EDGES)):
-        drawn = [k for step, sb in enumerate(per_step) if sb == b
-                 for rank in recorded for k in sorted(rank[step])]
+        drawn = [
+            k
+            for step, sb in enumerate(per_step)
+            if sb == b
+            for rank in recorded
+            for k in sorted(rank[step])
+        ]
         everyone = sorted(k for k, kb in buckets.items() if kb == b)
         for start in range(0, len(drawn), size):
-            chunk = drawn[start:start + size]
+            chunk = drawn[start : start + size]
             repeats = [k for k, n in Counter(chunk).items() if n > 1]
             assert not repeats, f"bucket {b}, epoch {start // size}: repeated {repeats}"
             if len(chunk) == size:

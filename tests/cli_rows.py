@@ -13,6 +13,7 @@ Why one process: importing torch costs seconds under load; a table of 30+ bad in
 failing in milliseconds, would otherwise spend minutes starting interpreters
 (tests/integration/test_bad_inputs.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,9 @@ from pathlib import Path
 
 # Rows run earlier in this process imported the modules that later rows run as __main__; runpy
 # warns about that, which a fresh interpreter would not print.
-warnings.filterwarnings("ignore", message=".*found in sys.modules after import of package",
-                        category=RuntimeWarning)
+warnings.filterwarnings(
+    "ignore", message=".*found in sys.modules after import of package", category=RuntimeWarning
+)
 
 
 def snapshot(folders: list[str]) -> dict[str, list]:
@@ -71,8 +73,11 @@ def run_row(row: dict) -> dict:
     target = row.get("script") or row["module"]
     sys.argv = [target, *row["argv"]]
     status = 0
-    with environment(row.get("env", {})), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with (
+        environment(row.get("env", {})),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         try:
             if "script" in row:
                 runpy.run_path(target, run_name="__main__")

@@ -7,6 +7,7 @@ assignment for the same lengths).
 Used by tests/unit/test_pipeline.py (ranks as threads) and
 tests/integration/test_data_distributed.py (ranks as processes under torchrun and mpiexec).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -31,7 +32,7 @@ def read_rank_files(folder: Path, world: int) -> list[dict[int, list[Key]]]:
     for rank in range(world):
         steps: dict[int, list[Key]] = {}
         path = Path(folder) / f"rank{rank}.txt"
-        for step, name, index in (read_records(path) if path.exists() else []):
+        for step, name, index in read_records(path) if path.exists() else []:
             steps.setdefault(step, []).append((name, index))
         out.append(steps)
     return out
@@ -53,9 +54,17 @@ def groups_of(strategy: str, world: int, ranks_per_node: int) -> list[list[int]]
     return [list(range(start, start + size)) for start in range(0, world, size)]
 
 
-def expected_assignment(data_dir: Path, strategy: str, world: int, global_batch: int,
-                        seed: int, max_seq: int, max_pred: int, ranks_per_node: int,
-                        steps: int) -> list[dict[int, list[Key]]]:
+def expected_assignment(
+    data_dir: Path,
+    strategy: str,
+    world: int,
+    global_batch: int,
+    seed: int,
+    max_seq: int,
+    max_pred: int,
+    ranks_per_node: int,
+    steps: int,
+) -> list[dict[int, list[Key]]]:
     """Per rank: step -> the samples the strategy assigns to it (the oracle); ranks_per_node
     as the pipeline resolves it (0: the world)."""
     ranks_per_node = ranks_per_node or world
@@ -77,8 +86,9 @@ def expected_assignment(data_dir: Path, strategy: str, world: int, global_batch:
     return expected
 
 
-def first_pass_steps(data_dir: Path, world: int, local: int, seed: int, max_seq: int,
-                     max_pred: int) -> int:
+def first_pass_steps(
+    data_dir: Path, world: int, local: int, seed: int, max_seq: int, max_pred: int
+) -> int:
     """Steps every stratum queue of every rank serves before its first pass ends: within them
     no sample may be trained twice."""
     files = list_shards(data_dir)
@@ -86,16 +96,20 @@ def first_pass_steps(data_dir: Path, world: int, local: int, seed: int, max_seq:
     steps = []
     for rank in range(world):
         shards = ShardStream(files, rank, world, seed, max_seq, max_pred).shards_of_epoch(0)
-        lengths = np.array([len(s.input_ids) for k in shards
-                            for s in read_samples(files[k], max_seq, max_pred)])
-        per_stratum = np.bincount(stratum_of(lengths, strata_edges(max_seq)),
-                                  minlength=len(counts))
+        lengths = np.array(
+            [len(s.input_ids) for k in shards for s in read_samples(files[k], max_seq, max_pred)]
+        )
+        per_stratum = np.bincount(stratum_of(lengths, strata_edges(max_seq)), minlength=len(counts))
         steps += [n // c for n, c in zip(per_stratum, counts) if c]
     return int(min(steps))
 
 
-def check_trail(recorded: list[dict[int, list[Key]]], expected: list[dict[int, list[Key]]],
-                steps: int, complete: bool = True) -> None:
+def check_trail(
+    recorded: list[dict[int, list[Key]]],
+    expected: list[dict[int, list[Key]]],
+    steps: int,
+    complete: bool = True,
+) -> None:
     """Every rank trained exactly its assigned samples in every step; no sample twice a step.
 
     complete: the ranks recorded no step beyond `steps` (False for a run that crashed).

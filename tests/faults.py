@@ -17,6 +17,7 @@ with, in the environment,
         (tests/integration/test_reliability.py: a stalled rank is named once dist.timeout_s
         has passed).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,10 +34,14 @@ STALL_RANK_VAR, STALL_STEP_VAR = "BERT_TEST_STALL_RANK", "BERT_TEST_STALL_STEP"
 
 def crash_at(rank: int, step: int):
     """A TrainPipeline prepare hook: fail while preparing `step`, as rank `rank`."""
+
     def hook(prepared: int) -> None:
         if prepared == step:
-            raise RuntimeError(f"{CRASH_RANK_VAR}={rank}: injected failure while preparing "
-                               f"step {prepared} (test hook)")
+            raise RuntimeError(
+                f"{CRASH_RANK_VAR}={rank}: injected failure while preparing "
+                f"step {prepared} (test hook)"
+            )
+
     return hook
 
 
@@ -70,5 +75,6 @@ if __name__ == "__main__":
     import run_pretraining
 
     from bert.train.stop_signals import install_stop_handlers
+
     install_stop_handlers()  # SIGTERM, SIGINT: stop at the next step boundary
     sys.exit(run_pretraining.main(sys.argv[1:], callbacks=[Faults()]))

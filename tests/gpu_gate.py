@@ -3,6 +3,7 @@ asks for everything (scripts/bench/validate_gpu.py sets the variables below).
 
 Gates are called inside tests, never at collection: the GPU is queried only when a test runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ def require_kernels():
     import kernels
 
     if not kernels.available():
-        message = (f"CUDA extension not available ({kernels.load_error()}); "
-                   "build it with `python -m kernels.build`")
+        message = (
+            f"CUDA extension not available ({kernels.load_error()}); "
+            "build it with `python -m kernels.build`"
+        )
         if _required(REQUIRE_KERNELS):
             pytest.fail(f"{message} [{REQUIRE_KERNELS}=1]", pytrace=False)
         pytest.skip(message)

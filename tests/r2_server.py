@@ -6,6 +6,7 @@ real file names and small contents. The handler answers Range requests (http.ser
 and can misbehave on purpose: drop a connection after some bytes, ignore Range, or serve a
 file other than the listed one. It records every request (path, Range header).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,10 @@ from pathlib import Path
 from data.download import published
 from data.download.published import Dataset
 
-FOLDERS = {published.INPUT_FILES: "wikipedia_for_bert/input_files",
-           published.TEXT_DATASET: "wikipedia_for_bert/processed_dataset"}
+FOLDERS = {
+    published.INPUT_FILES: "wikipedia_for_bert/input_files",
+    published.TEXT_DATASET: "wikipedia_for_bert/processed_dataset",
+}
 TEXT_FILES = ("part-00000-of-00500", "part-00001-of-00500", "eval.txt", "eval.md5")
 
 
@@ -49,8 +52,11 @@ def _handler(root: Path, behaviour: Behaviour) -> type[BaseHTTPRequestHandler]:
                 self.send_error(404)
                 return
             data = file.read_bytes()
-            start = 0 if wanted is None or behaviour.ignore_range else \
-                int(wanted.removeprefix("bytes=").split("-")[0])
+            start = (
+                0
+                if wanted is None or behaviour.ignore_range
+                else int(wanted.removeprefix("bytes=").split("-")[0])
+            )
             if start >= len(data) > 0:
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{len(data)}")
@@ -63,7 +69,7 @@ def _handler(root: Path, behaviour: Behaviour) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
             cut = behaviour.drop_after.pop(path, None)
-            self.wfile.write(data[start:] if cut is None else data[start:start + cut])
+            self.wfile.write(data[start:] if cut is None else data[start : start + cut])
             if cut is not None:  # promise the whole file, send part of it, hang up
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -82,8 +88,9 @@ class LoopbackR2:
         self.behaviour = Behaviour()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(root, self.behaviour))
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
         self.contents: dict[str, dict[str, bytes]] = {}
         self.text: dict[str, bytes] = {}
@@ -104,16 +111,22 @@ class LoopbackR2:
     def build(self) -> None:
         """Both BERT datasets with every listed file; small, seeded contents."""
         rng = random.Random(0)
-        self.text = {name: (f"{name} sentence one.\nsentence two of {name}.\n\n" * 40).encode()
-                     for name in TEXT_FILES}
+        self.text = {
+            name: (f"{name} sentence one.\nsentence two of {name}.\n\n" * 40).encode()
+            for name in TEXT_FILES
+        }
         text_list = "".join(f"{md5(data)}  {name}\n" for name, data in self.text.items())
         self.contents = {
             published.INPUT_FILES: {
                 path: rng.randbytes(300_000 if path == published.TF1_DATA_STORED else 2_000)
-                for path in published.DATASETS[published.INPUT_FILES].md5},
+                for path in published.DATASETS[published.INPUT_FILES].md5
+            },
             published.TEXT_DATASET: {
-                "License.txt": b"license\n", published.TEXT_LIST: text_list.encode(),
-                published.TEXT_ARCHIVE: self.archive(self.text), "results_text.zip": b"zip"},
+                "License.txt": b"license\n",
+                published.TEXT_LIST: text_list.encode(),
+                published.TEXT_ARCHIVE: self.archive(self.text),
+                "results_text.zip": b"zip",
+            },
         }
         for name, files in self.contents.items():
             self.write_dataset(name, files)
@@ -141,7 +154,12 @@ class LoopbackR2:
 
     def published_tables(self) -> tuple[dict[str, Dataset], dict[str, str]]:
         """The tables published.py would hold for these contents (same needed files)."""
-        tables = {name: Dataset({rel: md5(data) for rel, data in files.items()},
-                                published.DATASETS[name].needed, f"test table for {name}")
-                  for name, files in self.contents.items()}
+        tables = {
+            name: Dataset(
+                {rel: md5(data) for rel, data in files.items()},
+                published.DATASETS[name].needed,
+                f"test table for {name}",
+            )
+            for name, files in self.contents.items()
+        }
         return tables, {name: md5(data) for name, data in self.text.items()}

@@ -10,6 +10,7 @@ in MLPerf. The writer (tests/reference_writer.py) turns tokens into ids.
 Plain Python idioms (extend, slices) stand where the reference appends token by token, so this
 is, if anything, faster than the reference.
 """
+
 from __future__ import annotations
 
 import random
@@ -27,8 +28,9 @@ class RefInstance:
     masked_lm_labels: list[str]  # the original tokens there
 
 
-def create_instances(documents: list[list[list[str]]], params, vocab_words: list[str],
-                     rng: random.Random) -> list[RefInstance]:
+def create_instances(
+    documents: list[list[list[str]]], params, vocab_words: list[str], rng: random.Random
+) -> list[RefInstance]:
     """`params` has the fields of data.prepare.instances.ExampleParams."""
     documents = [doc for doc in documents if doc]
     rng.shuffle(documents)
@@ -65,8 +67,9 @@ def document_instances(documents, index: int, params, vocab_words, rng) -> list[
                 is_random_next = False
                 tokens_b = [token for sentence in chunk[split:] for token in sentence]
             truncate_pair(tokens_a, tokens_b, max_tokens, rng)
-            instances.append(make_instance(tokens_a, tokens_b, is_random_next, params,
-                                           vocab_words, rng))
+            instances.append(
+                make_instance(tokens_a, tokens_b, is_random_next, params, vocab_words, rng)
+            )
             chunk, chunk_tokens = [], 0
         i += 1
     return instances
@@ -82,7 +85,7 @@ def other_document_text(documents, index: int, wanted: int, rng) -> list[str]:
             break
     document = documents[other]
     tokens: list[str] = []
-    for sentence in document[rng.randint(0, len(document) - 1):]:
+    for sentence in document[rng.randint(0, len(document) - 1) :]:
         tokens.extend(sentence)
         if len(tokens) >= wanted:
             break
@@ -100,8 +103,8 @@ def truncate_pair(tokens_a: list[str], tokens_b: list[str], max_tokens: int, rng
             longer[0] += 1
         else:
             longer[1] -= 1
-    tokens_a[:] = tokens_a[ends[0][0]:ends[0][1]]
-    tokens_b[:] = tokens_b[ends[1][0]:ends[1][1]]
+    tokens_a[:] = tokens_a[ends[0][0] : ends[0][1]]
+    tokens_b[:] = tokens_b[ends[1][0] : ends[1][1]]
 
 
 def make_instance(tokens_a, tokens_b, is_random_next, params, vocab_words, rng) -> RefInstance:

@@ -11,6 +11,7 @@ does (length, checksum of the length, data, checksum of the data; zlib's CRC-32 
 for TensorFlow's CRC-32C). The serialized bytes are a stand-in for the reference's cost, not
 a file anything reads.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,12 +21,19 @@ from typing import Iterable
 
 from reference_instances import RefInstance
 
-INT_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
-                "masked_lm_ids", "next_sentence_labels")
+INT_FEATURES = (
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "next_sentence_labels",
+)
 
 
-def padded_features(instance: RefInstance, vocab: dict[str, int], max_seq_length: int,
-                    max_predictions: int) -> dict[str, list]:
+def padded_features(
+    instance: RefInstance, vocab: dict[str, int], max_seq_length: int, max_predictions: int
+) -> dict[str, list]:
     """The reference's feature lists of one instance."""
     input_ids = [vocab[token] for token in instance.tokens]
     real, pad = len(input_ids), max_seq_length - len(input_ids)
@@ -50,56 +58,85 @@ class ExampleCodec:
     def __init__(self):
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-        proto = descriptor_pb2.FileDescriptorProto(name="reference_example.proto",
-                                                   package="reference", syntax="proto3")
+        proto = descriptor_pb2.FileDescriptorProto(
+            name="reference_example.proto", package="reference", syntax="proto3"
+        )
         f = descriptor_pb2.FieldDescriptorProto
-        for name, field_type in (("Int64List", f.TYPE_INT64), ("FloatList", f.TYPE_FLOAT),
-                                 ("BytesList", f.TYPE_BYTES)):
+        for name, field_type in (
+            ("Int64List", f.TYPE_INT64),
+            ("FloatList", f.TYPE_FLOAT),
+            ("BytesList", f.TYPE_BYTES),
+        ):
             message = proto.message_type.add(name=name)
             message.field.add(name="value", number=1, type=field_type, label=f.LABEL_REPEATED)
         feature = proto.message_type.add(name="Feature")
         feature.oneof_decl.add(name="kind")
         for number, name in ((1, "BytesList"), (2, "FloatList"), (3, "Int64List")):
-            field = feature.field.add(name=name[:-4].lower() + "_list", number=number,
-                                      type=f.TYPE_MESSAGE, type_name=f".reference.{name}",
-                                      label=f.LABEL_OPTIONAL)
+            field = feature.field.add(
+                name=name[:-4].lower() + "_list",
+                number=number,
+                type=f.TYPE_MESSAGE,
+                type_name=f".reference.{name}",
+                label=f.LABEL_OPTIONAL,
+            )
             field.oneof_index = 0
         features = proto.message_type.add(name="Features")
         entry = features.nested_type.add(name="FeatureEntry")
         entry.options.map_entry = True
         entry.field.add(name="key", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
-        entry.field.add(name="value", number=2, type=f.TYPE_MESSAGE,
-                        type_name=".reference.Feature", label=f.LABEL_OPTIONAL)
-        features.field.add(name="feature", number=1, type=f.TYPE_MESSAGE, label=f.LABEL_REPEATED,
-                           type_name=".reference.Features.FeatureEntry")
+        entry.field.add(
+            name="value",
+            number=2,
+            type=f.TYPE_MESSAGE,
+            type_name=".reference.Feature",
+            label=f.LABEL_OPTIONAL,
+        )
+        features.field.add(
+            name="feature",
+            number=1,
+            type=f.TYPE_MESSAGE,
+            label=f.LABEL_REPEATED,
+            type_name=".reference.Features.FeatureEntry",
+        )
         example = proto.message_type.add(name="Example")
-        example.field.add(name="features", number=1, type=f.TYPE_MESSAGE,
-                          type_name=".reference.Features", label=f.LABEL_OPTIONAL)
+        example.field.add(
+            name="features",
+            number=1,
+            type=f.TYPE_MESSAGE,
+            type_name=".reference.Features",
+            label=f.LABEL_OPTIONAL,
+        )
         pool = descriptor_pool.DescriptorPool()
         pool.Add(proto)
-        cls = {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(
-            f"reference.{name}")) for name in ("Int64List", "FloatList", "Feature",
-                                               "Features", "Example")}
+        cls = {
+            name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"reference.{name}"))
+            for name in ("Int64List", "FloatList", "Feature", "Features", "Example")
+        }
         self.int64_list, self.float_list = cls["Int64List"], cls["FloatList"]
-        self.feature, self.features, self.example = cls["Feature"], cls["Features"], \
-            cls["Example"]
+        self.feature, self.features, self.example = cls["Feature"], cls["Features"], cls["Example"]
 
     def serialize(self, features: dict[str, list]) -> bytes:
         """One Example, each feature list wrapped as the reference wraps it."""
-        wrapped = {name: self.feature(int64_list=self.int64_list(value=list(features[name])))
-                   for name in INT_FEATURES[:5]}
+        wrapped = {
+            name: self.feature(int64_list=self.int64_list(value=list(features[name])))
+            for name in INT_FEATURES[:5]
+        }
         wrapped["masked_lm_weights"] = self.feature(
-            float_list=self.float_list(value=list(features["masked_lm_weights"])))
+            float_list=self.float_list(value=list(features["masked_lm_weights"]))
+        )
         wrapped["next_sentence_labels"] = self.feature(
-            int64_list=self.int64_list(value=list(features["next_sentence_labels"])))
+            int64_list=self.int64_list(value=list(features["next_sentence_labels"]))
+        )
         example = self.example(features=self.features(feature=wrapped))
         return example.SerializeToString()
 
     def parse(self, data: bytes) -> dict[str, list]:
         """The feature lists of one serialized Example."""
         example = self.example.FromString(data)
-        return {name: list(getattr(feature, feature.WhichOneof("kind")).value)
-                for name, feature in example.features.feature.items()}
+        return {
+            name: list(getattr(feature, feature.WhichOneof("kind")).value)
+            for name, feature in example.features.feature.items()
+        }
 
 
 def write_records(path: str | os.PathLike, records: Iterable[bytes]) -> int:
@@ -108,8 +145,12 @@ def write_records(path: str | os.PathLike, records: Iterable[bytes]) -> int:
     with open(path, "wb") as out:
         for data in records:
             length = struct.pack("<Q", len(data))
-            out.write(length + struct.pack("<I", zlib.crc32(length)) + data
-                      + struct.pack("<I", zlib.crc32(data)))
+            out.write(
+                length
+                + struct.pack("<I", zlib.crc32(length))
+                + data
+                + struct.pack("<I", zlib.crc32(data))
+            )
             count += 1
     return count
 
@@ -127,9 +168,19 @@ def read_records(path: str | os.PathLike) -> Iterable[bytes]:
             yield data
 
 
-def write_instances(path: str | os.PathLike, instances: Iterable[RefInstance],
-                    vocab: dict[str, int], max_seq_length: int, max_predictions: int) -> int:
+def write_instances(
+    path: str | os.PathLike,
+    instances: Iterable[RefInstance],
+    vocab: dict[str, int],
+    max_seq_length: int,
+    max_predictions: int,
+) -> int:
     """The reference's write loop: per instance, padded lists, then one Example record."""
     codec = ExampleCodec()
-    return write_records(path, (codec.serialize(padded_features(
-        instance, vocab, max_seq_length, max_predictions)) for instance in instances))
+    return write_records(
+        path,
+        (
+            codec.serialize(padded_features(instance, vocab, max_seq_length, max_predictions))
+            for instance in instances
+        ),
+    )

@@ -7,6 +7,7 @@ Each rank makes its raw local batch of every scenario from a seed (`make_batch`,
 also calls to build its oracle), runs data/comm/sparse.exchange on it, and pickles what it
 ends with, plus the bytes it received, to OUT_DIR/rank<R>.pkl.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -52,8 +53,11 @@ def make_batch(scenario: int, rank: int) -> tuple[list[Sample], np.ndarray]:
         ids = rng.integers(0, 30522, length).astype(np.int16)
         seg = (np.arange(length) >= rng.integers(1, length + 1)).astype(np.int8)
         pos = np.sort(rng.choice(length, m, replace=False)).astype(np.int16)
-        samples.append(Sample(ids, seg, pos, rng.integers(0, 30522, m).astype(np.int16),
-                              int(rng.integers(0, 2))))
+        samples.append(
+            Sample(
+                ids, seg, pos, rng.integers(0, 30522, m).astype(np.int16), int(rng.integers(0, 2))
+            )
+        )
     origin = np.stack([np.full(LOCAL, 100 + rank), 1000 * scenario + np.arange(LOCAL)], axis=1)
     return samples, origin
 
@@ -92,12 +96,16 @@ def main(out_dir: str) -> None:
     for scenario in range(len(SCENARIOS)):
         samples, origin = make_batch(scenario, comm.rank)
         received[0] = 0
-        got, got_origin = sx.exchange(comm, samples, origin,
-                                      ranks_per_node(scenario, comm.size),
-                                      rows_for=node_swap_rows)
-        record.append({"samples": [tuple(np.array(x) for x in s[:4]) + (s.nsp_label,)
-                                   for s in got],
-                       "origin": got_origin, "received_bytes": received[0]})
+        got, got_origin = sx.exchange(
+            comm, samples, origin, ranks_per_node(scenario, comm.size), rows_for=node_swap_rows
+        )
+        record.append(
+            {
+                "samples": [tuple(np.array(x) for x in s[:4]) + (s.nsp_label,) for s in got],
+                "origin": got_origin,
+                "received_bytes": received[0],
+            }
+        )
     (Path(out_dir) / f"rank{comm.rank}.pkl").write_bytes(pickle.dumps(record))
     if dist is not None:
         dist.destroy_process_group()

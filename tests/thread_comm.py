@@ -4,6 +4,7 @@ Used by tests/unit/test_pipeline.py (the pipeline's all-gathers and node splits)
 tests/unit/test_sparse_exchange.py (the sparse transport's all-to-all-v). Every collective of
 data/comm/host.py's HostComm is here; `received` counts the bytes a rank gets from the others.
 """
+
 from __future__ import annotations
 
 import threading
@@ -51,12 +52,14 @@ class ThreadComm(HostComm):
     def split(self, color: int) -> "ThreadComm":
         colors = self.allgather_obj(color)
         members = tuple(m for m, c in zip(self.members, colors) if c == color)
-        return ThreadComm(members, members.index(self.members[self.rank]), self._registry,
-                          self._lock)
+        return ThreadComm(
+            members, members.index(self.members[self.rank]), self._registry, self._lock
+        )
 
     def alltoallv(self, send, send_counts, recv_counts):
-        parts = self.allgather_obj([send[s:s + c].copy()
-                                    for s, c in zip(displacements(send_counts), send_counts)])
+        parts = self.allgather_obj(
+            [send[s : s + c].copy() for s, c in zip(displacements(send_counts), send_counts)]
+        )
         mine = [parts[src][self.rank] for src in range(self.size)]
         assert [m.size for m in mine] == [int(c) for c in recv_counts]
         self.received += sum(m.nbytes for src, m in enumerate(mine) if src != self.rank)
@@ -71,8 +74,7 @@ def run_thread_ranks(world: int, rank_main) -> list:
 
     def guarded(rank: int) -> None:
         try:
-            results[rank] = rank_main(rank, ThreadComm(tuple(range(world)), rank, registry,
-                                                       lock))
+            results[rank] = rank_main(rank, ThreadComm(tuple(range(world)), rank, registry, lock))
         except BaseException as err:  # noqa: BLE001 - raised below
             errors.append(err)
             with lock:

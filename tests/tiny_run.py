@@ -11,14 +11,22 @@
 Used by tests/integration/test_reliability.py, test_resume.py, test_obs.py, test_trust.py and
 test_obs_distributed.py; keep a change here in step with what they assert.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from data.synthetic import generate
 
-TINY_DATA = {"num_shards": 2, "samples_per_shard": 48, "eval_samples": 40,
-             "max_seq_length": 64, "max_predictions": 10, "vocab_size": 256, "seed": 5}
+TINY_DATA = {
+    "num_shards": 2,
+    "samples_per_shard": 48,
+    "eval_samples": 40,
+    "max_seq_length": 64,
+    "max_predictions": 10,
+    "vocab_size": 256,
+    "seed": 5,
+}
 
 
 def make_tiny_data(folder: Path, **changed) -> Path:
@@ -31,17 +39,27 @@ def tiny_settings(data_dir: Path, out: Path, **changed) -> dict:
     """The shared settings of a tiny run on `data_dir` (make_tiny_data's shards) writing into
     `out`, with `changed` on top (a key of `changed` keeps its place if it is shared)."""
     return {
-        "model.vocab_size": TINY_DATA["vocab_size"], "model.hidden_size": 32,
-        "model.num_hidden_layers": 1, "model.num_attention_heads": 2,
-        "model.intermediate_size": 64, "model.max_position_embeddings": 64,
+        "model.vocab_size": TINY_DATA["vocab_size"],
+        "model.hidden_size": 32,
+        "model.num_hidden_layers": 1,
+        "model.num_attention_heads": 2,
+        "model.intermediate_size": 64,
+        "model.max_position_embeddings": 64,
         "data.max_seq_length": TINY_DATA["max_seq_length"],
         "data.max_predictions_per_seq": TINY_DATA["max_predictions"],
         "data.synthetic.enabled": False,  # on in the config run_pretraining.py reads by default
-        "data.train_dir": data_dir, "data.eval_file": data_dir / "eval.hdf5",
-        "run.global_batch_size": 8, "eval.interval_samples": 16, "eval.samples": 40,
-        "run.device": "cpu", "run.seed": 7, "run.output_dir": out, "optim.lr": 1e-2,
+        "data.train_dir": data_dir,
+        "data.eval_file": data_dir / "eval.hdf5",
+        "run.global_batch_size": 8,
+        "eval.interval_samples": 16,
+        "eval.samples": 40,
+        "run.device": "cpu",
+        "run.seed": 7,
+        "run.output_dir": out,
+        "optim.lr": 1e-2,
         "submission.division": "open",  # open: the target is not required
-        **changed}
+        **changed,
+    }
 
 
 def set_args(values: dict) -> list[str]:

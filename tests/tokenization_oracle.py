@@ -5,6 +5,7 @@ calling `unicodedata`, no tables, no caches, no fast paths. It is slow on purpos
 production code (data/prepare/bert_text.py, wordpiece.py) must equal it on every input.
 The section numbers refer to docs/tokenization.md.
 """
+
 from __future__ import annotations
 
 import unicodedata
@@ -13,8 +14,8 @@ UNK = "[UNK]"
 MAX_WORD_CHARS = 200  # section 7: longer words become one [UNK]
 
 
-
 # -- section 1: reading a text shard ------------------------------------------------------------
+
 
 def read_lines(data: bytes) -> list[str]:
     """The lines the reference's reader returns, each with its '\\n' (the last may lack it).
@@ -61,6 +62,7 @@ def _documents(data: bytes, tokenize) -> list[list[list]]:
 
 # -- sections 2-6: character classes and the basic tokenizer -------------------------------------
 
+
 def is_whitespace(char: str) -> bool:
     return char in " \t\n\r" or unicodedata.category(char) == "Zs"
 
@@ -80,10 +82,16 @@ def is_punctuation(char: str) -> bool:
 
 def is_cjk(char: str) -> bool:
     code = ord(char)
-    return (0x4E00 <= code <= 0x9FFF or 0x3400 <= code <= 0x4DBF or 0x20000 <= code <= 0x2A6DF
-            or 0x2A700 <= code <= 0x2B73F or 0x2B740 <= code <= 0x2B81F
-            or 0x2B820 <= code <= 0x2CEAF or 0xF900 <= code <= 0xFAFF
-            or 0x2F800 <= code <= 0x2FA1F)
+    return (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0x20000 <= code <= 0x2A6DF
+        or 0x2A700 <= code <= 0x2B73F
+        or 0x2B740 <= code <= 0x2B81F
+        or 0x2B820 <= code <= 0x2CEAF
+        or 0xF900 <= code <= 0xFAFF
+        or 0x2F800 <= code <= 0x2FA1F
+    )
 
 
 def clean(text: str) -> str:
@@ -103,8 +111,7 @@ def space_cjk(text: str) -> str:
 
 def strip_accents(word: str) -> str:
     """Section 5: canonical decomposition, then every nonspacing mark (Mn) removed."""
-    return "".join(c for c in unicodedata.normalize("NFD", word)
-                   if unicodedata.category(c) != "Mn")
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
 
 
 def split_punctuation(word: str) -> list[str]:
@@ -135,6 +142,7 @@ def basic_tokens(text: str) -> list[str]:
 
 
 # -- section 7: WordPiece ------------------------------------------------------------------------
+
 
 def wordpiece(word: str, vocab: dict[str, int]) -> list[str]:
     if len(word) > MAX_WORD_CHARS:

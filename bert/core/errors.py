@@ -1,6 +1,7 @@
 """The bad-input error family: every class here means "the user gave something this program
 cannot use", which run_pretraining.py and the scripts turn into one `error:` line and exit
 status 2. Each message names the file, key or value at fault."""
+
 from __future__ import annotations
 
 
@@ -16,7 +17,7 @@ class BadInputError(ValueError):
     def __init__(self, message: object = "") -> None:
         text = " ".join(str(message).split())
         if len(text) > MAX_MESSAGE:
-            text = f"{text[:MAX_MESSAGE * 3 // 5]} [...] {text[-MAX_MESSAGE // 3:]}"
+            text = f"{text[: MAX_MESSAGE * 3 // 5]} [...] {text[-MAX_MESSAGE // 3 :]}"
         super().__init__(text)
 
 

@@ -1,5 +1,6 @@
 """Files: atomic writing (a complete file under its final name, or nothing), output checks,
 and a streaming digest."""
+
 from __future__ import annotations
 
 import hashlib
@@ -69,13 +70,15 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
 
 # -- outputs: never touch what is not ours ------------------------------------------------------
 
+
 def _overlap(a: Path, b: Path) -> bool:
     """`a` and `b` are one path, or one holds the other."""
     return a == b or a in b.parents or b in a.parents
 
 
-def check_output(out: str | os.PathLike, inputs: list, force: bool = False,
-                 what: str = "--out", folder_ok=None) -> None:
+def check_output(
+    out: str | os.PathLike, inputs: list, force: bool = False, what: str = "--out", folder_ok=None
+) -> None:
     """Refuse (ConfigError) an output that is, holds or lies inside an input; an existing file
     unless `force`; an existing folder holding an entry `folder_ok(name)` does not accept
     (None: every entry is accepted, the command resumes into its own folder) unless `force`.
@@ -83,8 +86,9 @@ def check_output(out: str | os.PathLike, inputs: list, force: bool = False,
     final = Path(out).resolve()
     for given in inputs:
         if _overlap(final, Path(given).resolve()):
-            raise ConfigError(f"{what} {out}: is or overlaps the input {given}; "
-                              f"choose another output path")
+            raise ConfigError(
+                f"{what} {out}: is or overlaps the input {given}; choose another output path"
+            )
     if force or not os.path.lexists(final):
         return
     if not final.is_dir():
@@ -92,16 +96,24 @@ def check_output(out: str | os.PathLike, inputs: list, force: bool = False,
     if folder_ok is not None:
         foreign = sorted(p.name for p in final.iterdir() if not folder_ok(p.name))
         if foreign:
-            raise ConfigError(f"{what} {out}: holds files this command did not write "
-                              f"({', '.join(foreign[:3])}); pass --force or choose an empty "
-                              f"folder")
+            raise ConfigError(
+                f"{what} {out}: holds files this command did not write "
+                f"({', '.join(foreign[:3])}); pass --force or choose an empty "
+                f"folder"
+            )
 
 
 def safe_name(name: str, what: str) -> str:
     """`name` as one path component: no separator, '..', absolute path or NUL (a name used
     under --out must not reach outside it, --force least of all)."""
-    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name
-            or os.path.isabs(name)):
+    if (
+        not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or os.path.isabs(name)
+    ):
         raise ConfigError(f"{what} {name!r}: must be a plain name (no '/', '..' or NUL)")
     return name
 

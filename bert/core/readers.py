@@ -11,6 +11,7 @@ caller names (`error`, a bert.core.errors class), with the file and what was exp
 line. A YAML file's aliases may not expand beyond MAX_YAML_VALUES values (a few KB of nested
 aliases can stand for billions: the "billion laughs"), and a cycle of aliases is refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def _check_path(path: str | os.PathLike, what: str, error: type[BadInputError]) 
         raise error(f"{what} {str(path)!r}: a path cannot hold a NUL character")
 
 
-def read_bytes(path: str | os.PathLike, what: str,
-               error: type[BadInputError] = ConfigError) -> bytes:
+def read_bytes(
+    path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError
+) -> bytes:
     _check_path(path, what, error)
     try:
         return Path(path).read_bytes()
@@ -47,8 +49,7 @@ def read_bytes(path: str | os.PathLike, what: str,
         raise error(f"{what} {str(path)!r}: {err.strerror or _short(err)}") from None
 
 
-def read_text(path: str | os.PathLike, what: str,
-              error: type[BadInputError] = ConfigError) -> str:
+def read_text(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError) -> str:
     data = read_bytes(path, what, error)
     try:
         return data.decode("utf-8")
@@ -92,8 +93,7 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
 
-def read_yaml(path: str | os.PathLike, what: str,
-              error: type[BadInputError] = ConfigError) -> Any:
+def read_yaml(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError) -> Any:
     """The YAML document in `path` (None when it is empty)."""
     text = read_text(path, what, error)
     try:
@@ -111,8 +111,12 @@ def read_yaml(path: str | os.PathLike, what: str,
         raise error(f"{what} {str(path)!r}: {_short(err)}") from None
 
 
-def read_json(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError,
-              expect: type = dict) -> Any:
+def read_json(
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    expect: type = dict,
+) -> Any:
     """The JSON value in `path`, which must be an `expect` (an object by default)."""
     text = read_text(path, what, error)
     try:
@@ -120,20 +124,33 @@ def read_json(path: str | os.PathLike, what: str, error: type[BadInputError] = C
     except (json.JSONDecodeError, RecursionError, ValueError) as err:
         raise error(f"{what} {str(path)!r}: not valid JSON ({_short(err)})") from None
     if not isinstance(value, expect):
-        raise error(f"{what} {str(path)!r}: expected a JSON {_json_name(expect)}, got "
-                    f"{_json_name(type(value))}")
+        raise error(
+            f"{what} {str(path)!r}: expected a JSON {_json_name(expect)}, got "
+            f"{_json_name(type(value))}"
+        )
     return value
 
 
 def _json_name(typ: type) -> str:
-    names = {dict: "object", list: "array", str: "string", int: "number", float: "number",
-             bool: "true/false", type(None): "null"}
+    names = {
+        dict: "object",
+        list: "array",
+        str: "string",
+        int: "number",
+        float: "number",
+        bool: "true/false",
+        type(None): "null",
+    }
     return names.get(typ, typ.__name__)
 
 
-def read_torch(path: str | os.PathLike, what: str,
-               error: type[BadInputError] = ConfigError, mmap: bool = False,
-               expect: type = dict) -> Any:
+def read_torch(
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    mmap: bool = False,
+    expect: type = dict,
+) -> Any:
     """A torch.save file (ours: pickles of dicts of tensors), loaded on the CPU."""
     import torch
 
@@ -143,25 +160,36 @@ def read_torch(path: str | os.PathLike, what: str,
     try:
         value = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - unpickling raises anything; all mean "damaged"
-        raise error(f"{what} {str(path)!r}: cannot read ({type(err).__name__}: "
-                    f"{_short(err)})") from None
+        raise error(
+            f"{what} {str(path)!r}: cannot read ({type(err).__name__}: {_short(err)})"
+        ) from None
     if not isinstance(value, expect):
-        raise error(f"{what} {str(path)!r}: expected a {expect.__name__}, got "
-                    f"{type(value).__name__}")
+        raise error(
+            f"{what} {str(path)!r}: expected a {expect.__name__}, got {type(value).__name__}"
+        )
     return value
 
 
-def require_keys(mapping: dict, keys: Iterable[str], path: str | os.PathLike, what: str,
-                 error: type[BadInputError] = ConfigError,
-                 types: dict[str, type | tuple] | None = None) -> None:
+def require_keys(
+    mapping: dict,
+    keys: Iterable[str],
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    types: dict[str, type | tuple] | None = None,
+) -> None:
     """`error` naming the first of `keys` missing from `mapping` (or of the wrong type)."""
     for key in keys:
         if key not in mapping:
-            raise error(f"{what} {str(path)!r}: no {key!r} (has: "
-                        f"{', '.join(map(str, list(mapping)[:12]))})")
+            raise error(
+                f"{what} {str(path)!r}: no {key!r} (has: {', '.join(map(str, list(mapping)[:12]))})"
+            )
         want = (types or {}).get(key)
-        if want is not None and (not isinstance(mapping[key], want)
-                                 or isinstance(mapping[key], bool) and bool not in _tuple(want)):
+        if want is not None and (
+            not isinstance(mapping[key], want)
+            or isinstance(mapping[key], bool)
+            and bool not in _tuple(want)
+        ):
             raise error(f"{what} {str(path)!r}: {key!r} is a {type(mapping[key]).__name__}")
 
 

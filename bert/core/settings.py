@@ -12,6 +12,7 @@ value and what is expected, in the wording the bad-input tests pin ("run.max_ste
 >= 0", "run.precision='fp8': expected fp32 or bf16 or fp16"). A section's `__post_init__` holds
 the rules that span fields; it runs after the declared checks, on a frozen object.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,9 +27,15 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 
 from bert.core.errors import ConfigError
 
-SECTION_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
-                            coerce_numbers_to_str=True, validate_default=False)
+SECTION_CONFIG = ConfigDict(
+    extra="forbid",
+    frozen=True,
+    allow_inf_nan=False,
+    coerce_numbers_to_str=True,
+    validate_default=False,
+)
 MAX_SHOWN = 200  # characters of a value an error line shows (a YAML alias bomb stays short)
+
 
 # A path as given, with ~ expanded once, here: everything downstream reads it as it is. The
 # default too (validate_default): "~/.cache/..." read as is would be a folder named "~" in the
@@ -44,8 +51,13 @@ def _expanded_path(value: Any) -> Any:
 ExpandedPath = Annotated[str, BeforeValidator(_expanded_path), Field(validate_default=True)]
 
 
-def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | None = None,
-      **constraints: Any) -> Any:
+def F(
+    default: Any = dataclasses.MISSING,
+    doc: str = "",
+    *,
+    factory: Callable | None = None,
+    **constraints: Any,
+) -> Any:
     """A field: its default (or `factory`), its description and its constraints."""
     if factory is not None:
         return Field(default_factory=factory, description=doc, **constraints)
@@ -55,6 +67,7 @@ def F(default: Any = dataclasses.MISSING, doc: str = "", *, factory: Callable | 
 def section(name: str):
     """Class decorator: a frozen, validated config section named `name` (e.g. "data.synthetic").
     A class may define `prepare(kwargs) -> kwargs`, applied to the given values first."""
+
     def wrap(cls: type) -> type:
         dc = pydantic.dataclasses.dataclass(cls, config=SECTION_CONFIG)
         validate = dc.__init__
@@ -71,6 +84,7 @@ def section(name: str):
         dc.__init__ = __init__
         dc.section_name = name
         return dc
+
     return wrap
 
 

@@ -15,6 +15,7 @@ The official checker also passes the log of a run resumed from a checkpoint, alt
 only the part after the resume; such a log gets a note (reader.py says how it is recognised;
 package.py refuses it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,20 @@ class Verdict:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="+", metavar="LOG_OR_DIR",
-                        help="a result log, or a folder of result_*.txt / *.log files")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="LOG_OR_DIR",
+        help="a result log, or a folder of result_*.txt / *.log files",
+    )
     parser.add_argument("--ruleset", default=RULESET)
     parser.add_argument("--usage", default=USAGE)
-    parser.add_argument("--werror", action="store_true",
-                        help="treat checker warnings (e.g. a once-only key repeated with the "
-                             "same value) as failures")
+    parser.add_argument(
+        "--werror",
+        action="store_true",
+        help="treat checker warnings (e.g. a once-only key repeated with the "
+        "same value) as failures",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the PASS/FAIL lines")
     return parser.parse_args(argv)
 
@@ -56,8 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def logs_in_dir(folder: Path) -> list[Path]:
     """result_*.txt always; *.log only if it holds MLLOG lines (plain stdout logs are skipped)."""
     found = set(folder.glob("result_*.txt"))
-    found.update(p for p in folder.glob("*.log")
-                 if p.name != CHECKER_REPORT_NAME and has_mllog_lines(p))
+    found.update(
+        p for p in folder.glob("*.log") if p.name != CHECKER_REPORT_NAME and has_mllog_lines(p)
+    )
     return sorted(p for p in found if p.is_file())
 
 
@@ -79,10 +88,19 @@ def collect(paths: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def checker_command(path: Path, args: argparse.Namespace, report: str) -> list[str]:
-    cmd = [sys.executable, "-m", "mlperf_logging.compliance_checker",
-           "--usage", args.usage, "--ruleset", args.ruleset,
-           # Without this the checker appends to ./compliance_checker.log in the caller's cwd.
-           "--log_output", report, str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlperf_logging.compliance_checker",
+        "--usage",
+        args.usage,
+        "--ruleset",
+        args.ruleset,
+        # Without this the checker appends to ./compliance_checker.log in the caller's cwd.
+        "--log_output",
+        report,
+        str(path),
+    ]
     if args.werror:
         cmd.append("--werror")
     return cmd
@@ -102,8 +120,9 @@ def reason_lines(output: str) -> list[str]:
 def run_checker(path: Path, args: argparse.Namespace) -> Verdict:
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, CHECKER_REPORT_NAME)
-        proc = subprocess.run(checker_command(path, args, report), capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run(
+            checker_command(path, args, report), capture_output=True, text=True, check=False
+        )
     output = proc.stdout + "\n" + proc.stderr
     lines = {line.strip() for line in output.splitlines()}
     # Whole-line matches: a logged value that merely contains the word must not count.
@@ -123,8 +142,9 @@ def report(verdict: Verdict, quiet: bool) -> None:
         return
     resumed = resumed_log(verdict.path)
     if resumed:
-        print(f"    note: resumed log ({resumed}): not a timed MLPerf run, whatever the "
-              f"checker says")
+        print(
+            f"    note: resumed log ({resumed}): not a timed MLPerf run, whatever the checker says"
+        )
     # On a pass the remaining lines are warnings; still worth seeing.
     for line in verdict.reasons:
         print(f"    {line}")
@@ -139,6 +159,5 @@ def main(argv: list[str] | None = None) -> int:
     for verdict in verdicts:
         report(verdict, args.quiet)
     failed = sum(not v.passed for v in verdicts)
-    print(f"{len(verdicts) - failed}/{len(verdicts)} logs passed "
-          f"(training ruleset {args.ruleset})")
+    print(f"{len(verdicts) - failed}/{len(verdicts)} logs passed (training ruleset {args.ruleset})")
     return 1 if failed or problems or not verdicts else 0

@@ -4,6 +4,7 @@ project's own keys and the names its log files get.
 
 Nothing here imports mlperf-logging: the bare GPU image has none (kernels/VALIDATION.md).
 """
+
 from __future__ import annotations
 
 import re
@@ -39,6 +40,7 @@ NOT_LOGS = frozenset({CHECKER_REPORT_NAME, "package_checker.log", "rcp_checker.l
 def resumed_log_name(step: int) -> str:
     """The log name of a run resumed from the checkpoint of `step`."""
     return RESUMED_LOG_NAME.format(step=int(step))
+
 
 # Statistics of the block just trained, at each eval point (value: {throughput, loss, lr}), as
 # NVIDIA's submissions log them; the compliance checker has no rule for it.

@@ -36,6 +36,7 @@ say the package would be rejected and why); 1 a checker or rule failure (one sum
 last); 2 bad input: arguments, unreadable, resumed or incomplete logs (one "error:" line).
 --skip-checks runs no checker: every run says "not checked" and the package is marked unchecked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,12 +64,14 @@ MARKER = "NOT_A_VALID_SUBMISSION.txt"
 def runs_per_submission() -> int:
     """10 for BERT (REFERENCE 1), as the official tools count it."""
     from mlperf_logging.benchmark_meta import get_result_file_counts
+
     return get_result_file_counts(USAGE)[BENCHMARK]
 
 
 def rcp_batch_sizes() -> list[int]:
     """The global batch sizes with a BERT reference convergence point in the ruleset."""
     from bert.plan import rcp  # reads the installed mlperf-logging's table
+
     return sorted({entry.global_batch_size for entry in rcp.table()})
 
 
@@ -77,6 +80,7 @@ class PackageError(Exception):
 
 
 # -- score ------------------------------------------------------------------------------------
+
 
 class NoScore(Exception):
     """The runs give no score; `fatal` when the rules reject the set (not just too few runs)."""
@@ -99,6 +103,7 @@ def olympic_mean(minutes: list[float]) -> float:
 
 # -- the package ------------------------------------------------------------------------------
 
+
 def lay_out(runs: list[Run], out: Path, system: str, force: bool) -> list[Path]:
     bench = out / "results" / system / BENCHMARK
     if bench.exists() and any(bench.iterdir()):
@@ -106,8 +111,9 @@ def lay_out(runs: list[Run], out: Path, system: str, force: bool) -> list[Path]:
             raise PackageError(f"{bench} is not empty; pass --force to replace its files")
         shutil.rmtree(bench)
     bench.mkdir(parents=True)
-    return [Path(shutil.copyfile(run.path, bench / f"result_{i}.txt"))
-            for i, run in enumerate(runs)]
+    return [
+        Path(shutil.copyfile(run.path, bench / f"result_{i}.txt")) for i, run in enumerate(runs)
+    ]
 
 
 def check_system_json(out: Path, system: str, desc: dict, force: bool) -> None:
@@ -122,9 +128,11 @@ def check_system_json(out: Path, system: str, desc: dict, force: bool) -> None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         same = False
     if not same:
-        raise PackageError(f"{path} already exists with another description; pass --force to "
-                           f"replace it, or give its fields with --system-json and a copy of "
-                           f"it (they win)")
+        raise PackageError(
+            f"{path} already exists with another description; pass --force to "
+            f"replace it, or give its fields with --system-json and a copy of "
+            f"it (they win)"
+        )
 
 
 def write_system(out: Path, system: str, desc: dict) -> Path:
@@ -136,6 +144,7 @@ def write_system(out: Path, system: str, desc: dict) -> Path:
 
 # -- checkers ---------------------------------------------------------------------------------
 
+
 def compliance(copies: list[Path]) -> list[Verdict]:
     options = argparse.Namespace(usage=USAGE, ruleset=RULESET, werror=False)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # one process per log
@@ -144,9 +153,12 @@ def compliance(copies: list[Path]) -> list[Verdict]:
 
 def run_module(module: str, *args: str) -> tuple[int, str]:
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", module, *args, "--log_output",
-                               os.path.join(tmp, "checker.log")],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", module, *args, "--log_output", os.path.join(tmp, "checker.log")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     return proc.returncode, proc.stdout + "\n" + proc.stderr
 
 
@@ -159,8 +171,9 @@ def checker_errors(code: int, output: str, success_marker: str) -> list[str]:
         if match and match.group(1).strip():
             errors.append(match.group(1).strip())
     if not errors and code != 0:
-        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()),
-                    "no output")
+        last = next(
+            (line.strip() for line in reversed(output.splitlines()) if line.strip()), "no output"
+        )
         errors.append(f"exited with status {code}: {last[:200]}")
     if not errors and success_marker not in output:
         errors.append(f"no verdict (expected {success_marker!r})")
@@ -168,8 +181,9 @@ def checker_errors(code: int, output: str, success_marker: str) -> list[str]:
 
 
 def rcp_checker(bench: Path) -> list[str]:
-    code, output = run_module("mlperf_logging.rcp_checker", "--rcp_version", RULESET,
-                              "--rcp_usage", USAGE, str(bench))
+    code, output = run_module(
+        "mlperf_logging.rcp_checker", "--rcp_version", RULESET, "--rcp_usage", USAGE, str(bench)
+    )
     return checker_errors(code, output, "RCP test PASSED")
 
 
@@ -180,18 +194,22 @@ def package_checker(out: Path) -> list[str]:
 
 # -- rules ------------------------------------------------------------------------------------
 
+
 def rule_problems(runs: list[Run]) -> list[str]:
     """What the BERT rules reject, found without the official tools."""
     problems = []
     need = runs_per_submission()
     if len(runs) != need:
-        problems.append(f"{len(runs)} run(s): a BERT submission is exactly {need} runs, each "
-                        f"with its own seed (the olympic mean drops the fastest and slowest)")
+        problems.append(
+            f"{len(runs)} run(s): a BERT submission is exactly {need} runs, each "
+            f"with its own seed (the olympic mean drops the fastest and slowest)"
+        )
     seeds = [run.seed for run in runs]
     repeated = sorted({str(s) for s in seeds if seeds.count(s) > 1})
     if repeated:
-        problems.append(f"seed(s) {', '.join(repeated)} used by more than one run; each run "
-                        f"needs its own seed")
+        problems.append(
+            f"seed(s) {', '.join(repeated)} used by more than one run; each run needs its own seed"
+        )
     return problems
 
 
@@ -207,15 +225,21 @@ def rcp_note(runs: list[Run], division: str) -> str | None:
         return None
     listed = f"RCP entries for bert in training {RULESET}: {', '.join(map(str, known))}"
     if gbs > known[-1]:
-        return (f"global batch {gbs} has no reference convergence point and lies above every "
-                f"entry ({listed}): nothing to compare it with, so the closed division cannot "
-                f"accept it")
+        return (
+            f"global batch {gbs} has no reference convergence point and lies above every "
+            f"entry ({listed}): nothing to compare it with, so the closed division cannot "
+            f"accept it"
+        )
     if gbs < known[0]:
-        return (f"global batch {gbs} has no reference convergence point ({listed}); below the "
-                f"smallest entry the runs must need at least as many samples as the {known[0]} "
-                f"reference, else the closed division cannot accept the result")
-    return (f"global batch {gbs} has no reference convergence point of its own ({listed}); "
-            f"the RCP checker compares it with an interpolation of its neighbours")
+        return (
+            f"global batch {gbs} has no reference convergence point ({listed}); below the "
+            f"smallest entry the runs must need at least as many samples as the {known[0]} "
+            f"reference, else the closed division cannot accept the result"
+        )
+    return (
+        f"global batch {gbs} has no reference convergence point of its own ({listed}); "
+        f"the RCP checker compares it with an interpolation of its neighbours"
+    )
 
 
 def rcp_reference(runs: list[Run], division: str) -> str | None:
@@ -224,10 +248,12 @@ def rcp_reference(runs: list[Run], division: str) -> str | None:
     if division != "closed" or len(sizes) != 1:
         return None
     from bert.plan.check import package_reference  # reads mlperf-logging's RCP table
+
     return package_reference(sizes.pop())
 
 
 # -- report -----------------------------------------------------------------------------------
+
 
 def report_runs(runs: list[Run], verdicts: list[Verdict] | None) -> list[str]:
     """One line per run; returns the problems: converged runs that fail compliance."""
@@ -270,8 +296,10 @@ def check_paths(args: argparse.Namespace, out: Path) -> None:
         path = Path(given).resolve()
         for target in map(Path.resolve, replaced):
             if path == target or target in path.parents:
-                raise PackageError(f"--out {out}: would replace the input {given}; choose "
-                                   f"another --out or --system")
+                raise PackageError(
+                    f"--out {out}: would replace the input {given}; choose "
+                    f"another --out or --system"
+                )
 
 
 def package(args: argparse.Namespace) -> int:
@@ -284,8 +312,7 @@ def package(args: argparse.Namespace) -> int:
     check_system_json(out, args.system, desc, args.force)
     copies = lay_out(runs, out, args.system, args.force)
     system_json = write_system(out, args.system, desc)
-    print(f"package: {len(copies)} logs in {copies[0].parent}, system description "
-          f"{system_json}")
+    print(f"package: {len(copies)} logs in {copies[0].parent}, system description {system_json}")
     print(where)
     checked = not args.skip_checks
     problems = report_runs(runs, compliance(copies) if checked else None)
@@ -317,16 +344,20 @@ def package(args: argparse.Namespace) -> int:
         if err.fatal:
             problems.append(str(err))
     if problems:
-        headline = (f"UNOFFICIAL, NOT A VALID SUBMISSION: it would be rejected "
-                    f"({len(problems)} problem(s))" if args.unofficial else
-                    f"FAIL: not a valid submission ({len(problems)} problem(s))")
+        headline = (
+            f"UNOFFICIAL, NOT A VALID SUBMISSION: it would be rejected ({len(problems)} problem(s))"
+            if args.unofficial
+            else f"FAIL: not a valid submission ({len(problems)} problem(s))"
+        )
         if not checked:
             headline += "; the official checkers were not run (--skip-checks)"
         if score_text:
             print(f"unofficial score, not a valid result: {score_text}")
         write_marker(out, headline, problems)
-        print(f"result: {headline}: " + "; ".join(
-            ("would be rejected: " if args.unofficial else "") + p for p in problems))
+        print(
+            f"result: {headline}: "
+            + "; ".join(("would be rejected: " if args.unofficial else "") + p for p in problems)
+        )
         return 0 if args.unofficial else 1
     if not checked:
         headline = "NOT CHECKED: the official checkers were skipped (--skip-checks)"
@@ -343,32 +374,54 @@ def package(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", metavar="RUNS")
     parser.add_argument("--system", required=True, help="system name: folder and json name")
     parser.add_argument("--out", required=True, help="submission folder (the submitter's)")
     parser.add_argument("--submitter", help="default: the logs' submission_org")
-    parser.add_argument("--division", choices=("closed", "open"),
-                        help="default: the logs' submission_division")
+    parser.add_argument(
+        "--division", choices=("closed", "open"), help="default: the logs' submission_division"
+    )
     parser.add_argument("--nodes", type=int, help="default: the logs' number_of_nodes, else 1")
-    parser.add_argument("--accelerators-per-node", type=int,
-                        help="default: the logs' accelerators_per_node, else this host's CUDA "
-                             "devices (0 without CUDA: a CPU run)")
-    parser.add_argument("--accelerator", help="model name, e.g. NVIDIA A100-SXM4-80GB; default: "
-                                              "the logs', else this host's CUDA device")
-    parser.add_argument("--field", action="append", default=[], metavar="KEY=VALUE",
-                        help="any system description field; repeatable")
+    parser.add_argument(
+        "--accelerators-per-node",
+        type=int,
+        help="default: the logs' accelerators_per_node, else this host's CUDA "
+        "devices (0 without CUDA: a CPU run)",
+    )
+    parser.add_argument(
+        "--accelerator",
+        help="model name, e.g. NVIDIA A100-SXM4-80GB; default: "
+        "the logs', else this host's CUDA device",
+    )
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any system description field; repeatable",
+    )
     parser.add_argument("--system-json", help="a system description whose fields win")
     parser.add_argument("--force", action="store_true", help="replace an existing package")
-    parser.add_argument("--allow-aborted", action="store_true",
-                        help="package runs whose run_stop says aborted (not converged); MLPerf "
-                             "scores at most one of 10, as the slowest")
-    parser.add_argument("--unofficial", action="store_true",
-                        help="for test runs: exit 0 even when the checkers or rules reject the "
-                             "package; the output and DIR/" + MARKER + " say so and why")
-    parser.add_argument("--skip-checks", action="store_true",
-                        help="layout and score only, no checker (quick look; not a submission)")
+    parser.add_argument(
+        "--allow-aborted",
+        action="store_true",
+        help="package runs whose run_stop says aborted (not converged); MLPerf "
+        "scores at most one of 10, as the slowest",
+    )
+    parser.add_argument(
+        "--unofficial",
+        action="store_true",
+        help="for test runs: exit 0 even when the checkers or rules reject the "
+        "package; the output and DIR/" + MARKER + " say so and why",
+    )
+    parser.add_argument(
+        "--skip-checks",
+        action="store_true",
+        help="layout and score only, no checker (quick look; not a submission)",
+    )
     args = parser.parse_args(argv)
     for name in ("nodes", "accelerators_per_node"):
         value = getattr(args, name)
@@ -381,7 +434,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return package(args)
-    except (PackageError, LogError, system_desc.DescriptionError, BadInputError,
-            OSError) as err:
+    except (PackageError, LogError, system_desc.DescriptionError, BadInputError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

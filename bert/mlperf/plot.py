@@ -13,6 +13,7 @@ folders as it takes to tell the runs apart, and the log's file name when it is n
 Reading the logs needs only mlperf-logging; drawing needs matplotlib (pip install matplotlib).
 Exit status: 0 written, 2 bad input or matplotlib missing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,11 @@ def read_lines(path: Path) -> list:
 
 def eval_curve(lines: list) -> tuple[list[int], list[float]]:
     """(samples trained, MLM accuracy) at each eval; epoch_num is samples for BERT."""
-    points = [(line.value["metadata"]["epoch_num"], line.value["value"])
-              for line in lines if line.key == "eval_accuracy"]
+    points = [
+        (line.value["metadata"]["epoch_num"], line.value["value"])
+        for line in lines
+        if line.key == "eval_accuracy"
+    ]
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -88,8 +92,9 @@ def draw(logs: list[Path], out: Path) -> None:
         rate_ax.plot(*block_throughput(lines), marker=".", label=label)
     acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
     acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
-    rate_ax.set(xlabel="minutes since run_start", ylabel="samples/s",
-                title="training throughput per block")
+    rate_ax.set(
+        xlabel="minutes since run_start", ylabel="samples/s", title="training throughput per block"
+    )
     for ax in (acc_ax, rate_ax):
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
@@ -97,8 +102,9 @@ def draw(logs: list[Path], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("logs", nargs="+", type=Path)
     parser.add_argument("--out", required=True, type=Path, help="image file, e.g. run.png")
     args = parser.parse_args(argv)

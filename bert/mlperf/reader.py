@@ -21,6 +21,7 @@ refuses the folder.
 Keys the logs may carry for the system description (read when present, else the packaging host
 is asked): TOPOLOGY_KEYS, each named after its system-description field.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert.mlperf.constants import (MLLOG_MARKER, NOT_LOGS, RESUMED_FROM_CHECKPOINT,
-                                   RESUMED_NAME, RULESET, STOP_REASON, TOPOLOGY_KEYS)
+from bert.mlperf.constants import (
+    MLLOG_MARKER,
+    NOT_LOGS,
+    RESUMED_FROM_CHECKPOINT,
+    RESUMED_NAME,
+    RULESET,
+    STOP_REASON,
+    TOPOLOGY_KEYS,
+)
 
 
 class LogError(Exception):
@@ -61,19 +69,25 @@ class Run:
     def refusal(self, allow_aborted: bool) -> str | None:
         """Why this log is not a timed run that may be packaged; None when it is."""
         if self.resumed:
-            return (f"resumed log ({self.resumed}): it times only the part after the resume; "
-                    "package the log of an uninterrupted run")
+            return (
+                f"resumed log ({self.resumed}): it times only the part after the resume; "
+                "package the log of an uninterrupted run"
+            )
         if not self.has_start:
             return "no run_start: not a training run (an eval-only log?)"
         if self.stop_reason:
-            return (f"stopped from outside the training loop ({self.stop_reason}): not a timed "
-                    "run, not even as the one aborted run MLPerf allows")
+            return (
+                f"stopped from outside the training loop ({self.stop_reason}): not a timed "
+                "run, not even as the one aborted run MLPerf allows"
+            )
         if self.status == "missing":
             return "incomplete: no run_stop (the run was killed, crashed or is still running)"
         if self.status != "success" and not allow_aborted:
-            return (f"incomplete: run_stop status {self.status} (the run did not reach the "
-                    "target or crashed); MLPerf scores at most one such run of 10, as the "
-                    "slowest: pass --allow-aborted to include it")
+            return (
+                f"incomplete: run_stop status {self.status} (the run did not reach the "
+                "target or crashed); MLPerf scores at most one such run of 10, as the "
+                "slowest: pass --allow-aborted to include it"
+            )
         return None
 
 
@@ -81,6 +95,7 @@ def parse_log(path: Path) -> tuple[list, list]:
     """(lines, errors) of the official parser (mlperf-logging, imported here: writing a log
     and reading one's JSON lines need none)."""
     from mlperf_logging.compliance_checker import mlp_parser
+
     return mlp_parser.parse_file(str(path), ruleset=RULESET)
 
 
@@ -93,8 +108,9 @@ def mllog_records(text: str) -> list[dict]:
 def read_run(path: Path) -> Run:
     lines, errors = parse_log(path)
     if errors:
-        raise LogError(f"{path}: {len(errors)} unparsable MLLOG line(s), first: "
-                       f"{errors[0][0][:120]!r}")
+        raise LogError(
+            f"{path}: {len(errors)} unparsable MLLOG line(s), first: {errors[0][0][:120]!r}"
+        )
     if not lines:
         raise LogError(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
     first = {}
@@ -109,12 +125,20 @@ def read_run(path: Path) -> Run:
     def value(key: str):
         return first[key].value["value"] if key in first else None
 
-    return Run(path, value("seed"), start is not None, status, minutes,
-               value("submission_org"), value("submission_division"),
-               value("submission_status"), value("global_batch_size"),
-               resumed_reason(path, first),
-               {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first},
-               stop.value["metadata"].get(STOP_REASON) if stop else None)
+    return Run(
+        path,
+        value("seed"),
+        start is not None,
+        status,
+        minutes,
+        value("submission_org"),
+        value("submission_division"),
+        value("submission_status"),
+        value("global_batch_size"),
+        resumed_reason(path, first),
+        {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first},
+        stop.value["metadata"].get(STOP_REASON) if stop else None,
+    )
 
 
 def resumed_reason(path: Path, first: dict) -> str | None:
@@ -128,8 +152,9 @@ def resumed_reason(path: Path, first: dict) -> str | None:
     block = first.get("block_start") or first.get("epoch_start")
     if block is not None:
         meta = block.value["metadata"]
-        begun = max(int(meta.get("samples_count", 0) or 0),
-                    int(meta.get("first_epoch_num", 0) or 0))
+        begun = max(
+            int(meta.get("samples_count", 0) or 0), int(meta.get("first_epoch_num", 0) or 0)
+        )
         if begun > 0:
             return f"its first block starts after {begun} samples, not 0"
     return None
@@ -145,6 +170,7 @@ def resumed_log(path: Path) -> str | None:
 
 # -- which files -------------------------------------------------------------------------------
 
+
 def _result_index(path: Path) -> int:
     return int(re.sub(r"\D", "", path.stem) or 0)
 
@@ -157,8 +183,11 @@ def has_mllog_lines(path: Path) -> bool:
 
 def pick_from_output_dir(folder: Path, allow_aborted: bool) -> tuple[Run, str]:
     """The one complete, non-resumed log of a run's output_dir, and a line saying why."""
-    candidates = sorted(p for p in folder.glob("*.log")
-                        if p.is_file() and p.name not in NOT_LOGS and has_mllog_lines(p))
+    candidates = sorted(
+        p
+        for p in folder.glob("*.log")
+        if p.is_file() and p.name not in NOT_LOGS and has_mllog_lines(p)
+    )
     if not candidates:
         raise LogError(f"{folder}: holds no result_*.txt and no MLPerf *.log")
     runs = [read_run(p) for p in candidates]

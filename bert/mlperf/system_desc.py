@@ -18,6 +18,7 @@ Fields that no file here can tell (memory DIMM layout, cooling, interconnects be
 devices) say "unknown"; on a single node the inter-node network fields say "N/A". The caller's
 flags, --field and --system-json override any of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,31 +27,63 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
-                                   NUMBER_OF_NODES)
+from bert.mlperf.constants import ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE, NUMBER_OF_NODES
 from bert.tools.common import cpu_model
 
 UNKNOWN = "unknown"
-AVAILABILITY = {"onprem": "Available on-premise", "cloud": "Available cloud",
-                "research": "Research, Development, or Internal (RDI)", "preview": "Preview"}
+AVAILABILITY = {
+    "onprem": "Available on-premise",
+    "cloud": "Available cloud",
+    "research": "Research, Development, or Internal (RDI)",
+    "preview": "Preview",
+}
 # system_desc_checker's required fields (training 5.0.0), in its order: the json's order.
 FIELDS = (
-    "submitter", "division", "status", "system_name", "number_of_nodes",
-    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
-    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
-    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
-    "host_storage_capacity", "host_networking", "host_networking_topology",
-    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
-    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
-    "accelerator_memory_configuration", "accelerator_memory_capacity",
-    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
-    "framework", "other_software_stack", "operating_system", "sw_notes")
+    "submitter",
+    "division",
+    "status",
+    "system_name",
+    "number_of_nodes",
+    "host_processors_per_node",
+    "host_processor_model_name",
+    "host_processor_core_count",
+    "host_processor_vcpu_count",
+    "host_processor_frequency",
+    "host_processor_caches",
+    "host_processor_interconnect",
+    "host_memory_capacity",
+    "host_storage_type",
+    "host_storage_capacity",
+    "host_networking",
+    "host_networking_topology",
+    "host_memory_configuration",
+    "accelerators_per_node",
+    "accelerator_model_name",
+    "accelerator_host_interconnect",
+    "accelerator_frequency",
+    "accelerator_on-chip_memories",
+    "accelerator_memory_configuration",
+    "accelerator_memory_capacity",
+    "accelerator_interconnect",
+    "accelerator_interconnect_topology",
+    "cooling",
+    "hw_notes",
+    "framework",
+    "other_software_stack",
+    "operating_system",
+    "sw_notes",
+)
 NA = "N/A"
 ACCELERATOR_FIELDS = (
-    "accelerator_model_name", "accelerator_host_interconnect", "accelerator_frequency",
-    "accelerator_on-chip_memories", "accelerator_memory_configuration",
-    "accelerator_memory_capacity", "accelerator_interconnect",
-    "accelerator_interconnect_topology")
+    "accelerator_model_name",
+    "accelerator_host_interconnect",
+    "accelerator_frequency",
+    "accelerator_on-chip_memories",
+    "accelerator_memory_configuration",
+    "accelerator_memory_capacity",
+    "accelerator_interconnect",
+    "accelerator_interconnect_topology",
+)
 
 
 class DescriptionError(Exception):
@@ -58,6 +91,7 @@ class DescriptionError(Exception):
 
 
 # -- host --------------------------------------------------------------------------------------
+
 
 def _read(path: Path) -> str:
     try:
@@ -96,8 +130,7 @@ def _cache_sizes(sysfs: Path) -> str:
         match = re.fullmatch(r"(\d+)([KMG]?)", size)
         if not (level and match):
             continue
-        kib = int(match.group(1)) * {"": 1 / 1024, "K": 1, "M": 1024, "G": 1 << 20}[
-            match.group(2)]
+        kib = int(match.group(1)) * {"": 1 / 1024, "K": 1, "M": 1024, "G": 1 << 20}[match.group(2)]
         suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
         parts.append(f"L{level}{suffix} {_size(kib)}")
     return ", ".join(parts)
@@ -120,8 +153,9 @@ def _frequency(sysfs: Path, records: list[dict[str, str]], model: str) -> str:
 def _sockets_and_cores(sysfs: Path, records: list[dict[str, str]]) -> tuple[int, int]:
     """(processors per node, physical cores per node); 0 where the files do not say."""
     packages = {r["physical id"] for r in records if "physical id" in r}
-    cores = {(r["physical id"], r["core id"]) for r in records
-             if "physical id" in r and "core id" in r}
+    cores = {
+        (r["physical id"], r["core id"]) for r in records if "physical id" in r and "core id" in r
+    }
     if not packages:  # e.g. arm64, whose cpuinfo has no topology: ask sysfs
         for cpu in (sysfs / "devices/system/cpu").glob("cpu[0-9]*"):
             package = _read(cpu / "topology/physical_package_id").strip()
@@ -162,8 +196,9 @@ def _operating_system(etc: Path) -> str:
     return f"{name}, {kernel}" if name else kernel or UNKNOWN
 
 
-def host_fields(proc: Path = Path("/proc"), sysfs: Path = Path("/sys"),
-                etc: Path = Path("/etc")) -> dict[str, str]:
+def host_fields(
+    proc: Path = Path("/proc"), sysfs: Path = Path("/sys"), etc: Path = Path("/etc")
+) -> dict[str, str]:
     records = _cpuinfo_records(_read(proc / "cpuinfo"))
     model = cpu_model(proc / "cpuinfo") or UNKNOWN
     sockets, cores = _sockets_and_cores(sysfs, records)
@@ -175,9 +210,12 @@ def host_fields(proc: Path = Path("/proc"), sysfs: Path = Path("/sys"),
         "host_processor_core_count": str(cores) if cores else UNKNOWN,
         "host_processor_vcpu_count": str(len(records)) if records else UNKNOWN,
         "host_processor_frequency": _frequency(sysfs, records, model),
-        "host_processor_caches": _cache_sizes(sysfs) or (
-            f"{records[0]['cache size']} (per core)" if records and "cache size" in records[0]
-            else UNKNOWN),
+        "host_processor_caches": _cache_sizes(sysfs)
+        or (
+            f"{records[0]['cache size']} (per core)"
+            if records and "cache size" in records[0]
+            else UNKNOWN
+        ),
         "host_processor_interconnect": UNKNOWN,
         "host_memory_capacity": _size(int(mem.group(1))) if mem else UNKNOWN,
         "host_memory_configuration": UNKNOWN,
@@ -189,6 +227,7 @@ def host_fields(proc: Path = Path("/proc"), sysfs: Path = Path("/sys"),
 
 
 # -- accelerators ------------------------------------------------------------------------------
+
 
 def local_cuda():
     """torch.cuda when this host has a CUDA device, else None (also when torch is missing)."""
@@ -204,8 +243,10 @@ def accelerator_fields(per_node: int, model: str | None, cuda) -> dict[str, str]
     `cuda` (torch.cuda or None) only when its device 0 is that model."""
     if per_node == 0:
         return {"accelerators_per_node": "0", **{name: NA for name in ACCELERATOR_FIELDS}}
-    fields = {"accelerators_per_node": str(per_node),
-              **{name: UNKNOWN for name in ACCELERATOR_FIELDS}}
+    fields = {
+        "accelerators_per_node": str(per_node),
+        **{name: UNKNOWN for name in ACCELERATOR_FIELDS},
+    }
     fields["accelerator_model_name"] = model or UNKNOWN
     if cuda is not None and model and cuda.get_device_name(0) == model:
         props = cuda.get_device_properties(0)
@@ -221,6 +262,7 @@ def accelerator_fields(per_node: int, model: str | None, cuda) -> dict[str, str]
 
 # -- software ----------------------------------------------------------------------------------
 
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)
@@ -232,6 +274,7 @@ def software_fields() -> dict[str, str]:
     stack = [f"Python {platform.python_version()}"]
     try:
         import torch
+
         framework = f"PyTorch {torch.__version__}"
         if torch.version.cuda:
             stack.append(f"CUDA {torch.version.cuda}")
@@ -258,15 +301,18 @@ def cudnn_version(number: int) -> str:
 
 # -- the whole description -----------------------------------------------------------------
 
+
 def run_topology(runs: list) -> dict[str, str]:
     """The TOPOLOGY_KEYS the logs carry; runs of one package must agree."""
     found: dict[str, str] = {}
     for run in runs:
         for key, value in run.topology.items():
             if found.setdefault(key, value) != value:
-                raise DescriptionError(f"{run.path}: {key}={value}, but an earlier run logged "
-                                       f"{found[key]}; one system description cannot cover "
-                                       f"both")
+                raise DescriptionError(
+                    f"{run.path}: {key}={value}, but an earlier run logged "
+                    f"{found[key]}; one system description cannot cover "
+                    f"both"
+                )
     return found
 
 
@@ -284,8 +330,10 @@ def describe(args, runs: list, cuda) -> tuple[dict, str]:
         per_node, source = 0, "a CPU run: the logs do not say, and this host has no CUDA device"
     else:
         per_node = cuda.device_count()
-        source = ("the logs do not say: all CUDA devices of this host; pass "
-                  "--accelerators-per-node if the runs used fewer")
+        source = (
+            "the logs do not say: all CUDA devices of this host; pass "
+            "--accelerators-per-node if the runs used fewer"
+        )
     model = args.accelerator or logged.get(ACCELERATOR_MODEL_NAME)
     if per_node and not model and cuda is not None:
         model = cuda.get_device_name(0)
@@ -301,12 +349,14 @@ def describe(args, runs: list, cuda) -> tuple[dict, str]:
     desc.update(accelerator_fields(per_node, model, cuda))
     desc.update(software_fields())
     single = nodes == 1
-    desc.update({
-        "host_networking": NA if single else UNKNOWN,
-        "host_networking_topology": NA if single else UNKNOWN,
-        "hw_notes": "host fields read from the packaging machine by scripts/package_results.py",
-        "sw_notes": "software versions of the packaging environment",
-    })
+    desc.update(
+        {
+            "host_networking": NA if single else UNKNOWN,
+            "host_networking_topology": NA if single else UNKNOWN,
+            "hw_notes": "host fields read from the packaging machine by scripts/package_results.py",
+            "sw_notes": "software versions of the packaging environment",
+        }
+    )
     for item in args.field:
         key, sep, value = item.partition("=")
         if not sep:
@@ -316,16 +366,19 @@ def describe(args, runs: list, cuda) -> tuple[dict, str]:
         try:
             desc.update(json.loads(Path(args.system_json).read_text()))
         except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
-            raise DescriptionError(f"--system-json {args.system_json}: not a JSON object "
-                                   f"({err})") from None
+            raise DescriptionError(
+                f"--system-json {args.system_json}: not a JSON object ({err})"
+            ) from None
     desc = {**{k: desc[k] for k in FIELDS if k in desc}, **desc}  # the checker's order
     # the checker joins fields as strings
     desc = {k: str(v) if isinstance(v, (int, float)) else v for k, v in desc.items()}
     if desc["accelerators_per_node"] != str(per_node):
         source = "set by --field or --system-json"
-    where = (f"system: {desc['number_of_nodes']} node(s) x {desc['accelerators_per_node']} "
-             f"accelerator(s) [{desc['accelerator_model_name']}] ({source}), host "
-             f"{desc['host_processor_model_name']}")
+    where = (
+        f"system: {desc['number_of_nodes']} node(s) x {desc['accelerators_per_node']} "
+        f"accelerator(s) [{desc['accelerator_model_name']}] ({source}), host "
+        f"{desc['host_processor_model_name']}"
+    )
     return desc, where
 
 
@@ -335,5 +388,6 @@ def _logged_int(logged: dict[str, str], key: str, runs: list) -> int | None:
     try:
         return int(logged[key])
     except ValueError:
-        raise DescriptionError(f"{runs[0].path}: MLLOG {key}={logged[key]!r}: expected an "
-                               f"integer") from None
+        raise DescriptionError(
+            f"{runs[0].path}: MLLOG {key}={logged[key]!r}: expected an integer"
+        ) from None

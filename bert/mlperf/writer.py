@@ -37,6 +37,7 @@ alone producing a log that the checker rejects later.
 Only rank 0 writes (the caller passes its rank so nothing here touches torch.distributed). Other
 ranks, and any logger built with `enabled=False`, still validate the call order but write nothing.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,9 +48,15 @@ import os
 import sys
 from typing import Any
 
-from bert.mlperf.constants import (ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE,
-                                   NUMBER_OF_NODES, RESUMED_FROM_CHECKPOINT, STOP_REASON,
-                                   TOPOLOGY_KEYS, TRACKED_STATS)
+from bert.mlperf.constants import (
+    ACCELERATOR_MODEL_NAME,
+    ACCELERATORS_PER_NODE,
+    NUMBER_OF_NODES,
+    RESUMED_FROM_CHECKPOINT,
+    STOP_REASON,
+    TOPOLOGY_KEYS,
+    TRACKED_STATS,
+)
 
 
 class _Lazy:
@@ -73,17 +80,34 @@ C = _Lazy("mlperf_logging.mllog.constants")
 # value a failure; both are bugs, so they are refused before they reach the file.
 @functools.cache
 def once_keys() -> frozenset[str]:
-    return frozenset({
-        C.SUBMISSION_BENCHMARK, C.SUBMISSION_DIVISION, C.SUBMISSION_ORG, C.SUBMISSION_PLATFORM,
-        C.SUBMISSION_STATUS,
-        C.INIT_STOP, C.RUN_START, C.RUN_STOP,
-        C.SEED, C.TRAIN_SAMPLES, C.EVAL_SAMPLES,
-        C.GLOBAL_BATCH_SIZE, C.GRADIENT_ACCUMULATION_STEPS,
-        C.OPT_BASE_LR, C.OPT_LAMB_EPSILON, C.OPT_LR_TRAINING_STEPS, C.OPT_LR_WARMUP_STEPS,
-        C.NUM_WARMUP_STEPS, C.START_WARMUP_STEP, C.OPT_LAMB_BETA_1, C.OPT_LAMB_BETA_2,
-        C.OPT_LAMB_WEIGHT_DECAY,
-        C.MAX_SEQUENCE_LENGTH, C.OPT_LAMB_LR_DECAY_POLY_POWER,
-    })
+    return frozenset(
+        {
+            C.SUBMISSION_BENCHMARK,
+            C.SUBMISSION_DIVISION,
+            C.SUBMISSION_ORG,
+            C.SUBMISSION_PLATFORM,
+            C.SUBMISSION_STATUS,
+            C.INIT_STOP,
+            C.RUN_START,
+            C.RUN_STOP,
+            C.SEED,
+            C.TRAIN_SAMPLES,
+            C.EVAL_SAMPLES,
+            C.GLOBAL_BATCH_SIZE,
+            C.GRADIENT_ACCUMULATION_STEPS,
+            C.OPT_BASE_LR,
+            C.OPT_LAMB_EPSILON,
+            C.OPT_LR_TRAINING_STEPS,
+            C.OPT_LR_WARMUP_STEPS,
+            C.NUM_WARMUP_STEPS,
+            C.START_WARMUP_STEP,
+            C.OPT_LAMB_BETA_1,
+            C.OPT_LAMB_BETA_2,
+            C.OPT_LAMB_WEIGHT_DECAY,
+            C.MAX_SEQUENCE_LENGTH,
+            C.OPT_LAMB_LR_DECAY_POLY_POWER,
+        }
+    )
 
 
 RUN_STATUSES = ("success", "aborted")  # C.SUCCESS, C.ABORTED
@@ -116,8 +140,9 @@ class _GlobalSink:
     handlers: list[logging.Handler] = []
 
     @classmethod
-    def take_over(cls, new_owner: "MLPerfLogger", path: str | None, echo: bool,
-                  append: bool) -> None:
+    def take_over(
+        cls, new_owner: "MLPerfLogger", path: str | None, echo: bool, append: bool
+    ) -> None:
         cls.release(cls.owner)
         base = mllog.get_mllogger().logger
         # The default logger ships with a stdout handler; drop it so echo is opt-in.
@@ -158,8 +183,14 @@ class _GlobalSink:
 class MLPerfLogger:
     """Writes the MLPerf training log of one run (rank 0 only); see the module docstring."""
 
-    def __init__(self, path: str | None, rank: int, enabled: bool = True, echo: bool = False,
-                 append: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | None,
+        rank: int,
+        enabled: bool = True,
+        echo: bool = False,
+        append: bool = False,
+    ) -> None:
         """`path`: the result file (None: stdout only). `echo`: also print lines to stdout.
         `append`: keep an existing file's lines instead of starting it empty."""
         self.rank = rank
@@ -210,8 +241,9 @@ class MLPerfLogger:
         self._emit("event", C.SUBMISSION_PLATFORM, platform)
         self._emit("event", C.SUBMISSION_STATUS, status)
 
-    def hyperparameters(self, cfg: Any, train_samples: int | None, eval_samples: int,
-                        seed: int) -> None:
+    def hyperparameters(
+        self, cfg: Any, train_samples: int | None, eval_samples: int, seed: int
+    ) -> None:
         """Log the tunable hyperparameters of `cfg` (a bert.config.Config) once each.
 
         `train_samples` may be None when it is only known at the end of the run (samples
@@ -237,8 +269,7 @@ class MLPerfLogger:
         """Marks the log of a run resumed from a checkpoint (init phase): it times only the
         part after the resume, so bert/mlperf/package.py refuses it."""
         self._require_init_phase(RESUMED_FROM_CHECKPOINT)
-        self._emit("event", RESUMED_FROM_CHECKPOINT, int(step),
-                   metadata={"samples": int(samples)})
+        self._emit("event", RESUMED_FROM_CHECKPOINT, int(step), metadata={"samples": int(samples)})
 
     def init_stop(self) -> None:
         self._require(C.INIT_START, C.INIT_STOP)
@@ -255,14 +286,21 @@ class MLPerfLogger:
         self._require(C.RUN_START, C.BLOCK_START)
         if epoch_count <= 0:
             raise MLPerfLogError(f"block_start epoch_count={epoch_count}: must be > 0")
-        self._emit("start", C.BLOCK_START,
-                   metadata=_block_metadata(samples_count, first_epoch_num, epoch_count))
+        self._emit(
+            "start",
+            C.BLOCK_START,
+            metadata=_block_metadata(samples_count, first_epoch_num, epoch_count),
+        )
 
-    def block_stop(self, samples_count: int, first_epoch_num: int,
-                   epoch_count: int | None = None) -> None:
+    def block_stop(
+        self, samples_count: int, first_epoch_num: int, epoch_count: int | None = None
+    ) -> None:
         self._require(C.RUN_START, C.BLOCK_STOP)
-        self._emit("end", C.BLOCK_STOP,
-                   metadata=_block_metadata(samples_count, first_epoch_num, epoch_count))
+        self._emit(
+            "end",
+            C.BLOCK_STOP,
+            metadata=_block_metadata(samples_count, first_epoch_num, epoch_count),
+        )
 
     def eval_start(self, samples: int) -> None:
         self._require(C.RUN_START, C.EVAL_START)
@@ -275,8 +313,9 @@ class MLPerfLogger:
     def eval_accuracy(self, accuracy: float, samples_trained: int) -> None:
         """MLM accuracy; BERT's rules want epoch_num = samples trained so far (REFERENCE 1)."""
         self._require(C.RUN_START, C.EVAL_ACCURACY)
-        self._emit("event", C.EVAL_ACCURACY, float(accuracy),
-                   metadata={C.EPOCH_NUM: int(samples_trained)})
+        self._emit(
+            "event", C.EVAL_ACCURACY, float(accuracy), metadata={C.EPOCH_NUM: int(samples_trained)}
+        )
 
     def run_stop(self, status: str, stop_reason: str | None = None) -> None:
         """`stop_reason`: set when the run did not end by itself (a signal, an error, a
@@ -294,8 +333,12 @@ class MLPerfLogger:
         NVIDIA's submissions log them; the checker has no rule for the key and passes it."""
         self._require(C.RUN_START, TRACKED_STATS)
         value = {k: None if v is None else float(v) for k, v in stats.items()}  # None: not finite
-        self._emit("event", TRACKED_STATS, value,
-                   metadata={"step": int(step), C.SAMPLES_COUNT: int(samples)})
+        self._emit(
+            "event",
+            TRACKED_STATS,
+            value,
+            metadata={"step": int(step), C.SAMPLES_COUNT: int(samples)},
+        )
 
     def train_samples(self, samples: int) -> None:
         """Samples trained, when it was not known at hyperparameter time."""
@@ -309,8 +352,9 @@ class MLPerfLogger:
 
     def _require(self, earlier: str, key: str) -> None:
         if earlier not in self._logged:
-            raise MLPerfLogError(f"{key} logged before {earlier}; see bert/mlperf/writer.py for "
-                                 f"the order")
+            raise MLPerfLogError(
+                f"{key} logged before {earlier}; see bert/mlperf/writer.py for the order"
+            )
 
     def _require_init_phase(self, key: str) -> None:
         self._require(C.INIT_START, key)
@@ -324,7 +368,8 @@ class MLPerfLogger:
         """Validate on every rank, write on rank 0 only."""
         if self._retired:
             raise MLPerfLogError(
-                f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process")
+                f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process"
+            )
         if (key in once_keys() or key in OWN_ONCE_KEYS) and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
         try:  # the log is JSON lines: NaN or Infinity would make a line unreadable
@@ -337,16 +382,18 @@ class MLPerfLogger:
             write(key=key, value=value, metadata=metadata, stack_offset=_STACK_OFFSET)
 
 
-def _block_metadata(samples_count: int, first_epoch_num: int,
-                    epoch_count: int | None) -> dict[str, int]:
+def _block_metadata(
+    samples_count: int, first_epoch_num: int, epoch_count: int | None
+) -> dict[str, int]:
     meta = {C.SAMPLES_COUNT: int(samples_count), C.FIRST_EPOCH_NUM: int(first_epoch_num)}
     if epoch_count is not None:
         meta[C.EPOCH_COUNT] = int(epoch_count)
     return meta
 
 
-def hyperparameter_values(cfg: Any, train_samples: int | None, eval_samples: int,
-                          seed: int) -> dict[str, Any]:
+def hyperparameter_values(
+    cfg: Any, train_samples: int | None, eval_samples: int, seed: int
+) -> dict[str, Any]:
     """MLPerf key -> value for one run; plain int/float so json never sees numpy or tensors."""
     optim, schedule, run = cfg.optim, cfg.schedule, cfg.run
     values = {

@@ -14,6 +14,7 @@ function and one `BACKENDS` entry here.
 Each backend's GPU status is a field of its record (`gpu_validated`), read by the docs check and
 the start-of-run warning (bert/gpu_status.py); kernels/VALIDATION.md lists the tests.
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,8 +58,16 @@ class AttentionBackend:
     gpu_validated: str | None = None
 
 
-def padded_sdpa_attention(q, k, v, cu_seqlens, max_seqlen, token_index, dropout_p,
-                          queries: tuple[torch.Tensor, int] | None = None):
+def padded_sdpa_attention(
+    q,
+    k,
+    v,
+    cu_seqlens,
+    max_seqlen,
+    token_index,
+    dropout_p,
+    queries: tuple[torch.Tensor, int] | None = None,
+):
     """Reference: pad only inside attention, run masked SDPA, unpad. Exact on any device.
     queries: (token_index, max_seqlen) of q when q holds a subset of the tokens (the last
     layer's, QuerySubset); keys and values are always every token."""
@@ -80,8 +89,9 @@ def masked_sdpa(q, k, v, mask, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
-def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,
-                           queries: tuple[torch.Tensor, int] | None = None):
+def flash_varlen_attention(
+    q, k, v, cu_seqlens, max_seqlen, dropout_p, queries: tuple[torch.Tensor, int] | None = None
+):
     """PyTorch's flash-attention varlen kernel on packed tokens (CUDA, fp16/bf16, with dropout).
     queries: (cu_seqlens, max_seqlen) of q when q holds a subset of each sequence's tokens.
 
@@ -89,11 +99,14 @@ def flash_varlen_attention(q, k, v, cu_seqlens, max_seqlen, dropout_p,
     test_cuda_backend_on_gpu is the acceptance test).
     """
     if not q.is_cuda or q.dtype not in (torch.float16, torch.bfloat16):
-        raise RuntimeError("model.attention=flash_varlen needs CUDA tensors in fp16 or bf16 "
-                           f"(got {q.device}, {q.dtype}); use padded_sdpa")
+        raise RuntimeError(
+            "model.attention=flash_varlen needs CUDA tensors in fp16 or bf16 "
+            f"(got {q.device}, {q.dtype}); use padded_sdpa"
+        )
     cu_q, max_q = queries or (cu_seqlens, max_seqlen)
     out = torch.ops.aten._flash_attention_forward(
-        q, k, v, cu_q, cu_seqlens, max_q, max_seqlen, dropout_p, False, False)[0]
+        q, k, v, cu_q, cu_seqlens, max_q, max_seqlen, dropout_p, False, False
+    )[0]
     return out
 
 
@@ -108,8 +121,10 @@ def per_sequence_attention(q, k, v, cu_seqlens, dropout_p, cu_queries=None):
     cu_queries: (B+1,) int32 when q holds a subset of each sequence's tokens (QuerySubset).
     """
     if q.is_cuda:
-        raise RuntimeError("model.attention=per_sequence is the CPU path (it reads sequence "
-                           "lengths on the host); use flash_varlen or padded_sdpa on CUDA")
+        raise RuntimeError(
+            "model.attention=per_sequence is the CPU path (it reads sequence "
+            "lengths on the host); use flash_varlen or padded_sdpa on CUDA"
+        )
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()  # CPU tensor: no device sync
     if dropout_p > 0.0:
         # Dropout's 1/(1-p) rescaling on V costs T*d multiplies instead of l^2 per sequence.
@@ -153,9 +168,11 @@ def grouped_attention(q, k, v, batch: PackedBatch, dropout_p):
     """
     groups = batch.groups
     if groups is None:
-        raise ValueError("model.attention=grouped_flash needs the batch's length groups "
-                         "(PackedBatch.groups: data.packing.pack_samples(..., "
-                         "attention_groups=True))")
+        raise ValueError(
+            "model.attention=grouped_flash needs the batch's length groups "
+            "(PackedBatch.groups: data.packing.pack_samples(..., "
+            "attention_groups=True))"
+        )
     shapes = groups.shapes
     token_counts = [tokens for _, tokens, _ in shapes]
     # One gather into group order for q, k and v: its backward is one scatter, not one per group.
@@ -163,9 +180,10 @@ def grouped_attention(q, k, v, batch: PackedBatch, dropout_p):
     cu_seqlens = groups.cu_seqlens.split([seqs + 1 for seqs, _, _ in shapes])
     token_index = groups.token_index.split(token_counts)
     inputs = [(qs[g], ks[g], vs[g], cu_seqlens[g], token_index[g]) for g in range(len(shapes))]
-    launches = [functools.partial(_group_attention, *inputs[g][:4], shapes[g][2],
-                                  inputs[g][4], dropout_p)
-                for g in range(len(shapes))]
+    launches = [
+        functools.partial(_group_attention, *inputs[g][:4], shapes[g][2], inputs[g][4], dropout_p)
+        for g in range(len(shapes))
+    ]
     outs = _run_concurrently(launches, inputs, q.device)
     return torch.cat(outs).index_select(0, groups.inverse)
 
@@ -188,9 +206,11 @@ def _side_streams(device: torch.device, count: int) -> list:
     return streams[:count]
 
 
-def _run_concurrently(launches: list[Callable[[], torch.Tensor]],
-                      inputs: list[tuple[torch.Tensor, ...]],
-                      device: torch.device) -> list[torch.Tensor]:
+def _run_concurrently(
+    launches: list[Callable[[], torch.Tensor]],
+    inputs: list[tuple[torch.Tensor, ...]],
+    device: torch.device,
+) -> list[torch.Tensor]:
     """Run independent launches side by side: the first on the current stream, each other on
     a side stream. The side streams wait for the current one first (q, k, v are ready), and
     the current stream waits for all of them after (the scatter reads every output):
@@ -224,8 +244,9 @@ def _run_concurrently(launches: list[Callable[[], torch.Tensor]],
 
 # ---- the table ----------------------------------------------------------------------------------
 def _padded_sdpa(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
-    return padded_sdpa_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
-                                 dropout_p)
+    return padded_sdpa_attention(
+        q, k, v, batch.cu_seqlens, batch.max_seqlen, batch.token_index, dropout_p
+    )
 
 
 def _flash_varlen(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
@@ -239,19 +260,35 @@ def _per_sequence(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor
 # The same with q for the last layer's queries only (PackedBatch.query_subset): (Q, h, d).
 def _padded_sdpa_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
     sub = batch.query_subset
-    return padded_sdpa_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen, batch.token_index,
-                                 dropout_p, queries=(sub.token_index, sub.max_seqlen))
+    return padded_sdpa_attention(
+        q,
+        k,
+        v,
+        batch.cu_seqlens,
+        batch.max_seqlen,
+        batch.token_index,
+        dropout_p,
+        queries=(sub.token_index, sub.max_seqlen),
+    )
 
 
 def _flash_varlen_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
     sub = batch.query_subset
-    return flash_varlen_attention(q, k, v, batch.cu_seqlens, batch.max_seqlen, dropout_p,
-                                  queries=(sub.cu_seqlens, sub.max_seqlen))
+    return flash_varlen_attention(
+        q,
+        k,
+        v,
+        batch.cu_seqlens,
+        batch.max_seqlen,
+        dropout_p,
+        queries=(sub.cu_seqlens, sub.max_seqlen),
+    )
 
 
 def _per_sequence_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
-    return per_sequence_attention(q, k, v, batch.cu_seqlens, dropout_p,
-                                  cu_queries=batch.query_subset.cu_seqlens)
+    return per_sequence_attention(
+        q, k, v, batch.cu_seqlens, dropout_p, cu_queries=batch.query_subset.cu_seqlens
+    )
 
 
 def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
@@ -264,19 +301,27 @@ def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tens
 # H100, torch 2.11: tests/unit/test_attention.py::test_cuda_backend_on_gpu passed for both
 # (fp16, bf16)
 WINDOW_2026_11_26 = "benchmarks/results/gpu/2026-11-26_window"
-BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
-    AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),
-    AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset, reference=True),
-    AttentionBackend("flash_varlen", _flash_varlen, _flash_varlen_subset,
-                     gpu_validated=WINDOW_2026_11_26),
-    AttentionBackend("grouped_flash", grouped_attention, _grouped_subset, attention_groups=True,
-                     gpu_validated=WINDOW_2026_11_26),
-)}
+BACKENDS: dict[str, AttentionBackend] = {
+    b.name: b
+    for b in (
+        AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),
+        AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset, reference=True),
+        AttentionBackend(
+            "flash_varlen", _flash_varlen, _flash_varlen_subset, gpu_validated=WINDOW_2026_11_26
+        ),
+        AttentionBackend(
+            "grouped_flash",
+            grouped_attention,
+            _grouped_subset,
+            attention_groups=True,
+            gpu_validated=WINDOW_2026_11_26,
+        ),
+    )
+}
 
 
 def resolve(name: str) -> AttentionBackend:
     """The backend `model.attention` names; ValueError listing the choices otherwise."""
     if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; expected one of "
-                         f"{tuple(BACKENDS)}")
+        raise ValueError(f"unknown attention backend {name!r}; expected one of {tuple(BACKENDS)}")
     return BACKENDS[name]

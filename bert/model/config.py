@@ -5,6 +5,7 @@ model-side switches: the attention backend and the fused kernels.
 entry of bert/model/fused.py's table, whose shape limits are checked here, on the CPU too (the
 kernels' twins run the same checks), so a config tested on a CPU also runs on a GPU.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,73 +29,95 @@ COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
 class ModelConfig:
     """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
 
-    vocab_size: int = F(30522, "real vocabulary; the embedding is padded to a multiple of 8",
-                        gt=0, le=32768)  # ids are int16 in the data (REFERENCE 2)
+    vocab_size: int = F(
+        30522, "real vocabulary; the embedding is padded to a multiple of 8", gt=0, le=32768
+    )  # ids are int16 in the data (REFERENCE 2)
     # upper bounds: far above any BERT, low enough that a typo fails here, not in an allocation
     hidden_size: int = F(1024, "width of every layer (BERT-Large: 1024)", gt=0, le=65536)
     num_hidden_layers: int = F(24, "encoder layers", gt=0, le=1024)
-    num_attention_heads: int = F(16, "attention heads per layer; must divide hidden_size", gt=0,
-                                 le=4096)
-    intermediate_size: int = F(4096, "inner width of each feed-forward block", gt=0,
-                               le=262144)
+    num_attention_heads: int = F(
+        16, "attention heads per layer; must divide hidden_size", gt=0, le=4096
+    )
+    intermediate_size: int = F(4096, "inner width of each feed-forward block", gt=0, le=262144)
     hidden_act: Literal["gelu", "gelu_tanh"] = F("gelu", "gelu (erf) or gelu_tanh")
-    hidden_dropout_prob: float = F(0.1, "dropout after the embeddings and every sublayer",
-                                   ge=0, lt=1)
-    attention_probs_dropout_prob: float = F(0.1, "dropout on the attention probabilities",
-                                            ge=0, lt=1)
-    max_position_embeddings: int = F(512, "learned positions; at least data.max_seq_length",
-                                     gt=0, le=32768)
-    type_vocab_size: int = F(2, "segment embeddings (sentence A and B: the data's segment "
-                                "ids are 0 and 1)", ge=2, le=1024)
-    initializer_range: float = F(0.02, "std of the truncated-normal weight init", gt=0,
-                                 le=1e30)  # within float32
+    hidden_dropout_prob: float = F(
+        0.1, "dropout after the embeddings and every sublayer", ge=0, lt=1
+    )
+    attention_probs_dropout_prob: float = F(
+        0.1, "dropout on the attention probabilities", ge=0, lt=1
+    )
+    max_position_embeddings: int = F(
+        512, "learned positions; at least data.max_seq_length", gt=0, le=32768
+    )
+    type_vocab_size: int = F(
+        2,
+        "segment embeddings (sentence A and B: the data's segment ids are 0 and 1)",
+        ge=2,
+        le=1024,
+    )
+    initializer_range: float = F(
+        0.02, "std of the truncated-normal weight init", gt=0, le=1e30
+    )  # within float32
     layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0, le=1e30)
-    pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0,
-                                      le=1024)
-    attention: str = F("padded_sdpa", "attention backend (bert/model/attention.py), resolved "
-                       "when the model is built: \"padded_sdpa\" (reference: pads inside "
-                       "attention only, exact, CPU and GPU), \"per_sequence\" (CPU: one sequence "
-                       "at a time, no work on padding; reads the lengths on the host, so not "
-                       "for CUDA), \"flash_varlen\" (CUDA fp16/bf16 flash kernel on packed "
-                       "tokens) or \"grouped_flash\" ([Zeng]: sequences grouped by length, "
-                       "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
-                       "padded SDPA per group elsewhere). GPU status: the backend's record "
-                       "(bert/gpu_status.py).")
-    last_layer_subset: bool = F(False, "The last encoder layer computes queries, the attention "
-                                "output and the FFN only for the tokens the heads read ([CLS] "
-                                "and the masked tokens); keys and values still come from all "
-                                "tokens, so the heads' inputs are unchanged. About 3% fewer "
-                                "encoder FLOPs for BERT-Large on the MLPerf mix (HazyResearch's "
-                                "MLPerf BERT does this; NVIDIA's does not).")
+    pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0, le=1024)
+    attention: str = F(
+        "padded_sdpa",
+        "attention backend (bert/model/attention.py), resolved "
+        'when the model is built: "padded_sdpa" (reference: pads inside '
+        'attention only, exact, CPU and GPU), "per_sequence" (CPU: one sequence '
+        "at a time, no work on padding; reads the lengths on the host, so not "
+        'for CUDA), "flash_varlen" (CUDA fp16/bf16 flash kernel on packed '
+        'tokens) or "grouped_flash" ([Zeng]: sequences grouped by length, '
+        "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
+        "padded SDPA per group elsewhere). GPU status: the backend's record "
+        "(bert/gpu_status.py).",
+    )
+    last_layer_subset: bool = F(
+        False,
+        "The last encoder layer computes queries, the attention "
+        "output and the FFN only for the tokens the heads read ([CLS] "
+        "and the masked tokens); keys and values still come from all "
+        "tokens, so the heads' inputs are unchanged. About 3% fewer "
+        "encoder FLOPs for BERT-Large on the MLPerf mix (HazyResearch's "
+        "MLPerf BERT does this; NVIDIA's does not).",
+    )
     # Fused CUDA kernels (kernels/, one entry each in bert/model/fused.py), each replacing a
     # plain-PyTorch path; each one's GPU status is its FusedOp record's. On CUDA they need the
     # compiled extension (checked when the model is built) and fp16/bf16 activations
     # (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
-    fused_bias_dropout_residual_layernorm: bool = F(False, "end of every attention/FFN "
-                                                           "sublayer")
+    fused_bias_dropout_residual_layernorm: bool = F(False, "end of every attention/FFN sublayer")
     fused_embedding_backward: bool = F(False, "word-embedding gradient with packed atomics")
-    fused_mlm_loss: bool = F(False, "MLM softmax cross-entropy, its gradient made in the "
-                                    "forward")
-    fused_dense: bool = F(False, "cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and "
-                          "gradient reductions in the GEMMs' epilogues; every dense layer's in "
-                          "and out features must be multiples of 8. fused_dense: GEMM + bias as "
-                          "one GEMM (bias gradient inside the weight-gradient GEMM) for QKV, "
-                          "attention output, FFN (unless fused_dense_gelu), MLM transform, "
-                          "decoder and pooler; the residual's gradient is added inside the "
-                          "QKV/FFN data-gradient GEMM. Fits either GeLU.")
-    fused_dense_gelu: bool = F(False, "fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and "
-                               "GeLU' + bias gradient inside the next data-gradient GEMM: FFN "
-                               "and MLM transform. cuBLASLt's GeLU is the tanh approximation, "
-                               "so it needs hidden_act=gelu_tanh: open division / experimental "
-                               "(MLPerf's BERT uses erf gelu).")
-    compile_sublayers: bool = F(False, "torch.compile (dynamic shapes) of the attention-output "
-                                "and FFN sublayers, the compiler's answer to the fused kernels "
-                                "above, with which it does not combine (each is measured "
-                                "against the other). Attention itself stays eager: its backends "
-                                "read per-batch lengths. GPU status: "
-                                "COMPILE_SUBLAYERS_GPU_VALIDATED.")
-    bert_config_file: ExpandedPath = F("", "optional bert_config.json; its values replace the "
-                                           "fields above")
+    fused_mlm_loss: bool = F(False, "MLM softmax cross-entropy, its gradient made in the forward")
+    fused_dense: bool = F(
+        False,
+        "cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and "
+        "gradient reductions in the GEMMs' epilogues; every dense layer's in "
+        "and out features must be multiples of 8. fused_dense: GEMM + bias as "
+        "one GEMM (bias gradient inside the weight-gradient GEMM) for QKV, "
+        "attention output, FFN (unless fused_dense_gelu), MLM transform, "
+        "decoder and pooler; the residual's gradient is added inside the "
+        "QKV/FFN data-gradient GEMM. Fits either GeLU.",
+    )
+    fused_dense_gelu: bool = F(
+        False,
+        "fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and "
+        "GeLU' + bias gradient inside the next data-gradient GEMM: FFN "
+        "and MLM transform. cuBLASLt's GeLU is the tanh approximation, "
+        "so it needs hidden_act=gelu_tanh: open division / experimental "
+        "(MLPerf's BERT uses erf gelu).",
+    )
+    compile_sublayers: bool = F(
+        False,
+        "torch.compile (dynamic shapes) of the attention-output "
+        "and FFN sublayers, the compiler's answer to the fused kernels "
+        "above, with which it does not combine (each is measured "
+        "against the other). Attention itself stays eager: its backends "
+        "read per-batch lengths. GPU status: "
+        "COMPILE_SUBLAYERS_GPU_VALIDATED.",
+    )
+    bert_config_file: ExpandedPath = F(
+        "", "optional bert_config.json; its values replace the fields above"
+    )
 
     @staticmethod
     def prepare(values: dict) -> dict:
@@ -108,19 +131,26 @@ class ModelConfig:
         return {**values, **{k: v for k, v in loaded.items() if k in known}}
 
     def __post_init__(self) -> None:
-        check(self.hidden_size % self.num_attention_heads == 0,
-              f"model.hidden_size={self.hidden_size} is not divisible by "
-              f"model.num_attention_heads={self.num_attention_heads}")
-        check(self.attention in BACKENDS,
-              f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}")
+        check(
+            self.hidden_size % self.num_attention_heads == 0,
+            f"model.hidden_size={self.hidden_size} is not divisible by "
+            f"model.num_attention_heads={self.num_attention_heads}",
+        )
+        check(
+            self.attention in BACKENDS,
+            f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}",
+        )
         for flag, op in FUSED_OPS.items():
             problem = op.check(self) if getattr(self, flag) else None
             check(problem is None, f"model.{flag}=true needs {problem}")
         if self.compile_sublayers:
             fused = [f"model.{flag}" for flag in SUBLAYER_FUSIONS if getattr(self, flag)]
-            check(not fused, f"model.compile_sublayers=true compiles the sublayers that "
-                             f"{', '.join(fused)} replace{'s' if len(fused) == 1 else ''}: "
-                             f"switch one or the other off")
+            check(
+                not fused,
+                f"model.compile_sublayers=true compiles the sublayers that "
+                f"{', '.join(fused)} replace{'s' if len(fused) == 1 else ''}: "
+                f"switch one or the other off",
+            )
 
     @property
     def padded_vocab_size(self) -> int:

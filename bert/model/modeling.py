@@ -17,6 +17,7 @@ stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLAS
 ending in dropout + residual + LayerNorm) under torch.compile instead: the compiler's fusion,
 measured against the hand-written one (scripts/bench_throughput.py `+sublayers`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -41,9 +42,11 @@ class Embeddings(nn.Module):
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """-> (T, hidden)"""
-        x = (self.lookup_words(batch.input_ids, self.word_embeddings)
-             + self.position_embeddings(batch.position_ids)
-             + self.token_type_embeddings(batch.segment_ids))
+        x = (
+            self.lookup_words(batch.input_ids, self.word_embeddings)
+            + self.position_embeddings(batch.position_ids)
+            + self.token_type_embeddings(batch.segment_ids)
+        )
         return self.dropout(self.layer_norm(x))
 
 
@@ -66,7 +69,8 @@ class SelfAttention(nn.Module):
         self.linear = ops.linear_impl(cfg.fused_dense)
         self.sublayer_output = ops.compiled_impl(
             ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense),
-            cfg.compile_sublayers)
+            cfg.compile_sublayers,
+        )
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)"""
@@ -76,8 +80,9 @@ class SelfAttention(nn.Module):
         q, k, v = qkv.view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
         dropout_p = self.attention_dropout if self.training else 0.0
         context = self.attend(q, k, v, batch, dropout_p)
-        return self.sublayer_output(context.reshape(tokens, -1), self.out, self.dropout,
-                                    self.layer_norm, residual)
+        return self.sublayer_output(
+            context.reshape(tokens, -1), self.out, self.dropout, self.layer_norm, residual
+        )
 
     def forward_subset(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """Queries and outputs only for batch.query_subset's tokens; keys and values from all.
@@ -91,8 +96,9 @@ class SelfAttention(nn.Module):
         k, v = kv.view(x.shape[0], 2, self.num_heads, self.head_dim).unbind(1)
         dropout_p = self.attention_dropout if self.training else 0.0
         context = self.attend_subset(q, k, v, batch, dropout_p)
-        return self.sublayer_output(context.reshape(q.shape[0], -1), self.out, self.dropout,
-                                    self.layer_norm, x_queries)
+        return self.sublayer_output(
+            context.reshape(q.shape[0], -1), self.out, self.dropout, self.layer_norm, x_queries
+        )
 
 
 class FeedForward(nn.Module):
@@ -104,14 +110,17 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
         self.sublayer = ops.compiled_impl(
-            ops.feed_forward_impl(cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense,
-                                  cfg.fused_dense_gelu),
-            cfg.compile_sublayers)
+            ops.feed_forward_impl(
+                cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense, cfg.fused_dense_gelu
+            ),
+            cfg.compile_sublayers,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (T, hidden) -> LayerNorm(x + dropout(output(gelu(intermediate(x))))), (T, hidden)"""
-        return self.sublayer(x, self.intermediate, self.output, self.dropout, self.layer_norm,
-                             self.approximate)
+        return self.sublayer(
+            x, self.intermediate, self.output, self.dropout, self.layer_norm, self.approximate
+        )
 
 
 class EncoderLayer(nn.Module):
@@ -145,8 +154,9 @@ class PretrainingHeads(nn.Module):
 
     def mlm_logits(self, masked_hidden: torch.Tensor) -> torch.Tensor:
         """masked_hidden: (M, hidden) -> (M, padded_vocab)"""
-        h = self.linear_gelu(masked_hidden, self.transform.weight, self.transform.bias,
-                             self.approximate)
+        h = self.linear_gelu(
+            masked_hidden, self.transform.weight, self.transform.bias, self.approximate
+        )
         return self.linear(self.transform_layer_norm(h), self.decoder_weight, self.decoder_bias)
 
     def nsp_logits(self, cls_hidden: torch.Tensor) -> torch.Tensor:
@@ -181,12 +191,18 @@ class BertForPretraining(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def loss(self, mlm_logits: torch.Tensor, nsp_logits: torch.Tensor,
-             batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(
+        self, mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: PackedBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(MLM loss, NSP loss) of this model's outputs, with its own loss path
         (model.fused_mlm_loss) and vocabulary: the model owns its loss."""
-        return pretraining_loss(mlm_logits, nsp_logits, batch, self.config.vocab_size,
-                                fused_mlm_loss=self.config.fused_mlm_loss)
+        return pretraining_loss(
+            mlm_logits,
+            nsp_logits,
+            batch,
+            self.config.vocab_size,
+            fused_mlm_loss=self.config.fused_mlm_loss,
+        )
 
     def count_correct(self, mlm_logits: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """Masked tokens predicted correctly (0-dim int64 on the device: no host read)."""
@@ -195,8 +211,10 @@ class BertForPretraining(nn.Module):
     def pack_options(self) -> dict[str, bool]:
         """What the host must build into each PackedBatch for this model (data.packing's
         pack_samples keywords): only the metadata the model reads."""
-        return {"attention_groups": self.attention_backend.attention_groups,
-                "query_subset": self.config.last_layer_subset}
+        return {
+            "attention_groups": self.attention_backend.attention_groups,
+            "query_subset": self.config.last_layer_subset,
+        }
 
     def forward(self, batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns MLM logits (M, padded_vocab) for the masked tokens and NSP logits (B, 2)."""
@@ -206,8 +224,10 @@ class BertForPretraining(nn.Module):
             x = layer(x, batch)
         if subset:  # rows: per sequence its [CLS], then its masked tokens
             if batch.query_subset is None:
-                raise ValueError("model.last_layer_subset needs PackedBatch.query_subset: pack "
-                                 "the batch with pack_samples(..., **model.pack_options())")
+                raise ValueError(
+                    "model.last_layer_subset needs PackedBatch.query_subset: pack "
+                    "the batch with pack_samples(..., **model.pack_options())"
+                )
             x = self.layers[-1].forward_subset(x, batch)
             masked_hidden = x.index_select(0, batch.query_subset.masked_rows)
             cls_hidden = x.index_select(0, batch.query_subset.cu_seqlens[:-1])
@@ -217,9 +237,13 @@ class BertForPretraining(nn.Module):
         return self.heads.mlm_logits(masked_hidden), self.heads.nsp_logits(cls_hidden)
 
 
-def pretraining_loss(mlm_logits: torch.Tensor, nsp_logits: torch.Tensor, batch: PackedBatch,
-                     vocab_size: int, fused_mlm_loss: bool = False
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+def pretraining_loss(
+    mlm_logits: torch.Tensor,
+    nsp_logits: torch.Tensor,
+    batch: PackedBatch,
+    vocab_size: int,
+    fused_mlm_loss: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(MLM loss, NSP loss), each a mean: MLM over masked tokens, NSP over sequences.
 
     Logits of the vocabulary padding rows are dropped so they never enter the softmax.
@@ -238,4 +262,3 @@ def mlm_correct(mlm_logits: torch.Tensor, batch: PackedBatch, vocab_size: int) -
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-

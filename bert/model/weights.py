@@ -23,6 +23,7 @@ TF1 names (Google's modeling.py / run_pretraining.py), e.g.
 already [2, hidden]. Optimizer slots (.../adam_m, .../adam_v, LAMB state) and counters
 (global_step, loss-scale variables) are not model weights and are skipped.
 """
+
 from __future__ import annotations
 
 import re
@@ -111,8 +112,9 @@ def _fit_vocab(tensor: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([tensor, pad])
 
 
-def load_into_model(model: "BertForPretraining", state: dict[str, torch.Tensor],
-                    source: str = "state dict") -> None:
+def load_into_model(
+    model: "BertForPretraining", state: dict[str, torch.Tensor], source: str = "state dict"
+) -> None:
     """Copy `state` (any accepted naming) into `model`; every model tensor must be covered."""
     if any(k.startswith(("bert.", "cls.", "module.bert.")) for k in state):
         state = convert_hf_state_dict(state)
@@ -128,8 +130,10 @@ def load_into_model(model: "BertForPretraining", state: dict[str, torch.Tensor],
         raise CheckpointError(f"{source}: missing {missing[:8]}, unexpected {unexpected[:8]}")
     for name, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(f"{source}: {name} has shape {tuple(tensor.shape)}, the model "
-                                  f"expects {tuple(expected[name].shape)} (check model config)")
+            raise CheckpointError(
+                f"{source}: {name} has shape {tuple(tensor.shape)}, the model "
+                f"expects {tuple(expected[name].shape)} (check model config)"
+            )
     with torch.no_grad():
         for name, tensor in state.items():
             expected[name].copy_(tensor)
@@ -151,18 +155,20 @@ def read_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: checkpoint file does not exist")
     blob = _read_safetensors(path) if path.suffix == ".safetensors" else _read_torch(path)
     state = blob.get("model", blob) if isinstance(blob, dict) else None
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor)
-                                              for v in state.values()):
-        raise CheckpointError(f"{path}: expected a state dict of tensors, or a dict with one "
-                              f"under a 'model' key")
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(
+            f"{path}: expected a state dict of tensors, or a dict with one under a 'model' key"
+        )
     return dict(state)
 
 
 def _folder_hint(path: Path) -> str:
     """What a folder given as a checkpoint file is, and which file to pass instead."""
     if (path / "manifest.json").is_file() and (path / "trainer.pt").is_file():
-        return (f"{path}: is a training checkpoint folder (for --resume {path}); to start a new "
-                f"run from its weights pass run.init_checkpoint={path / 'trainer.pt'}")
+        return (
+            f"{path}: is a training checkpoint folder (for --resume {path}); to start a new "
+            f"run from its weights pass run.init_checkpoint={path / 'trainer.pt'}"
+        )
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():
             return f"{path}: is a HF model folder; pass run.init_checkpoint={path / name}"
@@ -181,21 +187,25 @@ def _read_torch(path: Path):
     # torch.save writes a zip archive (or, before 1.6, a pickle): anything else (a text file,
     # say) gets no unpickler error about a byte it tripped on
     if head[:2] != b"PK" and head[:1] != b"\x80":
-        raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a "
-                              f"pickle; starts with {head!r})")
+        raise CheckpointError(
+            f"{path}: not a PyTorch checkpoint (neither a zip archive nor a "
+            f"pickle; starts with {head!r})"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - the unpickler's and zip reader's errors share no base
-        raise CheckpointError(f"{path}: cannot read as a PyTorch checkpoint "
-                              f"({_first_line(err)})") from None
+        raise CheckpointError(
+            f"{path}: cannot read as a PyTorch checkpoint ({_first_line(err)})"
+        ) from None
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     try:
         from safetensors.torch import load_file
     except ImportError:
-        raise CheckpointError(f"{path}: reading .safetensors needs the safetensors package "
-                              f"(pip install safetensors)") from None
+        raise CheckpointError(
+            f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)"
+        ) from None
     try:
         return load_file(str(path))
     except Exception as err:  # noqa: BLE001 - safetensors raises its own error types
@@ -231,8 +241,9 @@ def tf_to_hf_name(tf_name: str) -> tuple[str, bool] | None:
     return ".".join(middle + [hf_leaf]), transpose
 
 
-def tf_to_hf_state_dict(arrays: Mapping[str, np.ndarray]) -> tuple[dict[str, torch.Tensor],
-                                                                    list[str]]:
+def tf_to_hf_state_dict(
+    arrays: Mapping[str, np.ndarray],
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """TF1 variables (name -> numpy array) -> (HF-named tensors, skipped TF names)."""
     state, skipped = {}, []
     for name, value in arrays.items():

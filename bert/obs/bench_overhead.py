@@ -17,6 +17,7 @@ direct cost, which the step-time comparison can only bound.
 Writes JSON (date, machine, commit, command, settings, per-step times) to --json
 (default benchmarks/results/profile_overhead_cpu.json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,7 +39,7 @@ from bert.obs.profiler import ProfilerWindow
 from bert.obs.run_record import PROJECT_ROOT, code_version
 
 VARIANTS = ("no_window", "window_elsewhere", "inside_window")
-NEVER = 10 ** 9  # a step no run reaches
+NEVER = 10**9  # a step no run reaches
 
 
 def build_trainer(folder: Path, steps: int):
@@ -46,12 +47,27 @@ def build_trainer(folder: Path, steps: int):
     from data.synthetic import generate
 
     data = folder / "data"
-    generate(data, num_shards=2, samples_per_shard=1024, eval_samples=64, max_seq_length=128,
-             max_predictions=20, vocab_size=1024, seed=1)
-    overrides = ["data.synthetic.enabled=false", f"data.train_dir={data}",
-                 f"data.eval_file={data / 'eval.hdf5'}", f"run.output_dir={folder / 'out'}",
-                 f"run.max_steps={steps}", "log.interval_s=1000", "log.quiet=true",
-                 "eval.samples=64", "submission.division=open"]
+    generate(
+        data,
+        num_shards=2,
+        samples_per_shard=1024,
+        eval_samples=64,
+        max_seq_length=128,
+        max_predictions=20,
+        vocab_size=1024,
+        seed=1,
+    )
+    overrides = [
+        "data.synthetic.enabled=false",
+        f"data.train_dir={data}",
+        f"data.eval_file={data / 'eval.hdf5'}",
+        f"run.output_dir={folder / 'out'}",
+        f"run.max_steps={steps}",
+        "log.interval_s=1000",
+        "log.quiet=true",
+        "eval.samples=64",
+        "submission.division=open",
+    ]
     return Trainer(load_config(PROJECT_ROOT / "configs" / "tiny_cpu.yaml", overrides))
 
 
@@ -67,13 +83,19 @@ def timed_steps(trainer, pipeline, first_step: int, count: int) -> list[float]:
     return times
 
 
-def run_variant(name: str, trainer, pipeline, first_step: int, count: int,
-                folder: Path) -> list[float]:
+def run_variant(
+    name: str, trainer, pipeline, first_step: int, count: int, folder: Path
+) -> list[float]:
     obs = trainer.obs
     obs.window = None
     if name == "window_elsewhere":
-        obs.window = ProfilerWindow(ProfileConfig(start_step=NEVER, steps=2), folder,
-                                    trainer.ctx.rank, trainer.ctx.device, first_step)
+        obs.window = ProfilerWindow(
+            ProfileConfig(start_step=NEVER, steps=2),
+            folder,
+            trainer.ctx.rank,
+            trainer.ctx.device,
+            first_step,
+        )
     if name != "inside_window":
         return timed_steps(trainer, pipeline, first_step, count)
     ranges.set_recording(True)
@@ -87,8 +109,9 @@ def run_variant(name: str, trainer, pipeline, first_step: int, count: int,
 def instrumentation_us(trainer, batches, repeats: int = 20000) -> float:
     """Host microseconds per step of what bert/obs adds to a step outside the window."""
     obs, squares = trainer.obs, trainer.obs.squares
-    obs.window = ProfilerWindow(ProfileConfig(start_step=NEVER, steps=2), Path("unused"),
-                                0, trainer.ctx.device, 1)
+    obs.window = ProfilerWindow(
+        ProfileConfig(start_step=NEVER, steps=2), Path("unused"), 0, trainer.ctx.device, 1
+    )
     entries = [(b.num_tokens, 1000.0) for b in batches]
     start = time.perf_counter()
     for step in range(repeats):
@@ -104,8 +127,11 @@ def instrumentation_us(trainer, batches, repeats: int = 20000) -> float:
 
 
 def summary(times: list[float]) -> dict:
-    return {"median_ms": statistics.median(times) * 1e3, "mean_ms": statistics.fmean(times) * 1e3,
-            "steps": len(times)}
+    return {
+        "median_ms": statistics.median(times) * 1e3,
+        "mean_ms": statistics.fmean(times) * 1e3,
+        "steps": len(times),
+    }
 
 
 def measure(rounds: int, steps: int, warmup: int) -> dict:
@@ -118,7 +144,7 @@ def measure(rounds: int, steps: int, warmup: int) -> dict:
             step = 1 + len(timed_steps(trainer, pipeline, 1, warmup))
             times = {name: [] for name in VARIANTS}
             for r in range(rounds):
-                for name in VARIANTS[r % 3:] + VARIANTS[:r % 3]:  # rotate the order
+                for name in VARIANTS[r % 3 :] + VARIANTS[: r % 3]:  # rotate the order
                     times[name] += run_variant(name, trainer, pipeline, step, steps, folder)
                     step += steps
             batches = pipeline.next_step()
@@ -130,46 +156,66 @@ def measure(rounds: int, steps: int, warmup: int) -> dict:
     base = results["no_window"]["median_ms"]
     for name in VARIANTS:
         results[name]["median_vs_no_window"] = results[name]["median_ms"] / base
-        rounds_ms = [statistics.median(times[name][i:i + steps]) * 1e3
-                     for i in range(0, len(times[name]), steps)]
+        rounds_ms = [
+            statistics.median(times[name][i : i + steps]) * 1e3
+            for i in range(0, len(times[name]), steps)
+        ]
         results[name]["round_medians_ms"] = rounds_ms
         # how far one setting's own rounds differ: the noise the comparison stands in
         results[name]["round_spread"] = max(rounds_ms) / min(rounds_ms)
-    return {"variants": results, "instrumentation_us_per_step": micro,
-            "instrumentation_share_of_median_step": micro / 1e3 / base,
-            "per_step_ms": {name: [t * 1e3 for t in values] for name, values in times.items()}}
+    return {
+        "variants": results,
+        "instrumentation_us_per_step": micro,
+        "instrumentation_share_of_median_step": micro / 1e3 / base,
+        "per_step_ms": {name: [t * 1e3 for t in values] for name, values in times.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--json", type=Path,
-                        default=PROJECT_ROOT / "benchmarks" / "results" /
-                        "profile_overhead_cpu.json")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=PROJECT_ROOT / "benchmarks" / "results" / "profile_overhead_cpu.json",
+    )
     args = parser.parse_args(argv)
     if min(args.rounds, args.steps) < 1 or args.warmup < 0:
         print("error: --rounds and --steps must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
     payload = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-                    "cpu_count": __import__("os").cpu_count(), "torch": torch.__version__},
+        "machine": {
+            "host": platform.node(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_count": __import__("os").cpu_count(),
+            "torch": torch.__version__,
+        },
         "code": code_version(),
         "command": [Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)],
-        "settings": {"config": "configs/tiny_cpu.yaml", "rounds": args.rounds,
-                     "steps_per_round": args.steps, "warmup_steps": args.warmup},
+        "settings": {
+            "config": "configs/tiny_cpu.yaml",
+            "rounds": args.rounds,
+            "steps_per_round": args.steps,
+            "warmup_steps": args.warmup,
+        },
         **measure(args.rounds, args.steps, args.warmup),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(payload, indent=1) + "\n")
     for name, row in payload["variants"].items():
-        print(f"{name:<17} median {row['median_ms']:7.2f} ms/step  "
-              f"x{row['median_vs_no_window']:.3f} of no_window  (its rounds' medians vary "
-              f"x{row['round_spread']:.3f})")
-    print(f"instrumentation: {payload['instrumentation_us_per_step']:.1f} us per step "
-          f"({payload['instrumentation_share_of_median_step']:.2%} of the median step)")
+        print(
+            f"{name:<17} median {row['median_ms']:7.2f} ms/step  "
+            f"x{row['median_vs_no_window']:.3f} of no_window  (its rounds' medians vary "
+            f"x{row['round_spread']:.3f})"
+        )
+    print(
+        f"instrumentation: {payload['instrumentation_us_per_step']:.1f} us per step "
+        f"({payload['instrumentation_share_of_median_step']:.2%} of the median step)"
+    )
     print(f"wrote {args.json}")
     return 0

@@ -1,4 +1,5 @@
 """What every plot of the project does last (bert/mlperf/plot.py, bert/obs/metrics_plot.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -19,6 +19,7 @@ rather than let it drift.
 The rate: on a GPU of a kind bert/plan/gpus.py knows, its datasheet dense bf16 peak; else (the
 CPU, an unknown GPU) a square matmul in the run's precision, timed once at start.
 """
+
 from __future__ import annotations
 
 import collections
@@ -32,14 +33,17 @@ from bert.model.config import ModelConfig
 from bert.plan.gpus import GPUS
 
 
-def batch_flops(cfg: ModelConfig, tokens: int, square_sum: float, masked: int,
-                sequences: int) -> float:
+def batch_flops(
+    cfg: ModelConfig, tokens: int, square_sum: float, masked: int, sequences: int
+) -> float:
     """Useful training FLOPs of one packed batch (see the module docstring)."""
     h, layers, inner = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size
-    return (6.0 * layers * (4 * h * h + 2 * h * inner) * tokens
-            + 12.0 * layers * h * square_sum
-            + 6.0 * masked * (h * h + h * cfg.padded_vocab_size)
-            + 6.0 * sequences * (h * h + 2 * h))
+    return (
+        6.0 * layers * (4 * h * h + 2 * h * inner) * tokens
+        + 12.0 * layers * h * square_sum
+        + 6.0 * masked * (h * h + h * cfg.padded_vocab_size)
+        + 6.0 * sequences * (h * h + 2 * h)
+    )
 
 
 class SquareSums:
@@ -51,11 +55,13 @@ class SquareSums:
 
     def wrap(self, pack: Callable) -> Callable:
         """`pack` that also records the lengths of what it packed (host numpy)."""
+
         def pack_and_count(samples):
             packed = pack(samples)
             lengths = np.diff(np.asarray(packed.cu_seqlens, dtype=np.int64))
-            self._queue.append((int(lengths.sum()), float((lengths ** 2).sum())))
+            self._queue.append((int(lengths.sum()), float((lengths**2).sum())))
             return packed
+
         return pack_and_count
 
     def take(self, batches: Sequence) -> float | None:
@@ -80,8 +86,11 @@ def device_peak(device: torch.device, precision: str) -> tuple[float, str]:
         for key in sorted(GPUS, key=len, reverse=True):  # a100-80gb before a100
             if _matches(key, name, device):
                 kind = GPUS[key]
-                return kind.bf16_tflops * 1e12, f"datasheet: {kind.name} dense bf16 " \
-                    f"{kind.bf16_tflops:g} TFLOP/s (bert/plan/gpus.py)"
+                return (
+                    kind.bf16_tflops * 1e12,
+                    f"datasheet: {kind.name} dense bf16 "
+                    f"{kind.bf16_tflops:g} TFLOP/s (bert/plan/gpus.py)",
+                )
     return measured_matmul_rate(device, precision)
 
 
@@ -91,7 +100,7 @@ def _matches(key: str, name: str, device: torch.device) -> bool:
         return False
     if not memory:
         return True
-    gib = torch.cuda.get_device_properties(device).total_memory / 2 ** 30
+    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
     return abs(gib - float(memory.removesuffix("gb"))) < 8
 
 
@@ -112,9 +121,11 @@ def measured_matmul_rate(device: torch.device, precision: str) -> tuple[float, s
         a @ b
         _sync(device)
         best = min(best, time.perf_counter() - start)
-    rate = 2.0 * n ** 3 / best
-    return rate, (f"measured at start: {n}x{n}x{n} {str(dtype).removeprefix('torch.')} "
-                  f"matmul on {device.type}, best of 4 ({rate / 1e12:.3g} TFLOP/s)")
+    rate = 2.0 * n**3 / best
+    return rate, (
+        f"measured at start: {n}x{n}x{n} {str(dtype).removeprefix('torch.')} "
+        f"matmul on {device.type}, best of 4 ({rate / 1e12:.3g} TFLOP/s)"
+    )
 
 
 def _sync(device: torch.device) -> None:

@@ -7,6 +7,7 @@ unless `log.all_ranks` is set. Lines go to stdout, read at each write (so a test
 swaps sys.stdout sees them). The `error:` lines for bad input are not log lines: they keep their
 exact form (bert/train/launch_env.py report_error) and go to stderr.
 """
+
 from __future__ import annotations
 
 import logging

@@ -20,6 +20,7 @@ Train record (kind "train"), over the interval since the previous point:
 Eval record (kind "eval"): step, samples, eval_mlm_accuracy, eval_seconds.
 Every record has "kind" and "time" (Unix seconds).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,9 @@ class Interval:
 def peak_memory_mib(device: torch.device) -> float:
     """The most memory the run has held so far (no device sync: allocator statistics)."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 20
+        return torch.cuda.max_memory_allocated(device) / 2**20
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return peak / 2 ** 20 if sys.platform == "darwin" else peak / 2 ** 10
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -60,8 +61,13 @@ def _finite_or_none(value: float | None) -> float | None:
 class MetricsRecorder:
     """Builds the records and hands them to `write` (the sinks)."""
 
-    def __init__(self, write: Callable[[dict], None], device: torch.device,
-                 peak_flops: float | None, start_samples: int = 0) -> None:
+    def __init__(
+        self,
+        write: Callable[[dict], None],
+        device: torch.device,
+        peak_flops: float | None,
+        start_samples: int = 0,
+    ) -> None:
         self.write = write
         self.device = device
         self.peak_flops = peak_flops
@@ -86,22 +92,27 @@ class MetricsRecorder:
         else:
             iv.flops += flops
 
-    def train_point(self, step: int, samples: int, loss: float, lr: float,
-                    optimizer: dict) -> dict:
+    def train_point(self, step: int, samples: int, loss: float, lr: float, optimizer: dict) -> dict:
         """One train record over the interval since the last point; starts the next one."""
         now = time.perf_counter()
         seconds = max(now - self.last_point, 1e-9)
         iv = self.interval
         flop_rate = iv.flops / seconds if iv.flops_known and iv.steps else None
         record = {
-            "kind": "train", "time": time.time(), "step": step, "samples": samples,
-            "loss": _finite_or_none(loss), "finite": math.isfinite(loss), "lr": lr,
+            "kind": "train",
+            "time": time.time(),
+            "step": step,
+            "samples": samples,
+            "loss": _finite_or_none(loss),
+            "finite": math.isfinite(loss),
+            "lr": lr,
             **optimizer,
             "samples_per_s": (samples - self.last_samples) / seconds,
             "tokens_per_s": iv.tokens / seconds,
             "tflops_per_s": None if flop_rate is None else flop_rate / 1e12,
-            "mfu": (flop_rate / self.peak_flops
-                    if flop_rate is not None and self.peak_flops else None),
+            "mfu": (
+                flop_rate / self.peak_flops if flop_rate is not None and self.peak_flops else None
+            ),
             "peak_memory_mib": peak_memory_mib(self.device),
             "data_wait_share": min(iv.data_wait_s / seconds, 1.0),
             "interval_steps": iv.steps,
@@ -112,8 +123,14 @@ class MetricsRecorder:
         return record
 
     def eval_point(self, step: int, samples: int, accuracy: float, seconds: float) -> dict:
-        record = {"kind": "eval", "time": time.time(), "step": step, "samples": samples,
-                  "eval_mlm_accuracy": accuracy, "eval_seconds": seconds}
+        record = {
+            "kind": "eval",
+            "time": time.time(),
+            "step": step,
+            "samples": samples,
+            "eval_mlm_accuracy": accuracy,
+            "eval_seconds": seconds,
+        }
         self.write(record)
         return record
 
@@ -121,5 +138,8 @@ class MetricsRecorder:
 def read_optimizer(optim) -> dict:
     """Gradient norm, loss scale and skipped steps: host reads, for progress points only."""
     norm = optim.grad_norm()
-    return {"grad_norm": _finite_or_none(norm), "loss_scale": optim.loss_scale(),
-            "skipped_steps": optim.skipped_steps()}
+    return {
+        "grad_norm": _finite_or_none(norm),
+        "loss_scale": optim.loss_scale(),
+        "skipped_steps": optim.skipped_steps(),
+    }

@@ -1,6 +1,7 @@
 """One PNG of a run's metrics.jsonl (bert/obs/metrics.py): loss, lr, throughput and eval
 accuracy against samples trained, one curve per run. scripts/plot_run.py draws it for .jsonl
 inputs; matplotlib is imported only here, when drawing."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def read_metrics(path: Path) -> list[dict]:
 
 def series(records: list[dict], kind: str, field: str) -> tuple[list[int], list[float]]:
     """(samples, value) of every record of `kind` where `field` has a value (not null)."""
-    points = [(r["samples"], r[field]) for r in records
-              if r["kind"] == kind and r.get(field) is not None]
+    points = [
+        (r["samples"], r[field]) for r in records if r["kind"] == kind and r.get(field) is not None
+    ]
     return [p[0] for p in points], [p[1] for p in points]
 
 
@@ -51,8 +53,9 @@ def draw_metrics(paths: list[Path], labels: list[str], out: Path, target: float)
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for ax, (kind, field, label) in zip(axes.flat, PANELS):
         for records, name in zip(runs, labels):
-            ax.plot(*series(records, kind, field), marker="." if kind == "train" else "o",
-                    label=name)
+            ax.plot(
+                *series(records, kind, field), marker="." if kind == "train" else "o", label=name
+            )
         if field == "eval_mlm_accuracy":
             ax.axhline(target, color="gray", linestyle="--", label=f"target {target}")
         ax.set(xlabel="samples trained", ylabel=label, title=label)

@@ -12,6 +12,7 @@
 
 Rank 0 writes the metrics and the run record; every rank profiles its own steps.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def file_suffix(mlperf_log: Path) -> str:
 
 
 class Observer:
-    def __init__(self, cfg: Config, ctx, out_dir: Path, suffix: str,
-                 origin: RunOrigin | None) -> None:
+    def __init__(
+        self, cfg: Config, ctx, out_dir: Path, suffix: str, origin: RunOrigin | None
+    ) -> None:
         """suffix: the MLPerf log's name after "mlperf" ("" for mlperf.log, "_eval_only", ...);
         the run's files carry it too: metrics<suffix>.jsonl, run<suffix>.json."""
         self.cfg, self.ctx, self.out_dir, self.origin = cfg, ctx, out_dir, origin
@@ -70,14 +72,17 @@ class Observer:
         self.recorder = MetricsRecorder(self._write, self.ctx.device, peak)
         if self.record_file is None:
             return
-        metrics = {"peak_flops": peak, "peak_source": source,
-                   "flops": "bert/obs/flops.py (useful FLOPs; padding not credited)",
-                   "peak_memory": MEMORY_NOTE[self.ctx.device.type],
-                   "loss": "rank 0's mean over the interval's steps"}
-        files = {"metrics": Path(self.sinks[0].file.final).name,
-                 "mlperf_log": None}
-        self.record = build_record(self.cfg, self.origin, self.ctx.device, self.ctx.world_size,
-                                   metrics, files)
+        metrics = {
+            "peak_flops": peak,
+            "peak_source": source,
+            "flops": "bert/obs/flops.py (useful FLOPs; padding not credited)",
+            "peak_memory": MEMORY_NOTE[self.ctx.device.type],
+            "loss": "rank 0's mean over the interval's steps",
+        }
+        files = {"metrics": Path(self.sinks[0].file.final).name, "mlperf_log": None}
+        self.record = build_record(
+            self.cfg, self.origin, self.ctx.device, self.ctx.world_size, metrics, files
+        )
         self._write_record(self.record_file.partial)
 
     def wrap_pack(self, pack):
@@ -92,17 +97,26 @@ class Observer:
         profile = self.cfg.profile
         if profile.steps > 0:
             folder = Path(profile.dir or self.out_dir / "profile")
-            self.window = ProfilerWindow(profile, folder, self.ctx.rank, self.ctx.device,
-                                         start["step"] + 1)
+            self.window = ProfilerWindow(
+                profile, folder, self.ctx.rank, self.ctx.device, start["step"] + 1
+            )
             self.window.step_begin(start["step"] + 1)
 
     def data_ready(self, wait_s: float, batches: Sequence) -> None:
         """One step's host facts: its batches' shapes, the seconds it waited for them."""
         squares = self.squares.take(batches)
         tokens = sum(b.num_tokens for b in batches)
-        flops = None if squares is None else batch_flops(
-            self.cfg.model, tokens, squares, sum(b.num_masked for b in batches),
-            sum(b.num_sequences for b in batches))
+        flops = (
+            None
+            if squares is None
+            else batch_flops(
+                self.cfg.model,
+                tokens,
+                squares,
+                sum(b.num_masked for b in batches),
+                sum(b.num_sequences for b in batches),
+            )
+        )
         self.recorder.step_done(tokens, flops, wait_s)
 
     def on_step_end(self, trainer, step: int) -> None:
@@ -121,20 +135,29 @@ class Observer:
         if last is None or samples <= start_samples:
             return None
         seconds = max(self.recorder.last_point - clock, 1e-9)
-        return {"throughput": (samples - start_samples) / seconds, "loss": last["loss"],
-                "lr": last["lr"]}
+        return {
+            "throughput": (samples - start_samples) / seconds,
+            "loss": last["loss"],
+            "lr": last["lr"],
+        }
 
     def eval_point(self, step: int, samples: int, accuracy: float, seconds: float) -> None:
         self.recorder.eval_point(step, samples, accuracy, seconds)
         self.recorder.restart_clock(samples)  # eval time is not training time
         self._block = (time.perf_counter(), samples)
 
-    def ended(self, status: str, steps: int, samples: int, accuracy: float,
-              seconds: float, log_name: str) -> None:
+    def ended(
+        self, status: str, steps: int, samples: int, accuracy: float, seconds: float, log_name: str
+    ) -> None:
         if self.record is not None:
             self.record["files"]["mlperf_log"] = log_name
-            self.record["result"] = {"status": status, "steps": steps, "samples": samples,
-                                     "eval_mlm_accuracy": accuracy, "run_seconds": seconds}
+            self.record["result"] = {
+                "status": status,
+                "steps": steps,
+                "samples": samples,
+                "eval_mlm_accuracy": accuracy,
+                "run_seconds": seconds,
+            }
 
     def close(self, publish: bool) -> None:
         """Stop the profiler; close the sinks; with `publish` (the MLPerf log was published),

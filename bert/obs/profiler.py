@@ -12,6 +12,7 @@ open it in https://ui.perfetto.dev or chrome://tracing) and, on CUDA with
 for https://pytorch.org/memory_viz). A table of the window (time per named range, top ops) is
 logged when the window closes. A run that ends inside its window writes what it recorded.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -30,8 +31,9 @@ MEMORY_HISTORY_ENTRIES = 100_000
 
 
 class ProfilerWindow:
-    def __init__(self, cfg: ProfileConfig, folder: Path, rank: int, device: torch.device,
-                 first_step: int) -> None:
+    def __init__(
+        self, cfg: ProfileConfig, folder: Path, rank: int, device: torch.device, first_step: int
+    ) -> None:
         """first_step: the first step this run trains (1, or the step after a resume point)."""
         self.first, self.last = cfg.start_step, cfg.start_step + cfg.steps - 1
         self.folder, self.rank, self.device = folder, rank, device
@@ -43,8 +45,10 @@ class ProfilerWindow:
         self.summary = ""
         self.enabled = cfg.steps > 0 and first_step <= self.first
         if cfg.steps > 0 and not self.enabled:
-            LOG.info(f"profile: steps {self.first}-{self.last} come before this run's first "
-                     f"step {first_step}: not recorded")
+            LOG.info(
+                f"profile: steps {self.first}-{self.last} come before this run's first "
+                f"step {first_step}: not recorded"
+            )
 
     @property
     def name(self) -> str:
@@ -82,14 +86,18 @@ class ProfilerWindow:
             activities.append(ProfilerActivity.CUDA)
         warmup = self.first - self.begin
         if not warmup:
-            LOG.warning(f"profile: step {self.first} is the run's first: no warm-up step before "
-                        f"the window, so its first step includes the profiler's start-up")
+            LOG.warning(
+                f"profile: step {self.first} is the run's first: no warm-up step before "
+                f"the window, so its first step includes the profiler's start-up"
+            )
         with warnings.catch_warnings():  # torch's own warning says the same, on stderr
             warnings.simplefilter("ignore", UserWarning)
-            schedule = torch.profiler.schedule(wait=0, warmup=warmup,
-                                               active=self.last - self.first + 1, repeat=1)
-        self.prof = torch.profiler.profile(activities=activities, schedule=schedule,
-                                           on_trace_ready=self._save)
+            schedule = torch.profiler.schedule(
+                wait=0, warmup=warmup, active=self.last - self.first + 1, repeat=1
+            )
+        self.prof = torch.profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=self._save
+        )
         self.folder.mkdir(parents=True, exist_ok=True)
         if self.memory:
             torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES)
@@ -115,8 +123,9 @@ def summary_table(prof: torch.profiler.profile, device: torch.device) -> str:
     """Time per named range, then the top operators by their own time."""
     averages = prof.key_averages()
     on_gpu = device.type == "cuda"
-    lines = [f"{'range':<12} {'calls':>6} {'host ms':>10}" + (f" {'device ms':>10}"
-                                                              if on_gpu else "")]
+    lines = [
+        f"{'range':<12} {'calls':>6} {'host ms':>10}" + (f" {'device ms':>10}" if on_gpu else "")
+    ]
     for event in averages:
         if event.key in ranges.RANGE_NAMES:
             row = f"{event.key:<12} {event.count:>6} {event.cpu_time_total / 1e3:>10.2f}"
@@ -133,6 +142,6 @@ def _free_name(path: Path) -> Path:
     candidate, n = path, 1
     while candidate.exists():
         stem = path.name.split(".")[0]
-        candidate = path.with_name(f"{stem}.{n}{path.name[len(stem):]}")
+        candidate = path.with_name(f"{stem}.{n}{path.name[len(stem) :]}")
         n += 1
     return candidate

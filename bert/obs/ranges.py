@@ -6,6 +6,7 @@ the profiler window is open (bert/obs/profiler.py) or NVTX ranges were asked for
 (`profile.nvtx`, for runs under nsys). The switch is a module flag, so that code far from the
 trainer (the sharded optimizer's exchange) can mark its ranges without being handed an object.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -11,6 +11,7 @@
 `format_config` is the same resolved config as YAML with each key's source as a comment
 (run_pretraining.py --print-config); the YAML loads back as a config file.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -89,24 +90,27 @@ def format_config(cfg: Config, sources: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _format_section(tree: dict, prefix: str, depth: int, sources: dict[str, str],
-                    lines: list[str]) -> None:
+def _format_section(
+    tree: dict, prefix: str, depth: int, sources: dict[str, str], lines: list[str]
+) -> None:
     indent = "  " * depth
     for key, value in tree.items():
         if isinstance(value, dict):
             lines.append(f"{indent}{key}:")
             _format_section(value, f"{prefix}{key}.", depth + 1, sources, lines)
             continue
-        scalar = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6).strip()
+        scalar = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
         scalar = scalar.removesuffix("...").strip()
         lines.append(f"{indent}{key}: {scalar}  # {sources.get(prefix + key, 'default')}")
 
 
 def versions() -> dict[str, Any]:
-    found: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                             "cuda": torch.version.cuda,
-                             "cudnn": torch.backends.cudnn.version()
-                             if torch.backends.cudnn.is_available() else None}
+    found: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
     for name in DISTRIBUTIONS:
         try:
             found[name] = importlib.metadata.version(name)
@@ -126,24 +130,43 @@ def code_version() -> dict[str, Any]:
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True,
-                          text=True, check=True, timeout=10).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout.strip()
 
 
 def device_facts(device: torch.device, world_size: int) -> dict[str, Any]:
-    facts: dict[str, Any] = {"device": str(device), "world_size": world_size,
-                             "host": socket.gethostname(), "platform": platform.platform(),
-                             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    facts: dict[str, Any] = {
+        "device": str(device),
+        "world_size": world_size,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        facts.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
-                     compute_capability=f"{props.major}.{props.minor}",
-                     gpus_visible=torch.cuda.device_count())
+        facts.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            compute_capability=f"{props.major}.{props.minor}",
+            gpus_visible=torch.cuda.device_count(),
+        )
     return facts
 
 
-def build_record(cfg: Config, origin: RunOrigin | None, device: torch.device,
-                 world_size: int, metrics: dict[str, Any], files: dict[str, str]) -> dict:
+def build_record(
+    cfg: Config,
+    origin: RunOrigin | None,
+    device: torch.device,
+    world_size: int,
+    metrics: dict[str, Any],
+    files: dict[str, str],
+) -> dict:
     sources = config_sources(cfg, origin)
     values = flatten(cfg.to_dict())
     return {
@@ -152,8 +175,9 @@ def build_record(cfg: Config, origin: RunOrigin | None, device: torch.device,
         "command": origin.argv if origin else None,
         "cwd": os.getcwd(),
         # the file a bare shipped-config name stands for (bert.config.find_config)
-        "config_file": (str(find_config(origin.config_file))
-                        if origin and origin.config_file else None),
+        "config_file": (
+            str(find_config(origin.config_file)) if origin and origin.config_file else None
+        ),
         "config": {key: {"value": values[key], "source": sources[key]} for key in values},
         "versions": versions(),
         "code": code_version(),

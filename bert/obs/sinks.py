@@ -9,6 +9,7 @@
 
 More sinks (Weights & Biases, ...) implement the same two methods.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,11 +58,11 @@ class TensorBoard:
     def write(self, record: dict) -> None:
         kind = record["kind"]
         for key, value in record.items():
-            if key in NOT_SCALARS or isinstance(value, bool) or not isinstance(value,
-                                                                               (int, float)):
+            if key in NOT_SCALARS or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            self.writer.add_scalar(f"{kind}/{key}", value, global_step=record["samples"],
-                                   walltime=record["time"])
+            self.writer.add_scalar(
+                f"{kind}/{key}", value, global_step=record["samples"], walltime=record["time"]
+            )
         self.writer.flush()
 
     def close(self, publish: bool) -> None:

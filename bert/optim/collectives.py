@@ -3,6 +3,7 @@
 NCCL gets the tensor collectives (`reduce_scatter_tensor`, `all_gather_into_tensor`); gloo
 all-reduces a bucket and keeps this rank's slice, unless `tensor_collectives=True`.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -19,8 +20,9 @@ _reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.re
 class ShardComm:
     """The optimizer's collectives. Without an initialized process group: one rank, no-ops."""
 
-    def __init__(self, process_group, shard_group, replica_group,
-                 tensor_collectives: Optional[bool]):
+    def __init__(
+        self, process_group, shard_group, replica_group, tensor_collectives: Optional[bool]
+    ):
         self.active = dist.is_available() and dist.is_initialized()
         self.group, self.shard_group, self.replica_group = process_group, None, replica_group
         self.shard_world, self.shard_rank, self.replica_world = 1, 0, 1
@@ -35,9 +37,11 @@ class ShardComm:
         if replica_group is not None:
             self.replica_world = dist.get_world_size(replica_group)
         if self.world != dist.get_world_size(process_group):
-            raise ValueError(f"shard group ({self.shard_world}) x replica group "
-                             f"({self.replica_world}) must cover the process group "
-                             f"({dist.get_world_size(process_group)})")
+            raise ValueError(
+                f"shard group ({self.shard_world}) x replica group "
+                f"({self.replica_world}) must cover the process group "
+                f"({dist.get_world_size(process_group)})"
+            )
         nccl = dist.get_backend(self.shard_group) == "nccl"
         self.tensor_collectives = nccl if tensor_collectives is None else tensor_collectives
 
@@ -72,6 +76,7 @@ class ShardComm:
                 out.copy_(local)
             if self.replica_world > 1:
                 dist.all_reduce(out, group=self.replica_group)
+
         return finish
 
     def all_gather(self, bucket: Tensor, chunk: Tensor) -> Callable[[], None]:

@@ -22,6 +22,7 @@ Layout of one dtype's buffer (W = ranks sharing the optimizer state, A = `align`
 
 `FlatLayout` is the plan (pure host arithmetic, no tensors); `FlatParams` moves a model onto it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -95,11 +96,18 @@ class FlatLayout:
         align: element alignment of parameter starts and of every rank's chunk.
     """
 
-    def __init__(self, specs: Sequence[tuple[torch.Size, torch.dtype]], world_size: int,
-                 bucket_cap_bytes: int, align: int = 128):
+    def __init__(
+        self,
+        specs: Sequence[tuple[torch.Size, torch.dtype]],
+        world_size: int,
+        bucket_cap_bytes: int,
+        align: int = 128,
+    ):
         if world_size < 1 or align < 1 or bucket_cap_bytes < 1:
-            raise ValueError(f"bad layout: world_size={world_size}, align={align}, "
-                             f"bucket_cap_bytes={bucket_cap_bytes}")
+            raise ValueError(
+                f"bad layout: world_size={world_size}, align={align}, "
+                f"bucket_cap_bytes={bucket_cap_bytes}"
+            )
         self.world_size, self.align = world_size, align
         specs = [(torch.Size(shape), dtype) for shape, dtype in specs]
         groups = _plan_buckets(specs, bucket_cap_bytes, align)
@@ -140,8 +148,11 @@ class FlatLayout:
                 slot = self.slots[i]
                 first, last = max(lo, slot.start), min(hi, slot.start + slot.numel)
                 if first < last:
-                    out[bucket.dtype].append(Segment(i, bucket.shard_start + first - lo,
-                                                     last - first, first - slot.start))
+                    out[bucket.dtype].append(
+                        Segment(
+                            i, bucket.shard_start + first - lo, last - first, first - slot.start
+                        )
+                    )
         return out
 
     def unshard(self, dtype: torch.dtype, shards: Sequence[Tensor]) -> Tensor:
@@ -150,18 +161,20 @@ class FlatLayout:
         for bucket in self.buckets:
             if bucket.dtype == dtype:
                 for rank, shard in enumerate(shards):
-                    flat[bucket.chunk_start(rank):bucket.chunk_start(rank) + bucket.chunk] = \
-                        shard[bucket.shard_start:bucket.shard_start + bucket.chunk]
+                    flat[bucket.chunk_start(rank) : bucket.chunk_start(rank) + bucket.chunk] = (
+                        shard[bucket.shard_start : bucket.shard_start + bucket.chunk]
+                    )
         return flat
 
     def param_view(self, flat: Tensor, index: int) -> Tensor:
         """Parameter `index` as a view into its dtype's (numel,) buffer `flat`."""
         slot = self.slots[index]
-        return flat[slot.start:slot.start + slot.numel].view(slot.shape)
+        return flat[slot.start : slot.start + slot.numel].view(slot.shape)
 
 
-def _plan_buckets(specs: list[tuple[torch.Size, torch.dtype]], cap_bytes: int,
-                  align: int) -> list[list[int]]:
+def _plan_buckets(
+    specs: list[tuple[torch.Size, torch.dtype]], cap_bytes: int, align: int
+) -> list[list[int]]:
     """Parameter indices per bucket, in the order the buckets fill up during backward.
 
     Walks the parameters last to first; each dtype has one open bucket, closed once it reaches
@@ -222,4 +235,4 @@ class FlatParams:
 
     def bucket(self, buffers: dict[torch.dtype, Tensor], bucket: Bucket) -> Tensor:
         """(size,) view of `bucket` inside `buffers` (either `self.params` or `self.grads`)."""
-        return buffers[bucket.dtype][bucket.start:bucket.start + bucket.size]
+        return buffers[bucket.dtype][bucket.start : bucket.start + bucket.size]

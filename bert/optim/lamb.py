@@ -14,6 +14,7 @@ All math runs through `torch._foreach_*` ops and stays on the device: the clip c
 trust ratios are tensors, so `step()` never reads a value back to the host. The step count `t`
 is a host-side Python int per parameter (it never depends on device values).
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,8 +44,15 @@ class LAMB(torch.optim.Optimizer):
     State per parameter: `step` (int), `exp_avg`, `exp_avg_sq` (fp32, shaped like the param).
     """
 
-    def __init__(self, params: Iterable, lr: LR = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, max_grad_norm: float = 1.0):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: LR = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_grad_norm: float = 1.0,
+    ):
         _check_hparams(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         super().__init__(params, defaults)
@@ -73,8 +81,13 @@ class LAMB(torch.optim.Optimizer):
 
         Increments each such parameter's step count; parameters without a gradient keep theirs.
         """
-        out: dict[str, list] = {"params": [], "grads": [], "exp_avg": [], "exp_avg_sq": [],
-                                "steps": []}
+        out: dict[str, list] = {
+            "params": [],
+            "grads": [],
+            "exp_avg": [],
+            "exp_avg_sq": [],
+            "steps": [],
+        }
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -84,8 +97,9 @@ class LAMB(torch.optim.Optimizer):
             if not state:
                 state["step"] = 0
                 for key in _MOMENT_KEYS:
-                    state[key] = torch.zeros_like(p, dtype=torch.float32,
-                                                  memory_format=torch.preserve_format)
+                    state[key] = torch.zeros_like(
+                        p, dtype=torch.float32, memory_format=torch.preserve_format
+                    )
             state["step"] += 1
             out["params"].append(p)
             out["grads"].append(p.grad)
@@ -104,8 +118,9 @@ class LAMB(torch.optim.Optimizer):
         saved = copy.deepcopy(state_dict)
         lr_tensors = [g["lr"] if isinstance(g["lr"], Tensor) else None for g in self.param_groups]
         super().load_state_dict(state_dict)
-        for group, saved_group, lr_tensor in zip(self.param_groups, saved["param_groups"],
-                                                 lr_tensors):
+        for group, saved_group, lr_tensor in zip(
+            self.param_groups, saved["param_groups"], lr_tensors
+        ):
             if lr_tensor is not None:
                 lr_tensor.copy_(torch.as_tensor(group["lr"]))
                 group["lr"] = lr_tensor
@@ -113,7 +128,8 @@ class LAMB(torch.optim.Optimizer):
                 for key in _MOMENT_KEYS:
                     if index in saved["state"] and key in saved["state"][index]:
                         self.state[p][key] = saved["state"][index][key].to(
-                            device=p.device, dtype=torch.float32)
+                            device=p.device, dtype=torch.float32
+                        )
 
 
 def _check_hparams(lr: LR, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
@@ -155,8 +171,7 @@ def _lamb_group(group: dict, gathered: dict[str, list], coef: Tensor) -> None:
     _update_moments(exp_avgs, exp_avg_sqs, grads, beta1, beta2)
     del grads
     weights = [p if p.dtype == torch.float32 else p.float() for p in params]
-    updates = _adam_direction(exp_avgs, exp_avg_sqs, gathered["steps"], beta1, beta2,
-                              group["eps"])
+    updates = _adam_direction(exp_avgs, exp_avg_sqs, gathered["steps"], beta1, beta2, group["eps"])
     lr = group["lr"]
     if group["weight_decay"] != 0.0:
         torch._foreach_add_(updates, weights, alpha=group["weight_decay"])
@@ -167,8 +182,13 @@ def _lamb_group(group: dict, gathered: dict[str, list], coef: Tensor) -> None:
     torch._foreach_sub_(params, updates)
 
 
-def _update_moments(exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], grads: list[Tensor],
-                    beta1: float, beta2: float) -> None:
+def _update_moments(
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    grads: list[Tensor],
+    beta1: float,
+    beta2: float,
+) -> None:
     """m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2, in place (all fp32)."""
     torch._foreach_mul_(exp_avgs, beta1)
     torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
@@ -176,12 +196,18 @@ def _update_moments(exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], grads: li
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
 
 
-def _adam_direction(exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], steps: list[int],
-                    beta1: float, beta2: float, eps: float) -> list[Tensor]:
+def _adam_direction(
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    steps: list[int],
+    beta1: float,
+    beta2: float,
+    eps: float,
+) -> list[Tensor]:
     """New list of m_hat / (sqrt(v_hat) + eps) with per-param bias correction for step t."""
     # Steps are host ints, so the corrections are plain floats: no device work, no sync.
-    bc1 = [1.0 - beta1 ** t for t in steps]
-    bc2 = [1.0 - beta2 ** t for t in steps]
+    bc1 = [1.0 - beta1**t for t in steps]
+    bc2 = [1.0 - beta2**t for t in steps]
     denom = torch._foreach_div(exp_avg_sqs, bc2)
     torch._foreach_sqrt_(denom)
     torch._foreach_add_(denom, eps)

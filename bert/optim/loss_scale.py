@@ -8,6 +8,7 @@ where() as well. bf16 and fp32 need no loss scaling: build no scaler for them.
 Policy (as GradScaler and apex): on an overflow step, skip the update, halve the scale and count
 the skip; after `growth_interval` consecutive good steps, double the scale.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -24,12 +25,20 @@ class DynamicLossScaler:
     `skipped_steps()` (a host sync) only at log points.
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000,
-                 min_scale: float = 1.0, device: Optional[torch.device] = None):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 1.0,
+        device: Optional[torch.device] = None,
+    ):
         if not (growth_factor > 1.0 and 0.0 < backoff_factor < 1.0 and growth_interval > 0):
-            raise ValueError(f"bad loss-scale policy: growth_factor={growth_factor}, "
-                             f"backoff_factor={backoff_factor}, growth_interval={growth_interval}")
+            raise ValueError(
+                f"bad loss-scale policy: growth_factor={growth_factor}, "
+                f"backoff_factor={backoff_factor}, growth_interval={growth_interval}"
+            )
         self.growth_factor, self.backoff_factor = growth_factor, backoff_factor
         self.growth_interval, self.min_scale = growth_interval, min_scale
         self.scale = torch.full((), init_scale, dtype=torch.float32, device=device)
@@ -51,8 +60,9 @@ class DynamicLossScaler:
         """
         streak = torch.where(found_inf, torch.zeros_like(self.good_steps), self.good_steps + 1)
         grow = streak >= self.growth_interval
-        factor = torch.where(found_inf, self.backoff_factor,
-                             torch.where(grow, self.growth_factor, 1.0))
+        factor = torch.where(
+            found_inf, self.backoff_factor, torch.where(grow, self.growth_factor, 1.0)
+        )
         self.scale.copy_((self.scale * factor).clamp_min(self.min_scale))
         self.good_steps.copy_(torch.where(grow, torch.zeros_like(streak), streak))
         self.skipped.add_(found_inf.to(self.skipped.dtype))
@@ -62,8 +72,11 @@ class DynamicLossScaler:
         return int(self.skipped.item())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"scale": self.scale.clone(), "good_steps": self.good_steps.clone(),
-                "skipped": self.skipped.clone()}
+        return {
+            "scale": self.scale.clone(),
+            "good_steps": self.good_steps.clone(),
+            "skipped": self.skipped.clone(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("scale", "good_steps", "skipped"):

@@ -1,4 +1,5 @@
 """Parameter groups for LAMB: weight decay off for biases and LayerNorm (REFERENCE.md 1)."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,12 @@ def is_no_decay(name: str) -> bool:
 
 def _layer_norm_param_ids(model: torch.nn.Module) -> set[int]:
     """ids of parameters owned by nn.LayerNorm modules, whatever their names."""
-    return {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)
-            for p in m.parameters(recurse=False)}
+    return {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, torch.nn.LayerNorm)
+        for p in m.parameters(recurse=False)
+    }
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

@@ -30,6 +30,7 @@ samples). Both wrappers follow this rule (tests/unit/test_fp16_skip.py forces an
 `lr()` of the sharded optimizer reads its device step count: a host sync, so the trainer calls
 it only when a progress line is due.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -80,34 +81,61 @@ class OptimizerSpec:
 
 
 def _lamb(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
-    return LAMB(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-                weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm)
+    return LAMB(
+        groups,
+        lr=o.lr,
+        betas=(o.beta1, o.beta2),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.max_grad_norm,
+    )
 
 
 _FUSED_LAMB = (shard_update.fused_sums, shard_update.fused_update)
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     "lamb": OptimizerSpec(
-        replicated=_lamb, closed_division=True,
-        sharded=ShardMath(True, shard_update.reference_sums, shard_update.reference_update,
-                          fused=_FUSED_LAMB, fused_op=kernels.lamb.OP)),
+        replicated=_lamb,
+        closed_division=True,
+        sharded=ShardMath(
+            True,
+            shard_update.reference_sums,
+            shard_update.reference_update,
+            fused=_FUSED_LAMB,
+            fused_op=kernels.lamb.OP,
+        ),
+    ),
     # AdamW: LAMB's update without the trust ratio (no weight norms), open division only
     "adam": OptimizerSpec(
-        replicated=None, closed_division=False,
-        sharded=ShardMath(False, shard_update.reference_sums, shard_update.reference_update,
-                          fused=_FUSED_LAMB, fused_op=kernels.lamb.OP)),
+        replicated=None,
+        closed_division=False,
+        sharded=ShardMath(
+            False,
+            shard_update.reference_sums,
+            shard_update.reference_update,
+            fused=_FUSED_LAMB,
+            fused_op=kernels.lamb.OP,
+        ),
+    ),
 }
 
 
 class Replicated:
-    def __init__(self, model: torch.nn.Module, o: "OptimConfig", s: "ScheduleConfig",
-                 fp16: bool, ctx: "DistContext"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        o: "OptimConfig",
+        s: "ScheduleConfig",
+        fp16: bool,
+        ctx: "DistContext",
+    ):
         self.model = model
         if ctx.is_distributed:
             device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
             self.model = DistributedDataParallel(model, device_ids=device_ids)
         self.optimizer = OPTIMIZERS[o.name].replicated(param_groups(model, o.weight_decay), o)
-        self.scheduler = PolyWarmupScheduler(self.optimizer, s.total_steps, s.warmup_steps,
-                                             s.start_warmup_step, s.power)
+        self.scheduler = PolyWarmupScheduler(
+            self.optimizer, s.total_steps, s.warmup_steps, s.start_warmup_step, s.power
+        )
         self.grad_scaler = torch.amp.GradScaler(ctx.device.type, enabled=fp16)
         # GradScaler skips optimizer.step() on an overflow; a post-step hook, which runs only
         # when the step ran, tells the two apart without reading anything more from the device.
@@ -157,8 +185,12 @@ class Replicated:
         return float(self.grad_scaler.get_scale()) if self.grad_scaler.is_enabled() else None
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "grad_scaler": self.grad_scaler.state_dict(), "skipped_steps": self.skipped}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "grad_scaler": self.grad_scaler.state_dict(),
+            "skipped_steps": self.skipped,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -168,20 +200,38 @@ class Replicated:
 
 
 class Sharded:
-    def __init__(self, model: torch.nn.Module, o: "OptimConfig", s: "ScheduleConfig",
-                 fp16: bool, ctx: "DistContext"):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        o: "OptimConfig",
+        s: "ScheduleConfig",
+        fp16: bool,
+        ctx: "DistContext",
+    ):
         self.model = model  # no DDP: the optimizer's hooks reduce the gradients
         spec = OPTIMIZERS[o.name].sharded
         self.loss_scaler = DynamicLossScaler(device=ctx.device) if fp16 else None
-        self._schedule = functools.partial(lr_at, total_steps=s.total_steps,
-                                           warmup_steps=s.warmup_steps,
-                                           start_warmup_step=s.start_warmup_step, power=s.power)
+        self._schedule = functools.partial(
+            lr_at,
+            total_steps=s.total_steps,
+            warmup_steps=s.warmup_steps,
+            start_warmup_step=s.start_warmup_step,
+            power=s.power,
+        )
         self.optimizer = ShardedOptimizer(
-            param_groups(model, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
-            weight_decay=o.weight_decay, max_grad_norm=o.max_grad_norm,
-            bucket_cap_mb=o.bucket_cap_mb, clip_mode=o.clip_mode,
-            trust_ratio=spec.weight_norms, loss_scaler=self.loss_scaler,
-            lr_schedule=self._schedule, **shard_math(spec, o.fused_kernel, ctx.device))
+            param_groups(model, o.weight_decay),
+            lr=o.lr,
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+            max_grad_norm=o.max_grad_norm,
+            bucket_cap_mb=o.bucket_cap_mb,
+            clip_mode=o.clip_mode,
+            trust_ratio=spec.weight_norms,
+            loss_scaler=self.loss_scaler,
+            lr_schedule=self._schedule,
+            **shard_math(spec, o.fused_kernel, ctx.device),
+        )
         self.base_lr = o.lr
 
     def no_sync(self):
@@ -235,8 +285,13 @@ def shard_math(spec: ShardMath, fused: bool, device: torch.device) -> dict:
     return {"sums_fn": spec.fused[0], "update_fn": spec.fused[1]}
 
 
-def build_optimizer(model: torch.nn.Module, optim: "OptimConfig", schedule: "ScheduleConfig",
-                    fp16: bool, ctx: "DistContext"):
+def build_optimizer(
+    model: torch.nn.Module,
+    optim: "OptimConfig",
+    schedule: "ScheduleConfig",
+    fp16: bool,
+    ctx: "DistContext",
+):
     """The configured optimizer around `model` (already on its device, weights loaded).
 
     fp16: the run's precision is fp16, so the loss is scaled."""

@@ -5,6 +5,7 @@ already taken, 0-based. The update that turns step k into step k+1 uses `lr_at(k
 reference reads its global step before incrementing it. So with no warmup the very first update
 uses the full base lr, and the update at step `total_steps - 1` uses base_lr / total_steps.
 """
+
 from __future__ import annotations
 
 from typing import Any, Union
@@ -15,8 +16,14 @@ from torch import Tensor
 Step = Union[int, Tensor]
 
 
-def lr_at(step: Step, base_lr: float, total_steps: int, warmup_steps: int,
-          start_warmup_step: int = 0, power: float = 1.0) -> Union[float, Tensor]:
+def lr_at(
+    step: Step,
+    base_lr: float,
+    total_steps: int,
+    warmup_steps: int,
+    start_warmup_step: int = 0,
+    power: float = 1.0,
+) -> Union[float, Tensor]:
     """Learning rate for the update taken at 0-based `step` (REFERENCE.md section 1).
 
     warmup (warmup_steps > 0 and step < start_warmup_step + warmup_steps):
@@ -36,8 +43,14 @@ def lr_at(step: Step, base_lr: float, total_steps: int, warmup_steps: int,
     return base_lr * max(1.0 - step / total_steps, 0.0) ** power
 
 
-def _lr_tensor(step: Tensor, base_lr: float, total_steps: int, warmup_steps: int,
-               start_warmup_step: int, power: float) -> Tensor:
+def _lr_tensor(
+    step: Tensor,
+    base_lr: float,
+    total_steps: int,
+    warmup_steps: int,
+    start_warmup_step: int,
+    power: float,
+) -> Tensor:
     """Tensor twin of `lr_at`: both branches computed, picked with where() (no sync)."""
     s = step.to(torch.float32)
     # (total - s) / total rather than 1 - s / total: the subtraction of whole numbers is exact
@@ -61,11 +74,19 @@ class PolyWarmupScheduler:
     in place (`fill_`, an async device write, no sync), so an optimizer holding that tensor sees it.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0,
-                 start_warmup_step: int = 0, power: float = 1.0, steps_taken: int = 0):
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        total_steps: int,
+        warmup_steps: int = 0,
+        start_warmup_step: int = 0,
+        power: float = 1.0,
+        steps_taken: int = 0,
+    ):
         if total_steps <= 0 or warmup_steps < 0:
-            raise ValueError(f"bad schedule: total_steps={total_steps}, "
-                             f"warmup_steps={warmup_steps}")
+            raise ValueError(
+                f"bad schedule: total_steps={total_steps}, warmup_steps={warmup_steps}"
+            )
         self.optimizer = optimizer
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
@@ -91,8 +112,14 @@ class PolyWarmupScheduler:
         return [self._lr(base) for base in self.base_lrs]
 
     def _lr(self, base_lr: float) -> float:
-        return lr_at(self.steps_taken, base_lr, self.total_steps, self.warmup_steps,
-                     self.start_warmup_step, self.power)
+        return lr_at(
+            self.steps_taken,
+            base_lr,
+            self.total_steps,
+            self.warmup_steps,
+            self.start_warmup_step,
+            self.power,
+        )
 
     def _apply(self) -> None:
         for group in self.optimizer.param_groups:
@@ -103,9 +130,14 @@ class PolyWarmupScheduler:
                 group["lr"] = lr
 
     def state_dict(self) -> dict[str, Any]:
-        return {"steps_taken": self.steps_taken, "total_steps": self.total_steps,
-                "warmup_steps": self.warmup_steps, "start_warmup_step": self.start_warmup_step,
-                "power": self.power, "base_lrs": self.base_lrs}
+        return {
+            "steps_taken": self.steps_taken,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "start_warmup_step": self.start_warmup_step,
+            "power": self.power,
+            "base_lrs": self.base_lrs,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the counter and schedule, and sets the lr for the restored step."""

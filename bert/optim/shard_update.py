@@ -13,6 +13,7 @@ Two implementations of the pair (sums, update) with one signature, picked by `op
 reference_lamb.py, `_foreach` ops: the CPU path and the test oracle); `fused_sums`/
 `fused_update` call the custom ops of kernels/lamb.py (not yet GPU-validated).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,8 +24,16 @@ from torch import Tensor
 
 import kernels.lamb  # noqa: F401 - registers torch.ops.bert_kernels.lamb_*
 from bert.optim.flat import FlatLayout, FlatParams, Segment
-from kernels.reference_lamb import (LR, GroupSegments, apply_update, local_sums, make_groups,
-                                    sum_squares, trust_ratios, update_direction)
+from kernels.reference_lamb import (
+    LR,
+    GroupSegments,
+    apply_update,
+    local_sums,
+    make_groups,
+    sum_squares,
+    trust_ratios,
+    update_direction,
+)
 
 
 @dataclass
@@ -90,12 +99,24 @@ def reference_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: Reduc
     Same operation order as `LAMB`, so the single-process results agree to rounding. Calls
     `reduce_sums` exactly once when the trust ratio is on (every rank must).
     """
-    update_direction(shard.grad, shard.exp_avg, shard.exp_avg_sq, shard.update, shard.groups,
-                     inputs.coef, inputs.ok, inputs.bc1, inputs.bc2, inputs.betas, inputs.eps)
+    update_direction(
+        shard.grad,
+        shard.exp_avg,
+        shard.exp_avg_sq,
+        shard.update,
+        shard.groups,
+        inputs.coef,
+        inputs.ok,
+        inputs.bc1,
+        inputs.bc2,
+        inputs.betas,
+        inputs.eps,
+    )
     ratio = None
     if inputs.w_sq is not None:
-        u_sq = reduce_sums(sum_squares(shard.groups, "update", shard.num_params,
-                                       shard.master.device))
+        u_sq = reduce_sums(
+            sum_squares(shard.groups, "update", shard.num_params, shard.master.device)
+        )
         ratio = trust_ratios(inputs.w_sq, u_sq)
     apply_update(shard.groups, inputs.lrs, inputs.ok, ratio)
     if shard.model is not None:
@@ -120,26 +141,59 @@ def fused_update(shard: ShardBuffers, inputs: StepInputs, reduce_sums: ReduceFn)
         u_sq = torch.zeros(shard.num_params, dtype=torch.float32, device=device)
     beta1, beta2 = inputs.betas
     torch.ops.bert_kernels.lamb_update(
-        shard.grad, shard.master, shard.exp_avg, shard.exp_avg_sq, shard.update, shard.segments,
-        decays, inputs.coef, inputs.ok, inputs.bc1, inputs.bc2, beta1, beta2, inputs.eps, u_sq)
+        shard.grad,
+        shard.master,
+        shard.exp_avg,
+        shard.exp_avg_sq,
+        shard.update,
+        shard.segments,
+        decays,
+        inputs.coef,
+        inputs.ok,
+        inputs.bc1,
+        inputs.bc2,
+        beta1,
+        beta2,
+        inputs.eps,
+        u_sq,
+    )
     if u_sq is not None:
         u_sq = reduce_sums(u_sq)
-    torch.ops.bert_kernels.lamb_apply(shard.master, shard.update, shard.segments, decays,
-                                      _lr_vector(inputs.lrs, device), inputs.ok, inputs.w_sq,
-                                      u_sq, shard.model)
+    torch.ops.bert_kernels.lamb_apply(
+        shard.master,
+        shard.update,
+        shard.segments,
+        decays,
+        _lr_vector(inputs.lrs, device),
+        inputs.ok,
+        inputs.w_sq,
+        u_sq,
+        shard.model,
+    )
 
 
 def _lr_vector(lrs: list[LR], device: torch.device) -> Tensor:
     """(groups,) fp32 on the device from floats and 0-dim tensors, without a host sync."""
-    return torch.stack([lr.to(device, torch.float32).reshape(()) if isinstance(lr, Tensor)
-                        else torch.full((), lr, dtype=torch.float32, device=device)
-                        for lr in lrs])
+    return torch.stack(
+        [
+            lr.to(device, torch.float32).reshape(())
+            if isinstance(lr, Tensor)
+            else torch.full((), lr, dtype=torch.float32, device=device)
+            for lr in lrs
+        ]
+    )
 
 
 # ---- building a shard -------------------------------------------------------------------------
-def new_shard(layout: FlatLayout, dtype: torch.dtype, segments: list[Segment],
-              group_of: list[int], decays: list[float], device: torch.device,
-              grad: Optional[Tensor] = None) -> ShardBuffers:
+def new_shard(
+    layout: FlatLayout,
+    dtype: torch.dtype,
+    segments: list[Segment],
+    group_of: list[int],
+    decays: list[float],
+    device: torch.device,
+    grad: Optional[Tensor] = None,
+) -> ShardBuffers:
     """Zeroed buffers of one rank's `dtype` shard (its `segments` of `layout`).
 
     group_of: param group of each parameter; grad: the (S,) gradient buffer to use (default: a
@@ -152,22 +206,43 @@ def new_shard(layout: FlatLayout, dtype: torch.dtype, segments: list[Segment],
     rows = sorted((s.shard_start, s.length, s.index, group_of[s.index]) for s in segments)
     update = torch.zeros_like(master)
     return ShardBuffers(
-        master, torch.zeros_like(master), torch.zeros_like(master), update, grad,
-        make_groups(rows, decays, master, update), len(group_of),
+        master,
+        torch.zeros_like(master),
+        torch.zeros_like(master),
+        update,
+        grad,
+        make_groups(rows, decays, master, update),
+        len(group_of),
         torch.tensor(rows, dtype=torch.int64, device=device).reshape(-1, 4),
-        None if dtype == torch.float32 else torch.zeros(size, dtype=dtype, device=device))
+        None if dtype == torch.float32 else torch.zeros(size, dtype=dtype, device=device),
+    )
 
 
-def build_shard(layout: FlatLayout, flat: FlatParams, dtype: torch.dtype,
-                segments: list[Segment], group_of: list[int], decays: list[float],
-                rank: int, grad_alias: bool) -> ShardBuffers:
+def build_shard(
+    layout: FlatLayout,
+    flat: FlatParams,
+    dtype: torch.dtype,
+    segments: list[Segment],
+    group_of: list[int],
+    decays: list[float],
+    rank: int,
+    grad_alias: bool,
+) -> ShardBuffers:
     """This rank's buffers for `dtype`, master weights copied from the flat parameters."""
     # One rank owns whole buckets: the flat gradient buffer is already its shard.
-    shard = new_shard(layout, dtype, segments, group_of, decays, flat.params[dtype].device,
-                      flat.grads[dtype] if grad_alias else None)
+    shard = new_shard(
+        layout,
+        dtype,
+        segments,
+        group_of,
+        decays,
+        flat.params[dtype].device,
+        flat.grads[dtype] if grad_alias else None,
+    )
     for bucket in layout.buckets:
         if bucket.dtype == dtype:
             lo = bucket.chunk_start(rank)
-            shard.master[bucket.shard_start:bucket.shard_start + bucket.chunk] = \
-                flat.params[dtype][lo:lo + bucket.chunk]
+            shard.master[bucket.shard_start : bucket.shard_start + bucket.chunk] = flat.params[
+                dtype
+            ][lo : lo + bucket.chunk]
     return shard

@@ -36,6 +36,7 @@ apply, in five launches) plug in as `sums_fn` and `update_fn` (`fused_sums`, `fu
 They compile but are not yet validated on a GPU (kernels/VALIDATION.md), so the trainer uses
 them only with `optim.fused_kernel=true`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,14 +51,23 @@ from bert.optim.collectives import ShardComm
 from bert.optim.flat import Bucket, FlatLayout, FlatParams
 from bert.optim.lamb import _check_hparams, _clip_coef
 from bert.optim.loss_scale import DynamicLossScaler
-from bert.optim.shard_update import (LR, ShardBuffers, StepInputs, SumsFn, UpdateFn,
-                                     build_shard, reference_sums, reference_update)
+from bert.optim.shard_update import (
+    LR,
+    ShardBuffers,
+    StepInputs,
+    SumsFn,
+    UpdateFn,
+    build_shard,
+    reference_sums,
+    reference_update,
+)
 
 CLIP_MODES = ("after_allreduce", "before_allreduce", "bucketwise")
 STATE_KEYS = ("master", "exp_avg", "exp_avg_sq")
 
 
 # ----------------------------------------------------------------------------- optimizer
+
 
 class ShardedOptimizer(torch.optim.Optimizer):
     """Sharded (ZeRO-2) LAMB or AdamW with bucketed, overlapped gradient reduction.
@@ -95,15 +105,29 @@ class ShardedOptimizer(torch.optim.Optimizer):
     number of applied updates; both are 0-dim device tensors.
     """
 
-    def __init__(self, params: Iterable, lr: LR = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.01, max_grad_norm: float = 1.0, *,
-                 process_group=None, shard_group=None, replica_group=None,
-                 bucket_cap_mb: float = 25.0, align: int = 128,
-                 clip_mode: str = "after_allreduce", overlap: bool = True,
-                 trust_ratio: bool = True, loss_scaler: Optional[DynamicLossScaler] = None,
-                 lr_schedule: Optional[Callable[[Tensor, float], Tensor]] = None,
-                 sums_fn: Optional[SumsFn] = None, update_fn: Optional[UpdateFn] = None,
-                 tensor_collectives: Optional[bool] = None):
+    def __init__(
+        self,
+        params: Iterable,
+        lr: LR = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_grad_norm: float = 1.0,
+        *,
+        process_group=None,
+        shard_group=None,
+        replica_group=None,
+        bucket_cap_mb: float = 25.0,
+        align: int = 128,
+        clip_mode: str = "after_allreduce",
+        overlap: bool = True,
+        trust_ratio: bool = True,
+        loss_scaler: Optional[DynamicLossScaler] = None,
+        lr_schedule: Optional[Callable[[Tensor, float], Tensor]] = None,
+        sums_fn: Optional[SumsFn] = None,
+        update_fn: Optional[UpdateFn] = None,
+        tensor_collectives: Optional[bool] = None,
+    ):
         _check_hparams(lr, betas, eps, weight_decay)
         if clip_mode not in CLIP_MODES:
             raise ValueError(f"clip_mode must be one of {CLIP_MODES} (got {clip_mode!r})")
@@ -115,8 +139,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self.update_fn: UpdateFn = update_fn or reference_update
         plist = self._check_groups()
         self._comm = ShardComm(process_group, shard_group, replica_group, tensor_collectives)
-        self.layout = FlatLayout([(p.shape, p.dtype) for p in plist], self._comm.shard_world,
-                                 int(bucket_cap_mb * 2 ** 20), align)
+        self.layout = FlatLayout(
+            [(p.shape, p.dtype) for p in plist],
+            self._comm.shard_world,
+            int(bucket_cap_mb * 2**20),
+            align,
+        )
         self.flat = FlatParams(plist, self.layout)
         for buffer in self.flat.params.values():
             self._comm.broadcast(buffer)
@@ -129,8 +157,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._sync, self._hooks, self._local_coef = True, [], None
         self._reset_reduction()
         if overlap and clip_mode != "before_allreduce":
-            self._hooks = [p.register_post_accumulate_grad_hook(self._hook(i))
-                           for i, p in enumerate(plist)]
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._hook(i)) for i, p in enumerate(plist)
+            ]
 
     # -- construction -------------------------------------------------------------------------
 
@@ -151,9 +180,19 @@ class ShardedOptimizer(torch.optim.Optimizer):
         decays = [group["weight_decay"] for group in self.param_groups]
         segments = self.layout.segments(self._comm.shard_rank)
         alias = self._comm.shard_world == 1
-        return {dtype: build_shard(self.layout, self.flat, dtype, segments[dtype], group_of,
-                                    decays, self._comm.shard_rank, alias)
-                for dtype in self.layout.dtypes}
+        return {
+            dtype: build_shard(
+                self.layout,
+                self.flat,
+                dtype,
+                segments[dtype],
+                group_of,
+                decays,
+                self._comm.shard_rank,
+                alias,
+            )
+            for dtype in self.layout.dtypes
+        }
 
     def add_param_group(self, param_group: dict) -> None:
         if hasattr(self, "flat"):
@@ -171,8 +210,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not self._sync:
             return
         if self._seen[index]:
-            raise RuntimeError("gradient accumulated twice in one step: run all but the last "
-                               "micro-batch under optimizer.no_sync()")
+            raise RuntimeError(
+                "gradient accumulated twice in one step: run all but the last "
+                "micro-batch under optimizer.no_sync()"
+            )
         self._seen[index] = True
         self._pending[self._bucket_of[index]] -= 1
         self._launch_ready(force=False)
@@ -190,7 +231,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if factor is not None:
             grads.mul_(factor)
         shard = self._shards[bucket.dtype]
-        out = shard.grad[bucket.shard_start:bucket.shard_start + bucket.chunk]
+        out = shard.grad[bucket.shard_start : bucket.shard_start + bucket.chunk]
         self._finishers.append(self._comm.reduce_scatter(grads, out))
 
     def _pre_reduce_factor(self, grads: Tensor) -> Optional[Union[float, Tensor]]:
@@ -273,8 +314,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
         ok = torch.isfinite(norm) if self.loss_scaler is not None else None
         beta1, beta2 = self.param_groups[0]["betas"]
         t = (self.step_count + 1).to(torch.float64)  # fp64: 1 - 0.999^t loses digits in fp32
-        return StepInputs(coef, ok, 1.0 - torch.pow(beta1, t), 1.0 - torch.pow(beta2, t),
-                          self._lrs(), w_sq, (beta1, beta2), self.param_groups[0]["eps"])
+        return StepInputs(
+            coef,
+            ok,
+            1.0 - torch.pow(beta1, t),
+            1.0 - torch.pow(beta2, t),
+            self._lrs(),
+            w_sq,
+            (beta1, beta2),
+            self.param_groups[0]["eps"],
+        )
 
     def _global_sums(self) -> tuple[Tensor, Optional[Tensor]]:
         """|reduced grad|^2 and, for LAMB, |w|^2 per parameter: one all-reduce for both.
@@ -289,8 +338,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _lrs(self) -> list[LR]:
         if self.lr_schedule is None:
             return [group["lr"] for group in self.param_groups]
-        return [self.lr_schedule(self.step_count, group["initial_lr"])
-                for group in self.param_groups]
+        return [
+            self.lr_schedule(self.step_count, group["initial_lr"]) for group in self.param_groups
+        ]
 
     def _advance(self, ok: Optional[Tensor]) -> None:
         """Step counter and loss scale, on the device."""
@@ -303,11 +353,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     def _gather_params(self) -> None:
         """All-gathers every bucket's updated chunks into the model's flat parameter buffer."""
-        sources = {dtype: shard.master if shard.model is None else shard.model
-                   for dtype, shard in self._shards.items()}
+        sources = {
+            dtype: shard.master if shard.model is None else shard.model
+            for dtype, shard in self._shards.items()
+        }
         waits = []
         for bucket in self.layout.buckets:
-            chunk = sources[bucket.dtype][bucket.shard_start:bucket.shard_start + bucket.chunk]
+            chunk = sources[bucket.dtype][bucket.shard_start : bucket.shard_start + bucket.chunk]
             waits.append(self._comm.all_gather(self.flat.bucket(self.flat.params, bucket), chunk))
         for wait in waits:
             wait()
@@ -334,14 +386,21 @@ class ShardedOptimizer(torch.optim.Optimizer):
         state = {i: {key: full[key][i] for key in STATE_KEYS} for i in range(len(self._bucket_of))}
         groups, start = [], 0
         for group in self.param_groups:
-            saved = {k: (v.detach().cpu().clone() if isinstance(v, Tensor) else v)
-                     for k, v in group.items() if k != "params"}
+            saved = {
+                k: (v.detach().cpu().clone() if isinstance(v, Tensor) else v)
+                for k, v in group.items()
+                if k != "params"
+            }
             saved["params"] = list(range(start, start + len(group["params"])))
             start += len(group["params"])
             groups.append(saved)
         scaler = self.loss_scaler.state_dict() if self.loss_scaler else None
-        return {"state": state, "param_groups": groups, "step": self.step_count.cpu().clone(),
-                "loss_scaler": scaler}
+        return {
+            "state": state,
+            "param_groups": groups,
+            "step": self.step_count.cpu().clone(),
+            "loss_scaler": scaler,
+        }
 
     def _unshard(self, key: str) -> list[Tensor]:
         """Per parameter, the full fp32 tensor of state `key` gathered from every shard."""
@@ -367,11 +426,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
             for seg in segments[dtype]:
                 for key in STATE_KEYS:
                     source = saved[seg.index][key].reshape(-1)
-                    getattr(shard, key)[seg.shard_start:seg.shard_start + seg.length].copy_(
-                        source[seg.param_start:seg.param_start + seg.length])
+                    getattr(shard, key)[seg.shard_start : seg.shard_start + seg.length].copy_(
+                        source[seg.param_start : seg.param_start + seg.length]
+                    )
         for slot in self.layout.slots:
             self.layout.param_view(self.flat.params[slot.dtype], slot.index).copy_(
-                saved[slot.index]["master"].view(slot.shape))
+                saved[slot.index]["master"].view(slot.shape)
+            )
         self.step_count.copy_(state_dict["step"])
         if self.loss_scaler is not None and state_dict.get("loss_scaler") is not None:
             self.loss_scaler.load_state_dict(state_dict["loss_scaler"])
@@ -380,8 +441,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _load_groups(self, saved_groups: list[dict]) -> None:
         sizes = [len(g["params"]) for g in self.param_groups]
         if sizes != [len(g["params"]) for g in saved_groups]:
-            raise ValueError(f"checkpoint param groups {[len(g['params']) for g in saved_groups]}"
-                             f" do not match the optimizer's {sizes}")
+            raise ValueError(
+                f"checkpoint param groups {[len(g['params']) for g in saved_groups]}"
+                f" do not match the optimizer's {sizes}"
+            )
         for group, saved in zip(self.param_groups, saved_groups):
             for key, value in saved.items():
                 if key == "params":

@@ -1,4 +1,5 @@
 """python -m bert.plan: see bert/plan/cli.py."""
+
 import sys
 
 from bert.plan.cli import main

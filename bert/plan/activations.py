@@ -19,6 +19,7 @@ fraction of a second, but two things a GPU does must be reproduced, and `CudaLik
   what it saves.
 On the CPU (the tests) the model runs for real and nothing is emulated.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,15 @@ from data.packing import Sample, pack_samples
 
 LOW_PRECISION = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # CUDA autocast's lists, for the ops this model calls
-AUTOCAST_16BIT = (F.linear, torch.matmul, torch.mm, torch.addmm, torch.bmm, torch.baddbmm,
-                  F.scaled_dot_product_attention)
+AUTOCAST_16BIT = (
+    F.linear,
+    torch.matmul,
+    torch.mm,
+    torch.addmm,
+    torch.bmm,
+    torch.baddbmm,
+    F.scaled_dot_product_attention,
+)
 AUTOCAST_FP32 = (F.layer_norm, F.softmax, F.log_softmax, F.cross_entropy, F.nll_loss)
 
 
@@ -61,14 +69,20 @@ def synthetic_batch(lengths, max_predictions: int, vocab_size: int, seed: int = 
     samples = []
     for length in (int(n) for n in lengths):
         masked = int(masked_count(np.array([length]), max_predictions)[0])
-        positions = np.sort(rng.choice(np.arange(1, length), size=min(masked, length - 1),
-                                       replace=False)) if length > 1 else np.zeros(0)
-        samples.append(Sample(
-            input_ids=rng.integers(0, vocab_size, length).astype(np.int16),
-            segment_ids=(np.arange(length) >= length // 2).astype(np.int8),
-            masked_positions=positions.astype(np.int16),
-            masked_ids=rng.integers(0, vocab_size, positions.shape[0]).astype(np.int16),
-            nsp_label=int(rng.integers(0, 2))))
+        positions = (
+            np.sort(rng.choice(np.arange(1, length), size=min(masked, length - 1), replace=False))
+            if length > 1
+            else np.zeros(0)
+        )
+        samples.append(
+            Sample(
+                input_ids=rng.integers(0, vocab_size, length).astype(np.int16),
+                segment_ids=(np.arange(length) >= length // 2).astype(np.int8),
+                masked_positions=positions.astype(np.int16),
+                masked_ids=rng.integers(0, vocab_size, positions.shape[0]).astype(np.int16),
+                nsp_label=int(rng.integers(0, 2)),
+            )
+        )
     return pack_samples(samples)
 
 
@@ -113,12 +127,19 @@ def fused_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, sca
         bias = bias.masked_fill(~attn_mask, float("-inf"))
         bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     out = torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, bias, True, dropout_p, is_causal, scale=scale)[0]
+        q, k, v, bias, True, dropout_p, is_causal, scale=scale
+    )[0]
     return out
 
 
-def count_saved(cfg: ModelConfig, lengths, precision: str = "fp32", device: str = "meta",
-                max_predictions: int = 76, seed: int = 0) -> SavedBytes:
+def count_saved(
+    cfg: ModelConfig,
+    lengths,
+    precision: str = "fp32",
+    device: str = "meta",
+    max_predictions: int = 76,
+    seed: int = 0,
+) -> SavedBytes:
     """Bytes saved for backward by one forward of `cfg`'s model on sequences of `lengths`.
 
     device "meta": CUDA-like (module doc), any size, nothing computed; "cpu": a real run.
@@ -141,20 +162,25 @@ def count_saved(cfg: ModelConfig, lengths, precision: str = "fp32", device: str 
             with emulation:
                 _forward(model, batch, cfg)
         else:
-            with torch.autocast("cpu", dtype=LOW_PRECISION.get(precision, torch.bfloat16),
-                                enabled=precision in LOW_PRECISION):
+            with torch.autocast(
+                "cpu",
+                dtype=LOW_PRECISION.get(precision, torch.bfloat16),
+                enabled=precision in LOW_PRECISION,
+            ):
                 _forward(model, batch, cfg)
     # the weights themselves (saved by reference) are parameters, not activations
     for param in model.parameters():
         storages.pop(param.untyped_storage()._cdata, None)
-    casts = {t.untyped_storage()._cdata for t in emulation.weight_casts.values()} \
-        if emulation is not None else set()
+    casts = (
+        {t.untyped_storage()._cdata for t in emulation.weight_casts.values()}
+        if emulation is not None
+        else set()
+    )
     weights = sum(n for key, n in storages.items() if key in casts)
     return SavedBytes(sum(storages.values()) - weights, weights)
 
 
 def _forward(model: BertForPretraining, batch, cfg: ModelConfig) -> torch.Tensor:
     mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size,
-                                cfg.fused_mlm_loss)
+    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size, cfg.fused_mlm_loss)
     return mlm + nsp

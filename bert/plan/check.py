@@ -1,4 +1,5 @@
 """Start-of-run and packaging checks against the RCP table (issue 29, item 7)."""
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,12 @@ def rcp_warning(cfg) -> str | None:
     (None when they match, or when the RCPs do not apply: open division, another model size,
     eval only)."""
     m = cfg.model
-    if (cfg.submission.division != "closed" or cfg.run.eval_only
-            or (m.hidden_size, m.num_hidden_layers, m.num_attention_heads,
-                m.intermediate_size) != BERT_LARGE):
+    if (
+        cfg.submission.division != "closed"
+        or cfg.run.eval_only
+        or (m.hidden_size, m.num_hidden_layers, m.num_attention_heads, m.intermediate_size)
+        != BERT_LARGE
+    ):
         return None
     settings = {key: _value(cfg, key) for key in rcp.CONFIG_KEYS.values()}
     try:
@@ -38,9 +42,11 @@ def package_reference(global_batch_size: int) -> str:
         reference, rule = rcp.checked_against(global_batch_size)
     except rcp.RCPError as err:
         return str(err)
-    return (f"global batch {global_batch_size}: checked against {reference.name} ({rule}): "
-            f"mean {reference.mean_samples:,.0f} samples to 0.720; a mean below "
-            f"{reference.min_acceptable_mean:,.0f} fails")
+    return (
+        f"global batch {global_batch_size}: checked against {reference.name} ({rule}): "
+        f"mean {reference.mean_samples:,.0f} samples to 0.720; a mean below "
+        f"{reference.min_acceptable_mean:,.0f} fails"
+    )
 
 
 def _value(cfg, key: str):

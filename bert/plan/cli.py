@@ -7,6 +7,7 @@ predicted time to train; `--json` for machines, `--write-config` for a runnable 
 
 Exit status: 0 a plan was printed (and written); 2 bad input, with one `error:` line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,30 +28,49 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m bert.plan", description=__doc__,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(
+        prog="python -m bert.plan",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
     p.add_argument("--gpus-per-node", type=int, default=None, help="default: min(8, --gpus)")
-    p.add_argument("--gpu", required=True,
-                   help=f"GPU kind: {', '.join(gpus.GPUS)}; or any name with --memory-gib and "
-                        f"--tflops")
+    p.add_argument(
+        "--gpu",
+        required=True,
+        help=f"GPU kind: {', '.join(gpus.GPUS)}; or any name with --memory-gib and --tflops",
+    )
     p.add_argument("--memory-gib", type=float, help="device memory of a kind not in the table")
     p.add_argument("--tflops", type=float, help="dense bf16 TFLOP/s of a kind not in the table")
-    p.add_argument("--link-gbps", type=float, default=50.0,
-                   help="per-GPU link bandwidth (GB/s, one direction) of a kind not in the table")
-    p.add_argument("--efficiency", type=float,
-                   help="fraction of the peak the step reaches (default: what the kind's "
-                        "published MLPerf throughput implies)")
+    p.add_argument(
+        "--link-gbps",
+        type=float,
+        default=50.0,
+        help="per-GPU link bandwidth (GB/s, one direction) of a kind not in the table",
+    )
+    p.add_argument(
+        "--efficiency",
+        type=float,
+        help="fraction of the peak the step reaches (default: what the kind's "
+        "published MLPerf throughput implies)",
+    )
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--sharded", action="store_true", help="optim.sharded=true (ZeRO-2 LAMB)")
     p.add_argument("--batch", type=int, help="plan only this global batch")
     p.add_argument("--max-micro-batch", type=int, default=256)
-    p.add_argument("--init-minutes", type=float, default=3.0,
-                   help="initialization time, shown apart (not scored)")
+    p.add_argument(
+        "--init-minutes",
+        type=float,
+        default=3.0,
+        help="initialization time, shown apart (not scored)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--write-config", metavar="PATH",
-                   help="write the first candidate (or --batch's) as a config; PATH a file or "
-                        "a folder (then named bert_large_<n>x<g>x<gpu>_lb<m>_ga<a>.yaml)")
+    p.add_argument(
+        "--write-config",
+        metavar="PATH",
+        help="write the first candidate (or --batch's) as a config; PATH a file or "
+        "a folder (then named bert_large_<n>x<g>x<gpu>_lb<m>_ga<a>.yaml)",
+    )
     return p
 
 
@@ -66,12 +86,18 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from bert.model.config import ModelConfig
     from bert.plan.configfile import write_config
+
     per_node = args.gpus_per_node or max(1, min(8, args.gpus))
     cluster = Cluster(args.gpus, per_node, kind_from(args))
     if args.max_micro_batch < 1:
         raise PlanError(f"--max-micro-batch {args.max_micro_batch}: must be >= 1")
-    assumptions = Assumptions(args.precision, args.sharded, args.efficiency, args.init_minutes,
-                              max_micro_batch=args.max_micro_batch)
+    assumptions = Assumptions(
+        args.precision,
+        args.sharded,
+        args.efficiency,
+        args.init_minutes,
+        max_micro_batch=args.max_micro_batch,
+    )
     candidates, rates = plan(cluster, ModelConfig(), assumptions, args.batch)
     if args.json:
         print(json.dumps(as_json(cluster, candidates, rates, assumptions), indent=1))
@@ -85,6 +111,7 @@ def run(argv: list[str] | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from bert.plan.rcp import RCPError
+
     try:
         return run(argv)
     except (ArgumentError, PlanError, gpus.GPUError, RCPError) as err:
@@ -93,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- output -----------------------------------------------------------------------------------
+
 
 def _gib(value: float) -> str:
     return f"{value / GIB:.1f}"
@@ -103,13 +131,15 @@ def row(c: Candidate) -> str:
     if not c.fits:
         return f"{c.global_batch_size:>6}{flag} {'-':>9}  does not fit ({c.hyper.source})"
     s = c.hyper.settings
-    return (f"{c.global_batch_size:>6}{flag} {c.micro_batch:>4}x{c.accumulation:<4} "
-            f"{s['optim.lr']:>9.3g} {s['schedule.total_steps']:>6} "
-            f"{_gib(c.memory.total()):>6} {_gib(c.memory.total(worst=True)):>6} "
-            f"{c.step.step_s * 1e3:>8.0f} {c.samples_per_s:>8.0f} "
-            f"{c.hyper.samples_mean / 1e6:>5.2f}M {c.train.evals:>5} "
-            f"{c.train.score_min:>7.2f} ({c.train_low.score_min:.2f}-"
-            f"{c.train_high.score_min:.2f})")
+    return (
+        f"{c.global_batch_size:>6}{flag} {c.micro_batch:>4}x{c.accumulation:<4} "
+        f"{s['optim.lr']:>9.3g} {s['schedule.total_steps']:>6} "
+        f"{_gib(c.memory.total()):>6} {_gib(c.memory.total(worst=True)):>6} "
+        f"{c.step.step_s * 1e3:>8.0f} {c.samples_per_s:>8.0f} "
+        f"{c.hyper.samples_mean / 1e6:>5.2f}M {c.train.evals:>5} "
+        f"{c.train.score_min:>7.2f} ({c.train_low.score_min:.2f}-"
+        f"{c.train_high.score_min:.2f})"
+    )
 
 
 def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) -> str:
@@ -119,8 +149,12 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
         f"{kind.memory_gib:g} GiB, {kind.bf16_tflops:g} TFLOP/s bf16 dense, {a.precision}, "
         f"optimizer {'sharded' if a.sharded else 'replicated'}",
         f"assumed: efficiency {rates.efficiency:.3f} of the peak"
-        + (f" (implied by {kind.throughput_basis()[0]:g} samples/s per GPU, "
-           f"{kind.throughput_basis()[1]})" if a.efficiency is None else " (given)")
+        + (
+            f" (implied by {kind.throughput_basis()[0]:g} samples/s per GPU, "
+            f"{kind.throughput_basis()[1]})"
+            if a.efficiency is None
+            else " (given)"
+        )
         + f"; gradient link {rates.link_gbs:g} GB/s; init {a.init_minutes:g} min (not scored)",
         "",
         f"{'GBS':>7} {'micro':>9} {'lr':>9} {'steps':>6} {'GiB':>6} {'worst':>6} "
@@ -128,56 +162,95 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
     ]
     lines += [row(c) for c in candidates]
     best = candidates[0]
-    lines += ["", "* hyperparameters interpolated between two RCPs (no RCP of its own)",
-              "GiB: memory per GPU at the MLPerf length mix; worst: all sequences 512 tokens",
-              "conv: the RCP's mean samples to 0.720; minutes: run_start..run_stop for the mean "
-              "(fastest-slowest reference run)"]
+    lines += [
+        "",
+        "* hyperparameters interpolated between two RCPs (no RCP of its own)",
+        "GiB: memory per GPU at the MLPerf length mix; worst: all sequences 512 tokens",
+        "conv: the RCP's mean samples to 0.720; minutes: run_start..run_stop for the mean "
+        "(fastest-slowest reference run)",
+    ]
     if best.fits:
-        lines += ["", f"fastest: global batch {best.global_batch_size} "
-                      f"({best.hyper.source}); RCP check against {best.hyper.reference.name} "
-                      f"({best.hyper.reference_rule}); memory per GPU:"]
+        lines += [
+            "",
+            f"fastest: global batch {best.global_batch_size} "
+            f"({best.hyper.source}); RCP check against {best.hyper.reference.name} "
+            f"({best.hyper.reference_rule}); memory per GPU:",
+        ]
         lines += [f"  {name:<42} {_gib(v):>6} GiB" for name, v in best.memory.parts.items()]
         m = best.memory
-        lines += [f"  {'activations, MLPerf mix (counted)':<42} {_gib(m.activations_mix):>6} GiB",
-                  f"  {'activations, all 512 tokens (counted)':<42} "
-                  f"{_gib(m.activations_512):>6} GiB",
-                  f"  {'eval working set (estimate)':<42} {_gib(m.eval_working_set):>6} GiB",
-                  f"  {'CUDA context, workspaces, NCCL (assumed)':<42} {_gib(m.runtime):>6} GiB"]
+        lines += [
+            f"  {'activations, MLPerf mix (counted)':<42} {_gib(m.activations_mix):>6} GiB",
+            f"  {'activations, all 512 tokens (counted)':<42} {_gib(m.activations_512):>6} GiB",
+            f"  {'eval working set (estimate)':<42} {_gib(m.eval_working_set):>6} GiB",
+            f"  {'CUDA context, workspaces, NCCL (assumed)':<42} {_gib(m.runtime):>6} GiB",
+        ]
     return "\n".join(lines)
 
 
 def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) -> dict:
     def one(c: Candidate) -> dict:
-        out = {"global_batch_size": c.global_batch_size, "fits": c.fits,
-               "micro_batch": c.micro_batch, "gradient_accumulation_steps": c.accumulation,
-               "hyperparameters": c.hyper.settings, "hyperparameter_source": c.hyper.source,
-               "interpolated": c.hyper.interpolated,
-               "rcp_check": {"against": c.hyper.reference.name, "rule": c.hyper.reference_rule,
-                             "min_acceptable_mean_samples": c.hyper.reference.min_acceptable_mean},
-               "samples_to_converge": {"mean": c.hyper.samples_mean,
-                                       "low": c.hyper.samples_low, "high": c.hyper.samples_high}}
+        out = {
+            "global_batch_size": c.global_batch_size,
+            "fits": c.fits,
+            "micro_batch": c.micro_batch,
+            "gradient_accumulation_steps": c.accumulation,
+            "hyperparameters": c.hyper.settings,
+            "hyperparameter_source": c.hyper.source,
+            "interpolated": c.hyper.interpolated,
+            "rcp_check": {
+                "against": c.hyper.reference.name,
+                "rule": c.hyper.reference_rule,
+                "min_acceptable_mean_samples": c.hyper.reference.min_acceptable_mean,
+            },
+            "samples_to_converge": {
+                "mean": c.hyper.samples_mean,
+                "low": c.hyper.samples_low,
+                "high": c.hyper.samples_high,
+            },
+        }
         if c.memory is not None:
-            out["memory_gib"] = {**{k: v / GIB for k, v in c.memory.parts.items()},
-                                 "activations_mix": c.memory.activations_mix / GIB,
-                                 "activations_512": c.memory.activations_512 / GIB,
-                                 "eval_working_set": c.memory.eval_working_set / GIB,
-                                 "runtime": c.memory.runtime / GIB,
-                                 "total_mix": c.memory.total() / GIB,
-                                 "total_worst": c.memory.total(worst=True) / GIB}
+            out["memory_gib"] = {
+                **{k: v / GIB for k, v in c.memory.parts.items()},
+                "activations_mix": c.memory.activations_mix / GIB,
+                "activations_512": c.memory.activations_512 / GIB,
+                "eval_working_set": c.memory.eval_working_set / GIB,
+                "runtime": c.memory.runtime / GIB,
+                "total_mix": c.memory.total() / GIB,
+                "total_worst": c.memory.total(worst=True) / GIB,
+            }
         if c.fits:
-            out.update(step_s=c.step.step_s, compute_s=c.step.compute_s,
-                       communication_s=c.step.communication_s, exposed_s=c.step.exposed_s,
-                       samples_per_s=c.samples_per_s, evals=c.train.evals,
-                       minutes={"mean": c.train.score_min, "low": c.train_low.score_min,
-                                "high": c.train_high.score_min})
+            out.update(
+                step_s=c.step.step_s,
+                compute_s=c.step.compute_s,
+                communication_s=c.step.communication_s,
+                exposed_s=c.step.exposed_s,
+                samples_per_s=c.samples_per_s,
+                evals=c.train.evals,
+                minutes={
+                    "mean": c.train.score_min,
+                    "low": c.train_low.score_min,
+                    "high": c.train_high.score_min,
+                },
+            )
         return out
-    return {"cluster": {"gpus": cluster.gpus, "gpus_per_node": cluster.gpus_per_node,
-                        "gpu": cluster.kind.name, "memory_gib": cluster.kind.memory_gib,
-                        "bf16_tflops": cluster.kind.bf16_tflops},
-            "assumptions": {"precision": a.precision, "sharded": a.sharded,
-                            "efficiency": rates.efficiency,
-                            "efficiency_source": cluster.kind.throughput_basis()[1]
-                            if a.efficiency is None
-                            else "given", "link_gbs": rates.link_gbs,
-                            "init_minutes": a.init_minutes},
-            "candidates": [one(c) for c in candidates]}
+
+    return {
+        "cluster": {
+            "gpus": cluster.gpus,
+            "gpus_per_node": cluster.gpus_per_node,
+            "gpu": cluster.kind.name,
+            "memory_gib": cluster.kind.memory_gib,
+            "bf16_tflops": cluster.kind.bf16_tflops,
+        },
+        "assumptions": {
+            "precision": a.precision,
+            "sharded": a.sharded,
+            "efficiency": rates.efficiency,
+            "efficiency_source": cluster.kind.throughput_basis()[1]
+            if a.efficiency is None
+            else "given",
+            "link_gbs": rates.link_gbs,
+            "init_minutes": a.init_minutes,
+        },
+        "candidates": [one(c) for c in candidates],
+    }

@@ -12,6 +12,7 @@ The length mix is REFERENCE 2's histogram (data/order/lengths.py); the masked to
 of length l are min(76, max(1, round(0.15 l))), the rule of the MLPerf data preparation
 (REFERENCE 2: masked_lm_prob 0.15, max_predictions_per_seq 76).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,13 +43,18 @@ class LengthMix:
     def mlperf(cls, max_length: int = 512, max_predictions: int = 76) -> "LengthMix":
         pmf = length_pmf(max_length)
         lengths = np.arange(max_length + 1, dtype=np.float64)
-        return cls(float(pmf @ lengths), float(pmf @ lengths ** 2),
-                   float(pmf @ masked_count(lengths, max_predictions)), max_length)
+        return cls(
+            float(pmf @ lengths),
+            float(pmf @ lengths**2),
+            float(pmf @ masked_count(lengths, max_predictions)),
+            max_length,
+        )
 
     def padded(self) -> "LengthMix":
         """Every sequence padded to the maximum length (the masked tokens unchanged)."""
-        return LengthMix(float(self.max_length), float(self.max_length) ** 2,
-                         self.mean_masked, self.max_length)
+        return LengthMix(
+            float(self.max_length), float(self.max_length) ** 2, self.mean_masked, self.max_length
+        )
 
 
 def forward_flops(cfg: ModelConfig, mix: LengthMix) -> float:

@@ -7,6 +7,7 @@ does not reach them yet, so they are an upper bound, and the planner always prin
 efficiency it assumed. A cluster of another kind is described with explicit numbers
 (`--memory-gib`, `--tflops`, `--efficiency`, `--link-gbps`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,18 +43,54 @@ class GPUKind:
 # NVLink4 900 GB/s; B200 2,250 TFLOP/s (HGX B200), NVLink5 1,800 GB/s. Networks: HDR 200 Gb/s
 # per A100, NDR 400 Gb/s per H100/H200/B200 (the reference DGX systems).
 GPUS: dict[str, GPUKind] = {
-    "a100-40gb": GPUKind("a100-40gb", 40.0, 312.0, 300.0, 25.0, 305.0,
-                         "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)"),
-    "a100-80gb": GPUKind("a100-80gb", 80.0, 312.0, 300.0, 25.0, 305.0,
-                         "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)"),
-    "h100": GPUKind("h100", 79.6, 989.0, 450.0, 50.0, 973.0,
-                    "REFERENCE 7: H100 971-975 samples/s per GPU (MLPerf v3.0/v4.0, FP8)",
-                    524.37, "this program on one H100, bf16, flash_varlen, no custom kernels: "
-                            "benchmarks/results/gpu/2026-11-26_window/throughput_eager.json"),
-    "h200": GPUKind("h200", 140.4, 989.0, 450.0, 50.0, 1032.0,
-                    "REFERENCE 7: H200 1,032 samples/s per GPU (MLPerf v4.1, FP8)"),
-    "b200": GPUKind("b200", 179.0, 2250.0, 900.0, 50.0, 1471.0,
-                    "REFERENCE 7: B200 1,471 samples/s per GPU (MLPerf v5.0, FP8)"),
+    "a100-40gb": GPUKind(
+        "a100-40gb",
+        40.0,
+        312.0,
+        300.0,
+        25.0,
+        305.0,
+        "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)",
+    ),
+    "a100-80gb": GPUKind(
+        "a100-80gb",
+        80.0,
+        312.0,
+        300.0,
+        25.0,
+        305.0,
+        "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)",
+    ),
+    "h100": GPUKind(
+        "h100",
+        79.6,
+        989.0,
+        450.0,
+        50.0,
+        973.0,
+        "REFERENCE 7: H100 971-975 samples/s per GPU (MLPerf v3.0/v4.0, FP8)",
+        524.37,
+        "this program on one H100, bf16, flash_varlen, no custom kernels: "
+        "benchmarks/results/gpu/2026-11-26_window/throughput_eager.json",
+    ),
+    "h200": GPUKind(
+        "h200",
+        140.4,
+        989.0,
+        450.0,
+        50.0,
+        1032.0,
+        "REFERENCE 7: H200 1,032 samples/s per GPU (MLPerf v4.1, FP8)",
+    ),
+    "b200": GPUKind(
+        "b200",
+        179.0,
+        2250.0,
+        900.0,
+        50.0,
+        1471.0,
+        "REFERENCE 7: B200 1,471 samples/s per GPU (MLPerf v5.0, FP8)",
+    ),
 }
 ALIASES = {"h100-80gb": "h100", "h100-sxm": "h100", "h200-141gb": "h200", "a100": "a100-80gb"}
 
@@ -66,17 +103,30 @@ def lookup(name: str) -> GPUKind:
     key = ALIASES.get(name.lower(), name.lower())
     if key not in GPUS:
         known = ", ".join([*GPUS, *ALIASES])
-        raise GPUError(f"--gpu {name!r}: unknown GPU kind (known: {known}; or give --memory-gib "
-                       f"and --tflops for another kind)")
+        raise GPUError(
+            f"--gpu {name!r}: unknown GPU kind (known: {known}; or give --memory-gib "
+            f"and --tflops for another kind)"
+        )
     return GPUS[key]
 
 
-def custom(name: str, memory_gib: float, tflops: float, link_gbs: float,
-           samples_per_s: float | None) -> GPUKind:
+def custom(
+    name: str, memory_gib: float, tflops: float, link_gbs: float, samples_per_s: float | None
+) -> GPUKind:
     """A kind described by explicit numbers (`--gpu NAME --memory-gib M --tflops T`)."""
-    for flag, value in (("--memory-gib", memory_gib), ("--tflops", tflops),
-                        ("--link-gbps", link_gbs)):
+    for flag, value in (
+        ("--memory-gib", memory_gib),
+        ("--tflops", tflops),
+        ("--link-gbps", link_gbs),
+    ):
         if not value > 0:
             raise GPUError(f"{flag}={value}: must be > 0")
-    return GPUKind(name, memory_gib, tflops, link_gbs, link_gbs, samples_per_s,
-                   "given on the command line" if samples_per_s else "none")
+    return GPUKind(
+        name,
+        memory_gib,
+        tflops,
+        link_gbs,
+        link_gbs,
+        samples_per_s,
+        "given on the command line" if samples_per_s else "none",
+    )

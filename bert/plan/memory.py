@@ -18,6 +18,7 @@ tensors and the MLM logits of an eval batch; training activations are freed by t
 peak is the larger of the two) and the runtime's own memory (CUDA context, cuBLAS workspaces,
 NCCL buffers).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from bert.model.config import ModelConfig
 from bert.model.modeling import BertForPretraining, num_parameters
 from bert.plan.activations import count_saved, mix_lengths
 
-GIB = 2 ** 30
+GIB = 2**30
 RUNTIME_GIB = 1.5  # CUDA context, cuBLAS/cuBLASLt workspaces, NCCL buffers (assumption)
 REFERENCE_SEQUENCES = 32  # sequences of the mix the activations are counted on
 
@@ -51,17 +52,22 @@ class Memory:
 _COUNTED: dict[tuple, tuple[float, float, int]] = {}  # one count per model and precision
 
 
-def per_sequence(cfg: ModelConfig, precision: str, max_length: int, max_predictions: int
-                 ) -> tuple[float, float, int]:
+def per_sequence(
+    cfg: ModelConfig, precision: str, max_length: int, max_predictions: int
+) -> tuple[float, float, int]:
     """(activation bytes per sequence at the mix, per full-length sequence, 16-bit weight
     bytes), counted on the meta device."""
     key = (repr(cfg), precision, max_length, max_predictions)
     if key not in _COUNTED:
-        mix = count_saved(cfg, mix_lengths(REFERENCE_SEQUENCES, max_length), precision,
-                          "meta", max_predictions)
+        mix = count_saved(
+            cfg, mix_lengths(REFERENCE_SEQUENCES, max_length), precision, "meta", max_predictions
+        )
         full = count_saved(cfg, [max_length] * 2, precision, "meta", max_predictions)
-        _COUNTED[key] = (mix.activations / REFERENCE_SEQUENCES, full.activations / 2,
-                         mix.weight_copies)
+        _COUNTED[key] = (
+            mix.activations / REFERENCE_SEQUENCES,
+            full.activations / 2,
+            mix.weight_copies,
+        )
     return _COUNTED[key]
 
 
@@ -77,8 +83,16 @@ def parameter_count(cfg: ModelConfig) -> int:
     return _PARAMETERS[key]
 
 
-def estimate(cfg: ModelConfig, precision: str, micro_batch: int, world: int, sharded: bool,
-             eval_batch: int = 128, max_length: int = 512, max_predictions: int = 76) -> Memory:
+def estimate(
+    cfg: ModelConfig,
+    precision: str,
+    micro_batch: int,
+    world: int,
+    sharded: bool,
+    eval_batch: int = 128,
+    max_length: int = 512,
+    max_predictions: int = 76,
+) -> Memory:
     """Memory per GPU for `micro_batch` sequences per forward on `world` data-parallel ranks."""
     mix, full, weight_copies = per_sequence(cfg, precision, max_length, max_predictions)
     params = parameter_count(cfg)
@@ -92,13 +106,18 @@ def estimate(cfg: ModelConfig, precision: str, micro_batch: int, world: int, sha
             parts["DDP gradient buckets"] = 4.0 * params
     if weight_copies:
         parts["16-bit weight copies (autocast)"] = float(weight_copies)
-    return Memory(parts, mix * micro_batch, full * micro_batch,
-                  eval_working_set(cfg, precision, eval_batch, max_length, max_predictions),
-                  RUNTIME_GIB * GIB)
+    return Memory(
+        parts,
+        mix * micro_batch,
+        full * micro_batch,
+        eval_working_set(cfg, precision, eval_batch, max_length, max_predictions),
+        RUNTIME_GIB * GIB,
+    )
 
 
-def eval_working_set(cfg: ModelConfig, precision: str, eval_batch: int, max_length: int,
-                     max_predictions: int) -> float:
+def eval_working_set(
+    cfg: ModelConfig, precision: str, eval_batch: int, max_length: int, max_predictions: int
+) -> float:
     """Estimate: the largest live tensors of one layer's no-grad forward on `eval_batch`
     full-length sequences (fp32 residual in and out, QKV and padded q/k/v, the FFN's two inner
     tensors) plus the eval batch's MLM logits and their fp32 copy."""

@@ -1,5 +1,6 @@
 """Candidates for a cluster: for each RCP global batch, the micro-batch that fits, the RCP
 hyperparameters, memory per GPU, step time and predicted time to train; fastest legal first."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,8 +27,7 @@ class Cluster:
         if self.gpus < 1:
             raise PlanError(f"--gpus {self.gpus}: need at least one GPU")
         if self.gpus_per_node < 1 or self.gpus % self.gpus_per_node:
-            raise PlanError(f"--gpus-per-node {self.gpus_per_node}: must divide --gpus "
-                            f"{self.gpus}")
+            raise PlanError(f"--gpus-per-node {self.gpus_per_node}: must divide --gpus {self.gpus}")
 
     @property
     def nodes(self) -> int:
@@ -77,10 +77,13 @@ def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions) 
     if efficiency is None:
         per_gpu, _ = cluster.kind.throughput_basis()
         if not per_gpu:
-            raise PlanError(f"--gpu {cluster.kind.name}: no measured or published throughput to "
-                            f"derive an efficiency from; give --efficiency (e.g. 0.3)")
+            raise PlanError(
+                f"--gpu {cluster.kind.name}: no measured or published throughput to "
+                f"derive an efficiency from; give --efficiency (e.g. 0.3)"
+            )
         efficiency = timing.implied_efficiency(
-            per_gpu, flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops)
+            per_gpu, flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops
+        )
     if not 0 < efficiency <= 1:
         raise PlanError(f"--efficiency {efficiency}: must be in (0, 1]")
     return timing.Rates(cluster.kind.bf16_tflops, efficiency, cluster.link_gbs)
@@ -89,14 +92,17 @@ def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions) 
 def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:
     if target is not None:
         if target < 1 or target % cluster.gpus:
-            raise PlanError(f"--batch {target}: not a multiple of the {cluster.gpus} GPUs, so no "
-                            f"micro-batch divides it evenly")
+            raise PlanError(
+                f"--batch {target}: not a multiple of the {cluster.gpus} GPUs, so no "
+                f"micro-batch divides it evenly"
+            )
         return [target]
     return [r.global_batch_size for r in rcp.table() if r.global_batch_size % cluster.gpus == 0]
 
 
-def plan(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions,
-         target: int | None = None) -> tuple[list[Candidate], timing.Rates]:
+def plan(
+    cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions, target: int | None = None
+) -> tuple[list[Candidate], timing.Rates]:
     """Every candidate, the fastest fitting legal one first (then the ones that do not fit)."""
     rates = default_rates(cluster, cfg, assumptions)
     found = []
@@ -109,14 +115,17 @@ def plan(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions,
             continue
         found.append(_candidate(cluster, cfg, assumptions, rates, hyper))
     if not found:
-        raise PlanError(f"--gpus {cluster.gpus}: no RCP global batch is a multiple of the GPU "
-                        f"count; give --batch")
+        raise PlanError(
+            f"--gpus {cluster.gpus}: no RCP global batch is a multiple of the GPU "
+            f"count; give --batch"
+        )
     found.sort(key=lambda c: (not c.fits, c.train.score_min if c.fits else 0.0))
     return found, rates
 
 
-def _candidate(cluster: Cluster, cfg: ModelConfig, a: Assumptions, rates: timing.Rates,
-               hyper: rcp.Plan) -> Candidate:
+def _candidate(
+    cluster: Cluster, cfg: ModelConfig, a: Assumptions, rates: timing.Rates, hyper: rcp.Plan
+) -> Candidate:
     local = hyper.global_batch_size // cluster.gpus
     capacity = cluster.kind.memory_gib * GIB
     micro, mem = None, None
@@ -128,20 +137,34 @@ def _candidate(cluster: Cluster, cfg: ModelConfig, a: Assumptions, rates: timing
             micro = size
             break
     if micro is None:
-        return Candidate(hyper.global_batch_size, None, None, hyper, mem,
-                         notes=["does not fit even one sequence per micro-batch"])
+        return Candidate(
+            hyper.global_batch_size,
+            None,
+            None,
+            hyper,
+            mem,
+            notes=["does not fit even one sequence per micro-batch"],
+        )
     accumulation = local // micro
     per_sample = flops.training_flops(cfg, flops.LengthMix.mlperf())
     params = memory.parameter_count(cfg)
-    step = timing.step_time(local, accumulation, per_sample, params, cluster.gpus, a.sharded,
-                            rates)
+    step = timing.step_time(local, accumulation, per_sample, params, cluster.gpus, a.sharded, rates)
     throughput = hyper.global_batch_size / step.step_s
     interval = mlperf_eval_interval(hyper.global_batch_size)
 
     def train(samples: float) -> timing.TimeToTrain:
-        return timing.time_to_train(samples, throughput, interval, a.eval_samples,
-                                    cluster.gpus, per_sample / 3, rates)
+        return timing.time_to_train(
+            samples, throughput, interval, a.eval_samples, cluster.gpus, per_sample / 3, rates
+        )
 
-    return Candidate(hyper.global_batch_size, micro, accumulation, hyper, mem, step,
-                     train(hyper.samples_mean), train(hyper.samples_low),
-                     train(hyper.samples_high))
+    return Candidate(
+        hyper.global_batch_size,
+        micro,
+        accumulation,
+        hyper,
+        mem,
+        step,
+        train(hyper.samples_mean),
+        train(hyper.samples_low),
+        train(hyper.samples_high),
+    )

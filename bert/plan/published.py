@@ -16,6 +16,7 @@ What the logs give as throughput decides what the prediction adds:
 The throughput is an input, so this checks the convergence (and eval) part of the prediction,
 not the FLOP-based step time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,31 +41,86 @@ class Published:
 
 
 def _row(submitter, system, round_, gpus, per_gpu, batch, minutes, repo, commit, folder):
-    return Published(submitter, system, round_, gpus, per_gpu, batch, minutes,
-                     f"{repo}@{commit[:12]}:{folder}")
+    return Published(
+        submitter, system, round_, gpus, per_gpu, batch, minutes, f"{repo}@{commit[:12]}:{folder}"
+    )
 
 
 # Read from the logs (RUNS_FILE). v4.1 and v5.0 come from forks that mirror the official
 # mlcommons results repositories (the index here holds no mlcommons copy of those rounds).
 PUBLISHED = [
-    _row("NVIDIA", "DGX A100 (dgxa100_ngc22.04_pytorch), 8 x A100", "v2.0", 8, 300.76, 448,
-         18.4424, "mlcommons/training_results_v2.0", "a6ae3e16d97bca208ee5510f3614fcd4fa923650",
-         "NVIDIA/results/dgxa100_ngc22.04_pytorch/bert"),
-    _row("NVIDIA", "DGX A100 (dgxa100_ngc22.09_pytorch), 8 x A100", "v2.1", 8, 303.54, 448,
-         16.8821, "mlcommons/training_results_v2.1", "9b4d2df631498a2569fcfa85dfd5c830addac15a",
-         "NVIDIA/results/dgxa100_ngc22.09_pytorch/bert"),
-    _row("Dell", "XE9680, 8 x H100-SXM-80GB", "v3.1", 8, 942.72, 768, 5.5088,
-         "mlcommons/training_results_v3.1", "f33f9444205023cf49bf19ec960992b39663f6fd",
-         "Dell/results/XE9680x8H100-SXM-80GB/bert"),
-    _row("Supermicro", "AS-8125GS-TNHR, 8 x H100-SXM-80GB", "v4.0", 8, 936.82, 768, 5.4616,
-         "mlcommons/training_results_v4.0", "62f111b7690f163b269f32e4f93dcaaa13717c9c",
-         "Supermicro/results/AS-8125GS-TNHR_8_H100-SXM-80GB/bert"),
-    _row("Lenovo", "SR680a V3, 8 x H200-SXM-141GB (700 W)", "v4.1", 8, 1001.82, 768, 4.8734,
-         "swsok/training_results_v4.1", "8821c7037ffd06e3775398fd39361a4c591d2235",
-         "Lenovo/results/SR680aV3-8xH200_SXM_141GB_700W/bert"),
-    _row("Dell", "XE9680L, 8 x B200-SXM-180GB", "v5.0", 8, 1465.37, 768, 3.3837,
-         "prishajain1/training_results_v5.0", "0fdc28f013256aea84fa36fdaf1e0fa46094b18c",
-         "Dell/results/1xXE9680Lx8B200-SXM-180GB/bert"),
+    _row(
+        "NVIDIA",
+        "DGX A100 (dgxa100_ngc22.04_pytorch), 8 x A100",
+        "v2.0",
+        8,
+        300.76,
+        448,
+        18.4424,
+        "mlcommons/training_results_v2.0",
+        "a6ae3e16d97bca208ee5510f3614fcd4fa923650",
+        "NVIDIA/results/dgxa100_ngc22.04_pytorch/bert",
+    ),
+    _row(
+        "NVIDIA",
+        "DGX A100 (dgxa100_ngc22.09_pytorch), 8 x A100",
+        "v2.1",
+        8,
+        303.54,
+        448,
+        16.8821,
+        "mlcommons/training_results_v2.1",
+        "9b4d2df631498a2569fcfa85dfd5c830addac15a",
+        "NVIDIA/results/dgxa100_ngc22.09_pytorch/bert",
+    ),
+    _row(
+        "Dell",
+        "XE9680, 8 x H100-SXM-80GB",
+        "v3.1",
+        8,
+        942.72,
+        768,
+        5.5088,
+        "mlcommons/training_results_v3.1",
+        "f33f9444205023cf49bf19ec960992b39663f6fd",
+        "Dell/results/XE9680x8H100-SXM-80GB/bert",
+    ),
+    _row(
+        "Supermicro",
+        "AS-8125GS-TNHR, 8 x H100-SXM-80GB",
+        "v4.0",
+        8,
+        936.82,
+        768,
+        5.4616,
+        "mlcommons/training_results_v4.0",
+        "62f111b7690f163b269f32e4f93dcaaa13717c9c",
+        "Supermicro/results/AS-8125GS-TNHR_8_H100-SXM-80GB/bert",
+    ),
+    _row(
+        "Lenovo",
+        "SR680a V3, 8 x H200-SXM-141GB (700 W)",
+        "v4.1",
+        8,
+        1001.82,
+        768,
+        4.8734,
+        "swsok/training_results_v4.1",
+        "8821c7037ffd06e3775398fd39361a4c591d2235",
+        "Lenovo/results/SR680aV3-8xH200_SXM_141GB_700W/bert",
+    ),
+    _row(
+        "Dell",
+        "XE9680L, 8 x B200-SXM-180GB",
+        "v5.0",
+        8,
+        1465.37,
+        768,
+        3.3837,
+        "prishajain1/training_results_v5.0",
+        "0fdc28f013256aea84fa36fdaf1e0fa46094b18c",
+        "Dell/results/1xXE9680Lx8B200-SXM-180GB/bert",
+    ),
 ]
 
 

@@ -20,6 +20,7 @@ The checker interpolates only the convergence point, never hyperparameters. For 
 an RCP of its own the planner therefore proposes hyperparameters itself (`hyperparameters_for`)
 and flags them as interpolated.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,23 +54,28 @@ def _checker():
     """mlperf-logging's RCP checker for BERT, training 5.0.0 (imported lazily: the GPU machine
     and the model code do not need it)."""
     from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+
     return RCP_Checker(USAGE, RULESET, BENCHMARK, False)
 
 
 def _record(record: dict, name: str) -> RCP:
-    return RCP(name=name, global_batch_size=int(record["BS"]),
-               mean_samples=float(record["RCP Mean"]),
-               min_acceptable_mean=float(record["Min Epochs"]),
-               samples=tuple(int(s) for s in record["Epochs to converge"]),
-               hyperparameters=dict(record["Hyperparams"]))
+    return RCP(
+        name=name,
+        global_batch_size=int(record["BS"]),
+        mean_samples=float(record["RCP Mean"]),
+        min_acceptable_mean=float(record["Min Epochs"]),
+        samples=tuple(int(s) for s in record["Epochs to converge"]),
+        hyperparameters=dict(record["Hyperparams"]),
+    )
 
 
 def table(pruned: bool = False) -> list[RCP]:
     """Every RCP of the installed table (or only those the pruning keeps), by batch size."""
     checker = _checker()
     records = checker.pruned_rcp_data if pruned else checker.rcp_data
-    return sorted((_record(r, name) for name, r in records.items()),
-                  key=lambda rcp: rcp.global_batch_size)
+    return sorted(
+        (_record(r, name) for name, r in records.items()), key=lambda rcp: rcp.global_batch_size
+    )
 
 
 def own_rcp(global_batch_size: int) -> RCP | None:
@@ -89,18 +95,22 @@ def checked_against(global_batch_size: int) -> tuple[RCP, str]:
     high = checker._find_bottom_max_rcp(global_batch_size, "pruned_rcps")
     if low is not None and high is not None:
         name, record = checker._create_interp_rcp(global_batch_size, low, high)
-        rcp = RCP(name, global_batch_size, float(record["RCP Mean"]),
-                  float(record["Min Epochs"]))
-        return rcp, (f"interpolated between {_name_of(low)} and {_name_of(high)} "
-                     f"(the checker's pruned set)")
+        rcp = RCP(name, global_batch_size, float(record["RCP Mean"]), float(record["Min Epochs"]))
+        return rcp, (
+            f"interpolated between {_name_of(low)} and {_name_of(high)} (the checker's pruned set)"
+        )
     if low is None and high is not None:
         smallest = checker._find_min_rcp("pruned_rcps")
-        return (_record(smallest, _name_of(smallest)),
-                "the smallest pruned RCP: runs must converge no faster than it")
+        return (
+            _record(smallest, _name_of(smallest)),
+            "the smallest pruned RCP: runs must converge no faster than it",
+        )
     largest = table(pruned=True)[-1].global_batch_size
-    raise RCPError(f"global batch {global_batch_size} lies above the largest reference "
-                   f"convergence point ({largest}): the RCP checker has nothing to compare it "
-                   f"with, so the closed division cannot accept it")
+    raise RCPError(
+        f"global batch {global_batch_size} lies above the largest reference "
+        f"convergence point ({largest}): the RCP checker has nothing to compare it "
+        f"with, so the closed division cannot accept it"
+    )
 
 
 def _name_of(record: dict) -> str:
@@ -149,9 +159,11 @@ def _neighbours(global_batch_size: int) -> tuple[RCP, RCP]:
     below = [r for r in full if r.global_batch_size < global_batch_size]
     above = [r for r in full if r.global_batch_size > global_batch_size]
     if not below or not above:
-        raise RCPError(f"global batch {global_batch_size} lies outside the reference "
-                       f"convergence points ({full[0].global_batch_size} to "
-                       f"{full[-1].global_batch_size}): no RCP hyperparameters to start from")
+        raise RCPError(
+            f"global batch {global_batch_size} lies outside the reference "
+            f"convergence points ({full[0].global_batch_size} to "
+            f"{full[-1].global_batch_size}): no RCP hyperparameters to start from"
+        )
     return below[-1], above[0]
 
 
@@ -162,16 +174,32 @@ def plan_for(global_batch_size: int) -> Plan:
     reference, rule = checked_against(global_batch_size)
     own = own_rcp(global_batch_size)
     if own is not None:
-        return Plan(global_batch_size, _settings(own), f"{own.name} (its own RCP)", False,
-                    own.mean_samples, min(own.samples), max(own.samples), reference, rule)
+        return Plan(
+            global_batch_size,
+            _settings(own),
+            f"{own.name} (its own RCP)",
+            False,
+            own.mean_samples,
+            min(own.samples),
+            max(own.samples),
+            reference,
+            rule,
+        )
     low, high = _neighbours(global_batch_size)
-    t = (global_batch_size - low.global_batch_size) / (high.global_batch_size
-                                                       - low.global_batch_size)
-    return Plan(global_batch_size, _interpolate(low, high, t, global_batch_size),
-                f"interpolated between {low.name} and {high.name}", True,
-                _lerp(low.mean_samples, high.mean_samples, t),
-                _lerp(min(low.samples), min(high.samples), t),
-                _lerp(max(low.samples), max(high.samples), t), reference, rule)
+    t = (global_batch_size - low.global_batch_size) / (
+        high.global_batch_size - low.global_batch_size
+    )
+    return Plan(
+        global_batch_size,
+        _interpolate(low, high, t, global_batch_size),
+        f"interpolated between {low.name} and {high.name}",
+        True,
+        _lerp(low.mean_samples, high.mean_samples, t),
+        _lerp(min(low.samples), min(high.samples), t),
+        _lerp(max(low.samples), max(high.samples), t),
+        reference,
+        rule,
+    )
 
 
 def _lerp(a: float, b: float, t: float) -> float:
@@ -203,15 +231,22 @@ def mismatch(global_batch_size: int, settings: dict) -> str | None:
             reference, rule = checked_against(global_batch_size)
         except RCPError as err:
             return str(err)
-        return (f"global batch {global_batch_size} has no RCP of its own; the RCP checker "
-                f"compares it with {reference.name} ({rule})")
+        return (
+            f"global batch {global_batch_size} has no RCP of its own; the RCP checker "
+            f"compares it with {reference.name} ({rule})"
+        )
     expected = _settings(own)
-    differ = [f"{key}={settings.get(key)!r} (RCP: {value!r})" for key, value in expected.items()
-              if not _same(settings.get(key), value)]
+    differ = [
+        f"{key}={settings.get(key)!r} (RCP: {value!r})"
+        for key, value in expected.items()
+        if not _same(settings.get(key), value)
+    ]
     if not differ:
         return None
-    return (f"hyperparameters differ from {own.name}, the RCP of global batch "
-            f"{global_batch_size}: {', '.join(differ)}")
+    return (
+        f"hyperparameters differ from {own.name}, the RCP of global batch "
+        f"{global_batch_size}: {', '.join(differ)}"
+    )
 
 
 def _same(a, b) -> bool:

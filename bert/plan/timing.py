@@ -14,6 +14,7 @@ The efficiency defaults to what the published per-GPU throughput implies (`impli
 because this project has no GPU measurement of its own yet (README, Status); it is printed as an
 assumption with every plan.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,14 +53,21 @@ class StepTime:
         return self.compute_s + self.exposed_s
 
 
-def step_time(local_batch: int, accumulation: int, flops_per_sample: float, params: int,
-              world: int, sharded: bool, rates: Rates) -> StepTime:
+def step_time(
+    local_batch: int,
+    accumulation: int,
+    flops_per_sample: float,
+    params: int,
+    world: int,
+    sharded: bool,
+    rates: Rates,
+) -> StepTime:
     compute = local_batch * flops_per_sample / rates.flops_per_s
     if world == 1:
         return StepTime(compute, 0.0, 0.0)
     ring = 2 * (world - 1) / world
     half = ring / 2 * 4.0 * params / (rates.link_gbs * 1e9)  # one reduce-scatter (or gather)
-    bucket = ring * BUCKET_MB * 2 ** 20 / (rates.link_gbs * 1e9)
+    bucket = ring * BUCKET_MB * 2**20 / (rates.link_gbs * 1e9)
     window = 2 / 3 * compute / accumulation  # the last micro-batch's backward
     reduction = 2 * half if not sharded else half  # all-reduce, or the reduce-scatter alone
     exposed = max(reduction - window, min(bucket, reduction))
@@ -79,8 +87,15 @@ class TimeToTrain:
         return (self.train_s + self.eval_s) / 60
 
 
-def time_to_train(samples: float, samples_per_s: float, eval_interval: int, eval_samples: int,
-                  world: int, eval_flops_per_sample: float, rates: Rates) -> TimeToTrain:
+def time_to_train(
+    samples: float,
+    samples_per_s: float,
+    eval_interval: int,
+    eval_samples: int,
+    world: int,
+    eval_flops_per_sample: float,
+    rates: Rates,
+) -> TimeToTrain:
     """Training until `samples`, with an eval every `eval_interval` samples (the last one at the
     converging point); eval time from the forward FLOPs of the eval set plus the overhead."""
     evals = max(1, math.ceil(samples / eval_interval - 1e-9))

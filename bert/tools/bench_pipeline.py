@@ -23,6 +23,7 @@ strategies draw their local batches with fixed per-stratum counts, as in trainin
 --json writes {strategy: {"samples_per_s_per_rank": x, "us_per_local_batch": y}};
 --record writes the same with the machine, date, commit and command (benchmarks/results/).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,7 @@ from data.comm import sparse
 from data.comm.host import HostComm, LocalComm, displacements
 from data.comm.wire import GlobalBatch, encode
 from data.config import BatchGeometry
-from data.order.lengths import (length_pmf, sample_lengths,
-                                sample_stratified_lengths, strata_edges)
+from data.order.lengths import length_pmf, sample_lengths, sample_stratified_lengths, strata_edges
 from data.order.node_balance import node_swap_rows
 from data.order.shape import node_size
 from data.order.strategies import STRATEGIES, Strategy
@@ -66,20 +66,22 @@ def make_samples(lengths: np.ndarray, max_pred: int, rng: np.random.Generator) -
     return out
 
 
-def global_batches(strategy: str, args, geometry: BatchGeometry,
-                   rng: np.random.Generator) -> list[list[list[Sample]]]:
+def global_batches(
+    strategy: str, args, geometry: BatchGeometry, rng: np.random.Generator
+) -> list[list[list[Sample]]]:
     """`args.batches` global batches, each a list of the ranks' raw local batches."""
     local = geometry.local_batch_size
     pmf = length_pmf(args.max_len)
     out = []
     for _ in range(args.batches):
         if STRATEGIES[strategy].source == "stratified":
-            lengths = sample_stratified_lengths(1, args.ranks, local, rng, pmf,
-                                                strata_edges(args.max_len))[0]
+            lengths = sample_stratified_lengths(
+                1, args.ranks, local, rng, pmf, strata_edges(args.max_len)
+            )[0]
         else:
             lengths = sample_lengths(args.global_batch_size, args.max_len, rng)
         samples = make_samples(lengths, args.max_pred, rng)
-        out.append([samples[r * local:(r + 1) * local] for r in range(args.ranks)])
+        out.append([samples[r * local : (r + 1) * local] for r in range(args.ranks)])
     return out
 
 
@@ -105,17 +107,20 @@ class Recorded(NamedTuple):
 
     @classmethod
     def of(cls, record: Strategy, raw: list[list[Sample]], ranks_per_node: int) -> "Recorded":
-        sizes = [np.stack(sparse.gather_sizes(LocalComm(), s), axis=1).astype(np.int16).ravel()
-                 for s in raw]
+        sizes = [
+            np.stack(sparse.gather_sizes(LocalComm(), s), axis=1).astype(np.int16).ravel()
+            for s in raw
+        ]
         lengths, masked = np.concatenate(sizes).reshape(-1, 2).T.astype(np.int64)
         world = len(raw)
         assignment = record.deal(lengths, world, ranks_per_node)
         messages = []
         for rank, samples in enumerate(raw):
             plan = sparse.plan_for(np.arange(world), assignment, rank, len(samples))
-            send, counts, _ = sparse.outgoing(samples, no_origin(samples), lengths, masked,
-                                              plan, world, rank)
-            messages.append([send[a:a + c] for a, c in zip(displacements(counts), counts)])
+            send, counts, _ = sparse.outgoing(
+                samples, no_origin(samples), lengths, masked, plan, world, rank
+            )
+            messages.append([send[a : a + c] for a, c in zip(displacements(counts), counts)])
         return cls(sizes, messages)
 
     def received(self, rank: int) -> np.ndarray:
@@ -140,8 +145,9 @@ def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, geometr
         samples = mine
     elif record.transport == "sparse":
         comm = ReplayComm(rank, len(raw), gathered.sizes, gathered.received(rank))
-        samples, _ = sparse.exchange(comm, mine, no_origin(mine), args.ranks_per_node,
-                                     rows_for=node_swap_rows)
+        samples, _ = sparse.exchange(
+            comm, mine, no_origin(mine), args.ranks_per_node, rows_for=node_swap_rows
+        )
     else:
         encode(mine, no_origin(mine))  # its send buffer
         group = group_of(record, rank, args)
@@ -161,8 +167,14 @@ def bench(strategy: str, args) -> dict:
     else:
         gathered = [[encode(s, no_origin(s)) for s in raw] for raw in batches]
     for i in range(args.warmup):
-        prepare(strategy, i % args.ranks, batches[i % len(batches)], gathered[i % len(batches)],
-                geometry, args)
+        prepare(
+            strategy,
+            i % args.ranks,
+            batches[i % len(batches)],
+            gathered[i % len(batches)],
+            geometry,
+            args,
+        )
     times = []
     for i in range(args.iters):
         b = i % len(batches)
@@ -175,26 +187,38 @@ def bench(strategy: str, args) -> dict:
 
 
 def machine() -> dict:
-    return {"platform": platform.platform(),
-            "cpu": cpu_model() or platform.processor() or "unknown",
-            "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "numpy": np.__version__, "torch_threads": torch.get_num_threads(),
-            "load_average": os.getloadavg(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "commit": git_commit(),
-            "command": shlex.join(["python", *sys.argv])}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model() or platform.processor() or "unknown",
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "command": shlex.join(["python", *sys.argv]),
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES),
-                   choices=list(STRATEGIES))
+    p.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
     p.add_argument("--global-batch", type=int, default=448, dest="global_batch_size")
     p.add_argument("--ranks", type=int, default=8)
-    p.add_argument("--ranks-per-node", type=int, default=0,
-                   help="node size of the node-local strategies and node_swap (0: --ranks)")
-    p.add_argument("--accum", type=int, default=1, dest="gradient_accumulation_steps",
-                   help="micro-batches per local batch")
+    p.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=0,
+        help="node size of the node-local strategies and node_swap (0: --ranks)",
+    )
+    p.add_argument(
+        "--accum",
+        type=int,
+        default=1,
+        dest="gradient_accumulation_steps",
+        help="micro-batches per local batch",
+    )
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--max-pred", type=int, default=76)
     p.add_argument("--batches", type=int, default=8, help="distinct global batches cycled")
@@ -215,18 +239,26 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     results = {s: bench(s, args) for s in args.strategies}
-    print(f"host prep of one local batch: global {args.global_batch_size} over {args.ranks} "
-          f"ranks ({args.ranks_per_node} per node), max length {args.max_len}, "
-          f"{args.gradient_accumulation_steps} micro-batch(es), 1 thread")
+    print(
+        f"host prep of one local batch: global {args.global_batch_size} over {args.ranks} "
+        f"ranks ({args.ranks_per_node} per node), max length {args.max_len}, "
+        f"{args.gradient_accumulation_steps} micro-batch(es), 1 thread"
+    )
     print(f"{'strategy':<26}{'samples/s/rank':>16}{'us/batch':>10}  target {TARGET:,.0f}")
     for name, r in results.items():
         ok = "ok" if r["samples_per_s_per_rank"] >= TARGET else "BELOW"
-        print(f"{name:<26}{r['samples_per_s_per_rank']:>16,.0f}"
-              f"{r['us_per_local_batch']:>10,.0f}  {ok}")
+        print(
+            f"{name:<26}{r['samples_per_s_per_rank']:>16,.0f}"
+            f"{r['us_per_local_batch']:>10,.0f}  {ok}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     if args.record:
         args.record.parent.mkdir(parents=True, exist_ok=True)
-        args.record.write_text(json.dumps({"benchmark": "bench_pipeline", "machine": machine(),
-                                           "results": results}, indent=1) + "\n")
+        args.record.write_text(
+            json.dumps(
+                {"benchmark": "bench_pipeline", "machine": machine(), "results": results}, indent=1
+            )
+            + "\n"
+        )
     return 0

@@ -18,6 +18,7 @@ load from other users hits all of them alike; the load average is recorded with 
 Threads 0 means PyTorch's default (no OMP_NUM_THREADS, run.threads=0). The JSON goes to
 results/bench/ (git-ignored) unless --json names a file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,10 +63,21 @@ def make_data(config: str, folder: Path) -> list[str]:
 
     cfg = load_config(config)
     syn, data = cfg.data.synthetic, cfg.data
-    generate(folder, syn.num_shards, syn.samples_per_shard, syn.eval_samples,
-             data.max_seq_length, data.max_predictions_per_seq, cfg.model.vocab_size, syn.seed)
-    return ["data.synthetic.enabled=false", f"data.train_dir={folder}",
-            f"data.eval_file={folder / 'eval.hdf5'}"]
+    generate(
+        folder,
+        syn.num_shards,
+        syn.samples_per_shard,
+        syn.eval_samples,
+        data.max_seq_length,
+        data.max_predictions_per_seq,
+        cfg.model.vocab_size,
+        syn.seed,
+    )
+    return [
+        "data.synthetic.enabled=false",
+        f"data.train_dir={folder}",
+        f"data.eval_file={folder / 'eval.hdf5'}",
+    ]
 
 
 @contextlib.contextmanager
@@ -80,11 +92,15 @@ def busy_neighbours(count: int):
             proc.wait()
 
 
-def train_seconds(args: argparse.Namespace, threads: int, data_sets: list[str],
-                  out: Path) -> dict:
+def train_seconds(args: argparse.Namespace, threads: int, data_sets: list[str], out: Path) -> dict:
     """One run: its training seconds (run_start..run_stop), wall seconds and status."""
-    sets = [*data_sets, f"run.threads={threads}", f"run.max_steps={args.steps}",
-            f"run.output_dir={out}", "log.interval_s=1000"]
+    sets = [
+        *data_sets,
+        f"run.threads={threads}",
+        f"run.max_steps={args.steps}",
+        f"run.output_dir={out}",
+        "log.interval_s=1000",
+    ]
     cmd = [sys.executable, str(ROOT / "run_pretraining.py"), "--config", args.config]
     for item in sets:
         cmd += ["--set", item]
@@ -112,19 +128,32 @@ def measure(args: argparse.Namespace, data_sets: list[str], work: Path) -> list[
             load = os.getloadavg()[0]
             with busy_neighbours(busy):
                 result = train_seconds(args, threads, data_sets, work / f"run_{len(runs)}")
-            runs.append({"busy": busy, "threads": threads, "repeat": repeat,
-                         "load_average_1min_before": load, **result})
-            print(f"busy {busy} threads {threads or 'default'}: {result['train_s']:.1f} s "
-                  f"(load {load:.1f})", flush=True)
+            runs.append(
+                {
+                    "busy": busy,
+                    "threads": threads,
+                    "repeat": repeat,
+                    "load_average_1min_before": load,
+                    **result,
+                }
+            )
+            print(
+                f"busy {busy} threads {threads or 'default'}: {result['train_s']:.1f} s "
+                f"(load {load:.1f})",
+                flush=True,
+            )
     return runs
 
 
 def summary(runs: list[dict]) -> dict:
     """Median training seconds per `busy N / threads T` condition."""
     keys = sorted({(r["busy"], r["threads"]) for r in runs})
-    return {f"busy {b} / threads {t or 'default'}":
-            statistics.median(r["train_s"] for r in runs if (r["busy"], r["threads"]) == (b, t))
-            for b, t in keys}
+    return {
+        f"busy {b} / threads {t or 'default'}": statistics.median(
+            r["train_s"] for r in runs if (r["busy"], r["threads"]) == (b, t)
+        )
+        for b, t in keys
+    }
 
 
 def shown(path: str) -> str:
@@ -141,11 +170,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_threads.") as tmp:
         data_sets = make_data(args.config, Path(tmp) / "data")
         runs = measure(args, data_sets, Path(tmp))
-    payload = {"date": date.isoformat(timespec="seconds"), "commit": git_commit(),
-               "cpu": cpu_model(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-               "torch_default_threads": torch.get_num_threads(), "config": shown(args.config),
-               "steps": args.steps, "method": __doc__.split("\n\n")[3].replace("\n", " "),
-               "median_train_s": summary(runs), "runs": runs}
+    payload = {
+        "date": date.isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_default_threads": torch.get_num_threads(),
+        "config": shown(args.config),
+        "steps": args.steps,
+        "method": __doc__.split("\n\n")[3].replace("\n", " "),
+        "median_train_s": summary(runs),
+        "runs": runs,
+    }
     path = args.json or ROOT / "results" / "bench" / f"threads_{date:%Y%m%d-%H%M%S}.json"
     write_json(path, payload)
     for key, seconds in payload["median_train_s"].items():

@@ -1,4 +1,5 @@
 """Small helpers shared by the tools: provenance for result files, optional matplotlib."""
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ def import_pyplot():
     """matplotlib.pyplot on a file-only backend; matplotlib is optional, so fail clearly."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:

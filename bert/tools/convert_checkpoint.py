@@ -17,6 +17,7 @@ names it. Our format is {"model": state_dict}, which run.init_checkpoint reads. 
 phase-1 conversion scores about 0.34085 MLM accuracy on the eval set before training
 (REFERENCE 2). Exit status: 0 done, 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,19 +29,35 @@ import torch
 
 from bert.config import ConfigError, load_config
 from bert.model import BertForPretraining, ModelConfig
-from bert.model.weights import (CheckpointError, load_into_model,
-                                read_checkpoint_file, tf_to_hf_name, tf_to_hf_state_dict,
-                                to_hf_state_dict)
+from bert.model.weights import (
+    CheckpointError,
+    load_into_model,
+    read_checkpoint_file,
+    tf_to_hf_name,
+    tf_to_hf_state_dict,
+    to_hf_state_dict,
+)
 from bert.core.files import atomic_path, check_output, write_text_atomic
 
 # HF config.json activation names -> ours
 HF_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
-MODEL_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
-              "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps")
+MODEL_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+)
 
 
 # -- model shape ------------------------------------------------------------------------------
+
 
 def config_from_hf_json(path: Path) -> ModelConfig:
     values = json.loads(path.read_text())
@@ -69,17 +86,22 @@ def hf_config_dict(cfg: ModelConfig) -> dict:
 
 # -- reading sources --------------------------------------------------------------------------
 
+
 def read_tf_checkpoint(prefix: str) -> dict:
     """Model variables of a TF1 checkpoint as numpy arrays (optimizer slots are not read)."""
     try:
         import tensorflow as tf
     except ImportError:
-        raise CheckpointError("reading a TF1 checkpoint needs TensorFlow, used only by this "
-                              "conversion: pip install 'open-bert-mlperf[tf]' (tensorflow-cpu)"
-                              ) from None
+        raise CheckpointError(
+            "reading a TF1 checkpoint needs TensorFlow, used only by this "
+            "conversion: pip install 'open-bert-mlperf[tf]' (tensorflow-cpu)"
+        ) from None
     reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-            if tf_to_hf_name(name) is not None}
+    return {
+        name: reader.get_tensor(name)
+        for name in reader.get_variable_to_shape_map()
+        if tf_to_hf_name(name) is not None
+    }
 
 
 def read_torch_state(path: Path, unsafe: bool = False) -> dict:
@@ -89,8 +111,9 @@ def read_torch_state(path: Path, unsafe: bool = False) -> dict:
         except CheckpointError as err:
             if "Weights only load failed" not in str(err):
                 raise
-            raise CheckpointError(f"{err}; if you trust the file and it holds more than "
-                                  f"tensors, pass --unsafe-load") from None
+            raise CheckpointError(
+                f"{err}; if you trust the file and it holds more than tensors, pass --unsafe-load"
+            ) from None
     blob = torch.load(path, map_location="cpu", weights_only=False)
     state = blob.get("model", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict):
@@ -109,18 +132,22 @@ def read_hf_source(src: Path) -> dict:
 
 # -- writing ----------------------------------------------------------------------------------
 
+
 def save_ours(state: dict, cfg: ModelConfig, out: Path, source: str) -> None:
     """Load into the model (validates every tensor), then save {"model": state_dict}."""
     model = BertForPretraining(cfg)
     load_into_model(model, state, source=source)
     with atomic_path(out) as tmp:
         torch.save({"model": model.state_dict()}, tmp)
-    print(f"wrote {out} ({len(model.state_dict())} tensors); use it with "
-          f"--set run.init_checkpoint={out}")
+    print(
+        f"wrote {out} ({len(model.state_dict())} tensors); use it with "
+        f"--set run.init_checkpoint={out}"
+    )
 
 
-def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
-              shape_given: bool = True) -> None:
+def export_hf(
+    src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool, shape_given: bool = True
+) -> None:
     model, state = BertForPretraining(cfg), read_checkpoint_file(src)
     try:
         load_into_model(model, state, source=str(src))
@@ -128,9 +155,11 @@ def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
         if shape_given:
             raise
         # without a shape argument the model is BERT-Large, which a smaller checkpoint misses
-        raise CheckpointError(f"{src}: does not fit BERT-Large, the shape hf-export assumes "
-                              f"unless told: pass --config (the run's YAML) or --bert-config "
-                              f"({err})") from None
+        raise CheckpointError(
+            f"{src}: does not fit BERT-Large, the shape hf-export assumes "
+            f"unless told: pass --config (the run's YAML) or --bert-config "
+            f"({err})"
+        ) from None
     state = to_hf_state_dict(model.state_dict(), cfg.vocab_size)
     out.mkdir(parents=True, exist_ok=True)
     if state_dict_only:
@@ -139,6 +168,7 @@ def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
         write_text_atomic(out / "config.json", json.dumps(hf_config_dict(cfg), indent=1))
     else:
         import transformers
+
         hf = transformers.BertForPreTraining(transformers.BertConfig(**hf_config_dict(cfg)))
         hf.load_state_dict(state, strict=True)
         hf.save_pretrained(out)
@@ -147,16 +177,24 @@ def export_hf(src: Path, cfg: ModelConfig, out: Path, state_dict_only: bool,
 
 # -- command line -----------------------------------------------------------------------------
 
-HF_EXPORT_FILES = {"pytorch_model.bin", "model.safetensors", "config.json",
-                   "generation_config.json"}  # what hf-export (or save_pretrained) writes
+HF_EXPORT_FILES = {
+    "pytorch_model.bin",
+    "model.safetensors",
+    "config.json",
+    "generation_config.json",
+}  # what hf-export (or save_pretrained) writes
 
 
 def check_out(args: argparse.Namespace) -> None:
     """--out is no input, and replaces an existing file, or a folder holding more than an
     earlier export, only with --force."""
     inputs = [p for p in (args.src, args.bert_config, args.config) if p]
-    check_output(args.out, inputs, args.force,
-                 folder_ok=_export_file if args.command == "hf-export" else None)
+    check_output(
+        args.out,
+        inputs,
+        args.force,
+        folder_ok=_export_file if args.command == "hf-export" else None,
+    )
 
 
 def _export_file(name: str) -> bool:
@@ -174,28 +212,43 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "nvidia":
         save_ours(read_torch_state(src, args.unsafe_load), model_config(args), out, str(src))
     elif args.command == "hf-import":
-        save_ours(read_hf_source(src), model_config(args, src if src.is_dir() else None), out,
-                  str(src))
+        save_ours(
+            read_hf_source(src), model_config(args, src if src.is_dir() else None), out, str(src)
+        )
     else:
-        export_hf(src, model_config(args), out, args.state_dict_only,
-                  shape_given=bool(args.config or args.bert_config))
+        export_hf(
+            src,
+            model_config(args),
+            out,
+            args.state_dict_only,
+            shape_given=bool(args.config or args.bert_config),
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=("tf", "nvidia", "hf-import", "hf-export"))
     parser.add_argument("src", help="checkpoint prefix (tf), file or folder")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--force", action="store_true",
-                        help="replace an existing --out file (hf-export: a folder of more)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --out file (hf-export: a folder of more)",
+    )
     parser.add_argument("--bert-config", help="Google/HF bert_config.json for the model shape")
     parser.add_argument("--config", help="project YAML whose model section gives the shape")
-    parser.add_argument("--unsafe-load", action="store_true",
-                        help="nvidia: torch.load with weights_only=False (trusted files only)")
-    parser.add_argument("--state-dict-only", action="store_true",
-                        help="hf-export: write pytorch_model.bin + config.json without "
-                             "transformers")
+    parser.add_argument(
+        "--unsafe-load",
+        action="store_true",
+        help="nvidia: torch.load with weights_only=False (trusted files only)",
+    )
+    parser.add_argument(
+        "--state-dict-only",
+        action="store_true",
+        help="hf-export: write pytorch_model.bin + config.json without transformers",
+    )
     return parser.parse_args(argv)
 
 

@@ -29,6 +29,7 @@ step, seconds; plus machine, date, commit and command. Eval points come from eac
 log, buckets and tokens from its audit trail (--record-samples), losses from its progress lines.
 Timings on a shared machine are noisy; compare the sample-based curves.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,7 @@ from data.sample_record import read_records
 from data.sources.shards import list_shards, read_samples
 from data.synthetic import generate, shard_name
 
-RUNS = ("baseline", "shuffled", "random", "increasing", "decreasing", "loss_controlled",
-        "exp3s")
+RUNS = ("baseline", "shuffled", "random", "increasing", "decreasing", "loss_controlled", "exp3s")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "curriculum_tiny_cpu.json"
 ACCURACY_MARKS = (0.5, 0.6, 0.7, 0.72)
 MAX_PRED = 20
@@ -70,15 +70,30 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--eval-every", type=int, default=20, help="steps between evals")
     p.add_argument("--eval-samples", type=int, default=1000)
-    p.add_argument("--boundaries", default="16,32,48,64,80,96,112,128",
-                   help="bucket upper edges (lengths); the last one is the max length")
-    p.add_argument("--round-batches", type=int, default=100,
-                   help="batches per round of the fixed orders (split by bucket share)")
-    p.add_argument("--loss-target", type=float, default=4.0,
-                   help="loss_controlled: target loss (MLM + NSP) of every bucket")
+    p.add_argument(
+        "--boundaries",
+        default="16,32,48,64,80,96,112,128",
+        help="bucket upper edges (lengths); the last one is the max length",
+    )
+    p.add_argument(
+        "--round-batches",
+        type=int,
+        default=100,
+        help="batches per round of the fixed orders (split by bucket share)",
+    )
+    p.add_argument(
+        "--loss-target",
+        type=float,
+        default=4.0,
+        help="loss_controlled: target loss (MLM + NSP) of every bucket",
+    )
     p.add_argument("--loss-window", type=int, default=5, help="loss_controlled: batches averaged")
-    p.add_argument("--loss-max-batches", type=int, default=60,
-                   help="loss_controlled: longest visit of one bucket")
+    p.add_argument(
+        "--loss-max-batches",
+        type=int,
+        default=60,
+        help="loss_controlled: longest visit of one bucket",
+    )
     p.add_argument("--eta", type=float, default=0.1, help="exp3s step size")
     p.add_argument("--gamma", type=float, default=0.1, help="exp3s exploration")
     p.add_argument("--alpha", type=float, default=0.01, help="exp3s weight sharing")
@@ -88,12 +103,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data-seed", type=int, default=12345)
     p.add_argument("--num-shards", type=int, default=4)
     p.add_argument("--samples-per-shard", type=int, default=4096)
-    p.add_argument("--data-dir", default=None,
-                   help="where the synthetic data goes (default: a temporary folder)")
+    p.add_argument(
+        "--data-dir",
+        default=None,
+        help="where the synthetic data goes (default: a temporary folder)",
+    )
     # 1: on a shared 2-core machine two intra-op threads spin against other jobs
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--jobs", type=int, default=1,
-                   help="runs trained in parallel (separate processes, --threads each)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs trained in parallel (separate processes, --threads each)",
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--plot", default=None, help="also write a PNG of the curves (matplotlib)")
     args = p.parse_args(argv)
@@ -109,11 +131,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 # Data
 # --------------------------------------------------------------------------------------------
 
+
 def prepare_data(args, folder: Path) -> Path:
     """Synthetic shards + eval file in `folder`, reused when a previous call made the same."""
-    params = dict(num_shards=args.num_shards, samples_per_shard=args.samples_per_shard,
-                  eval_samples=args.eval_samples, max_seq_length=args.boundaries[-1],
-                  max_predictions=MAX_PRED, vocab_size=1024, seed=args.data_seed)
+    params = dict(
+        num_shards=args.num_shards,
+        samples_per_shard=args.samples_per_shard,
+        eval_samples=args.eval_samples,
+        max_seq_length=args.boundaries[-1],
+        max_predictions=MAX_PRED,
+        vocab_size=1024,
+        seed=args.data_seed,
+    )
     manifest = folder / "curriculum_data.json"
     files = [folder / shard_name(k, args.num_shards) for k in range(args.num_shards)]
     fresh = manifest.is_file() and json.loads(manifest.read_text()) == params
@@ -126,47 +155,67 @@ def prepare_data(args, folder: Path) -> Path:
 
 def sample_lengths(folder: Path, max_len: int) -> dict[tuple[str, int], int]:
     """(shard name, index) -> sequence length of every training sample."""
-    return {(path.name, i): len(s.input_ids) for path in list_shards(folder)
-            for i, s in enumerate(read_samples(path, max_len, MAX_PRED))}
+    return {
+        (path.name, i): len(s.input_ids)
+        for path in list_shards(folder)
+        for i, s in enumerate(read_samples(path, max_len, MAX_PRED))
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # One run: run_pretraining.py
 # --------------------------------------------------------------------------------------------
 
+
 def settings(name: str, args, data: Path, out: Path) -> dict:
     """The config overrides of one run (on top of configs/tiny_cpu.yaml)."""
     base = {
-        "data.synthetic.enabled": "false", "data.train_dir": data,
-        "data.eval_file": data / "eval.hdf5", "data.max_seq_length": args.boundaries[-1],
-        "eval.samples": args.eval_samples, "run.global_batch_size": args.batch_size,
-        "run.max_steps": args.steps, "schedule.total_steps": args.steps,
-        "schedule.warmup_steps": min(args.warmup, args.steps), "optim.lr": args.lr,
+        "data.synthetic.enabled": "false",
+        "data.train_dir": data,
+        "data.eval_file": data / "eval.hdf5",
+        "data.max_seq_length": args.boundaries[-1],
+        "eval.samples": args.eval_samples,
+        "run.global_batch_size": args.batch_size,
+        "run.max_steps": args.steps,
+        "schedule.total_steps": args.steps,
+        "schedule.warmup_steps": min(args.warmup, args.steps),
+        "optim.lr": args.lr,
         "eval.interval_samples": args.eval_every * args.batch_size,
         "eval.target_mlm_accuracy": 1.0,  # never stop early: every run trains all its samples
-        "run.seed": args.seed, "run.output_dir": out, "run.threads": args.threads,
-        "log.interval_s": 0, "submission.division": "open",
+        "run.seed": args.seed,
+        "run.output_dir": out,
+        "run.threads": args.threads,
+        "log.interval_s": 0,
+        "submission.division": "open",
         # the attention of the recorded results (tiny_cpu.yaml's default changed after them;
         # both are exact, but their rounding differs, so the curves would move a little)
-        "model.attention": "padded_sdpa"}
+        "model.attention": "padded_sdpa",
+    }
     if name == "baseline":
         return base
-    curriculum = {"data.curriculum.name": name,
-                  "data.curriculum.bucket_boundaries": ",".join(map(str, args.boundaries)),
-                  "data.curriculum.round_batches": args.round_batches,
-                  "data.curriculum.loss_targets": args.loss_target,
-                  "data.curriculum.loss_window": args.loss_window,
-                  "data.curriculum.max_batches": args.loss_max_batches,
-                  "data.curriculum.eta": args.eta, "data.curriculum.gamma": args.gamma,
-                  "data.curriculum.alpha": args.alpha}
+    curriculum = {
+        "data.curriculum.name": name,
+        "data.curriculum.bucket_boundaries": ",".join(map(str, args.boundaries)),
+        "data.curriculum.round_batches": args.round_batches,
+        "data.curriculum.loss_targets": args.loss_target,
+        "data.curriculum.loss_window": args.loss_window,
+        "data.curriculum.max_batches": args.loss_max_batches,
+        "data.curriculum.eta": args.eta,
+        "data.curriculum.gamma": args.gamma,
+        "data.curriculum.alpha": args.alpha,
+    }
     return {**base, **curriculum}
 
 
 def run_one(name: str, args, data: Path, work: Path) -> dict:
     """run_pretraining.py for one curriculum; its log, audit trail and progress lines."""
     out = work / name
-    cmd = [sys.executable, str(ROOT / "run_pretraining.py"), "--record-samples",
-           str(out / "samples")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "run_pretraining.py"),
+        "--record-samples",
+        str(out / "samples"),
+    ]
     for key, value in settings(name, args, data, out).items():
         cmd += ["--set", f"{key}={value}"]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -174,11 +223,16 @@ def run_one(name: str, args, data: Path, work: Path) -> dict:
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if proc.returncode not in (0, 1):  # 1: target not reached, as intended
-        raise RuntimeError(f"{name}: run_pretraining.py failed ({proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{name}: run_pretraining.py failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     print(f"  {name:16s} done in {seconds:.0f} s", flush=True)
-    return {"stdout": proc.stdout, "log": (out / LOG_NAME).read_text(),
-            "records": read_records(out / "samples" / "rank0.txt"), "seconds": seconds}
+    return {
+        "stdout": proc.stdout,
+        "log": (out / LOG_NAME).read_text(),
+        "records": read_records(out / "samples" / "rank0.txt"),
+        "seconds": seconds,
+    }
 
 
 def run_all(args, data: Path, work: Path) -> dict:
@@ -192,10 +246,14 @@ def run_all(args, data: Path, work: Path) -> dict:
 # Reading a run
 # --------------------------------------------------------------------------------------------
 
+
 def eval_points(log: str) -> list[tuple[int, float]]:
     """(samples trained, MLM accuracy) of every eval in an MLPerf log."""
-    return [(int(record["metadata"]["epoch_num"]), float(record["value"]))
-            for record in mllog_records(log) if record.get("key") == "eval_accuracy"]
+    return [
+        (int(record["metadata"]["epoch_num"]), float(record["value"]))
+        for record in mllog_records(log)
+        if record.get("key") == "eval_accuracy"
+    ]
 
 
 def step_losses(stdout: str) -> dict[int, float]:
@@ -217,34 +275,53 @@ def summarize(name: str, raw: dict, lengths: dict, args) -> dict:
     for samples, accuracy in eval_points(raw["log"]):
         done = samples // args.batch_size
         window = [losses[s] for s in range(previous + 1, done + 1) if s in losses]
-        points.append({"step": done, "samples": samples, "tokens": sum(step_tokens[:done]),
-                       "mlm_accuracy": round(accuracy, 5),
-                       "train_loss": round(float(np.mean(window)), 4) if window else None})
+        points.append(
+            {
+                "step": done,
+                "samples": samples,
+                "tokens": sum(step_tokens[:done]),
+                "mlm_accuracy": round(accuracy, 5),
+                "train_loss": round(float(np.mean(window)), 4) if window else None,
+            }
+        )
         previous = done
-    curriculum = next((line for line in raw["stdout"].splitlines()
-                       if line.startswith("data: ")), "data: no bucketing")
-    return {"curriculum": curriculum, "evals": points,
-            "final_mlm_accuracy": points[-1]["mlm_accuracy"] if points else None,
-            "first_samples_at_accuracy": first_samples_at(points),
-            "batches_per_bucket": np.bincount(buckets, minlength=len(edges)).tolist(),
-            "bucket_sequence": buckets, "seconds": round(raw["seconds"], 2)}
+    curriculum = next(
+        (line for line in raw["stdout"].splitlines() if line.startswith("data: ")),
+        "data: no bucketing",
+    )
+    return {
+        "curriculum": curriculum,
+        "evals": points,
+        "final_mlm_accuracy": points[-1]["mlm_accuracy"] if points else None,
+        "first_samples_at_accuracy": first_samples_at(points),
+        "batches_per_bucket": np.bincount(buckets, minlength=len(edges)).tolist(),
+        "bucket_sequence": buckets,
+        "seconds": round(raw["seconds"], 2),
+    }
 
 
 def first_samples_at(points: list[dict]) -> dict[str, int | None]:
-    return {str(mark): next((p["samples"] for p in points if p["mlm_accuracy"] >= mark), None)
-            for mark in ACCURACY_MARKS}
+    return {
+        str(mark): next((p["samples"] for p in points if p["mlm_accuracy"] >= mark), None)
+        for mark in ACCURACY_MARKS
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
 
+
 def machine() -> dict:
     import torch
 
-    return {"platform": platform.platform(), "cpu": cpu_model() or platform.processor(),
-            "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "python": platform.python_version()}
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu_model() or platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def write_plot(plt, result: dict, path: str) -> None:
@@ -262,8 +339,10 @@ def write_plot(plt, result: dict, path: str) -> None:
     axes[0].set_ylabel("eval MLM accuracy")
     axes[0].legend(fontsize=8)
     config = result["config"]
-    fig.suptitle(f"tiny BERT, synthetic data, CPU: bucket-order curricula ([Zhang]); "
-                 f"{config['steps']} steps of {config['batch_size']}, seed {config['seed']}")
+    fig.suptitle(
+        f"tiny BERT, synthetic data, CPU: bucket-order curricula ([Zhang]); "
+        f"{config['steps']} steps of {config['batch_size']}, seed {config['seed']}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -284,10 +363,14 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare_data(args, Path(args.data_dir) if args.data_dir else Path(tmp) / "data")
         lengths = sample_lengths(data, args.boundaries[-1])
-        sizes = np.bincount(bucket_of(np.array(list(lengths.values())), args.boundaries),
-                            minlength=len(args.boundaries)).tolist()
-        print(f"pool: {len(lengths)} samples, bucket sizes {sizes}; eval "
-              f"{args.eval_samples} samples", flush=True)
+        sizes = np.bincount(
+            bucket_of(np.array(list(lengths.values())), args.boundaries),
+            minlength=len(args.boundaries),
+        ).tolist()
+        print(
+            f"pool: {len(lengths)} samples, bucket sizes {sizes}; eval {args.eval_samples} samples",
+            flush=True,
+        )
         raw = run_all(args, data, Path(tmp) / "runs")
     runs = {name: summarize(name, raw[name], lengths, args) for name in args.curricula}
     result = {
@@ -298,8 +381,10 @@ def main(argv=None) -> None:
         "commit": git_commit(),
         "command": shlex.join(["python", *sys.argv]),
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot", "data_dir")}
-        | {"program": "run_pretraining.py --config configs/tiny_cpu.yaml",
-           "pool_bucket_sizes": sizes},
+        | {
+            "program": "run_pretraining.py --config configs/tiny_cpu.yaml",
+            "pool_bucket_sizes": sizes,
+        },
         "runs": runs,
     }
     write_json(Path(args.out), result, indent=1)

@@ -22,6 +22,7 @@ it needs (every rank does that every step, in its prefetch thread).
 
 Exit status: 0 done, 2 bad arguments or shards (one `error:` line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,18 +71,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ranks-per-node", type=int, default=8, help="ranks sharing a node")
     p.add_argument("--trials", type=int, default=1000, help="Monte-Carlo global batches")
     p.add_argument("--max-len", type=int, default=512, help="maximum sequence length")
-    p.add_argument("--max-pred", type=int, default=76,
-                   help="most masked tokens per sample (15 %% of the length, at least 1)")
+    p.add_argument(
+        "--max-pred",
+        type=int,
+        default=76,
+        help="most masked tokens per sample (15 %% of the length, at least 1)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shards", default=None,
-                   help="glob of HDF5 shards: draw lengths from them instead of the histogram")
-    p.add_argument("--ranks-sweep", default=None,
-                   help="comma-separated world sizes, e.g. 64,256,1024,4096: one more table")
+    p.add_argument(
+        "--shards",
+        default=None,
+        help="glob of HDF5 shards: draw lengths from them instead of the histogram",
+    )
+    p.add_argument(
+        "--ranks-sweep",
+        default=None,
+        help="comma-separated world sizes, e.g. 64,256,1024,4096: one more table",
+    )
     p.add_argument("--sweep-trials", type=int, default=100, help="trials per sweep point")
-    p.add_argument("--timing-batches", type=int, default=5,
-                   help="single global batches timed for assign_ms_per_step (median)")
-    p.add_argument("--plot", default=None, help="write a PNG: the min..max ranges, or with "
-                   "--ranks-sweep the spread and host bytes against the world size")
+    p.add_argument(
+        "--timing-batches",
+        type=int,
+        default=5,
+        help="single global batches timed for assign_ms_per_step (median)",
+    )
+    p.add_argument(
+        "--plot",
+        default=None,
+        help="write a PNG: the min..max ranges, or with "
+        "--ranks-sweep the spread and host bytes against the world size",
+    )
     p.add_argument("--json", default=None, help="write the results (see the docstring)")
     return p.parse_args(argv)
 
@@ -92,8 +111,10 @@ def argument_error(args) -> str | None:
         if getattr(args, name) < 1:
             return f"--{name.replace('_', '-')}={getattr(args, name)} must be >= 1"
     if args.ranks % min(args.ranks_per_node, args.ranks):
-        return (f"--ranks={args.ranks} is not a whole number of --ranks-per-node="
-                f"{args.ranks_per_node} nodes")
+        return (
+            f"--ranks={args.ranks} is not a whole number of --ranks-per-node="
+            f"{args.ranks_per_node} nodes"
+        )
     if args.max_len < 8:  # the length strata need a few lengths each
         return f"--max-len={args.max_len} must be >= 8"
     return sweep_error(args) if args.ranks_sweep else None
@@ -109,8 +130,10 @@ def sweep_error(args) -> str | None:
         return f"--ranks-sweep={args.ranks_sweep!r}: expected comma-separated integers"
     for size in sizes:
         if size < 1 or size % min(args.ranks_per_node, size):
-            return (f"--ranks-sweep: {size} is not a whole number of --ranks-per-node="
-                    f"{args.ranks_per_node} nodes")
+            return (
+                f"--ranks-sweep: {size} is not a whole number of --ranks-per-node="
+                f"{args.ranks_per_node} nodes"
+            )
     return None
 
 
@@ -119,8 +142,10 @@ def length_distribution(args) -> tuple[np.ndarray, str]:
     if not args.shards:
         return length_pmf(args.max_len), "REFERENCE 2 histogram"
     lengths = lengths_from_shards(args.shards)
-    return (pmf_from_lengths(lengths, args.max_len),
-            f"{lengths.size} samples from {args.shards} (mean {lengths.mean():.1f})")
+    return (
+        pmf_from_lengths(lengths, args.max_len),
+        f"{lengths.size} samples from {args.shards} (mean {lengths.mean():.1f})",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +205,7 @@ def assign_ms(name: str, batches: np.ndarray, world: int, per_node: int) -> floa
         if kind == "sparse":
             node_swap_rows(row, world, per_node, 0)
         elif kind == "node":
-            balance(name, row[:group * (row.size // world)], group, group)
+            balance(name, row[: group * (row.size // world)], group, group)
         else:
             balance(name, row, world, per_node)
         times.append(time.thread_time() - start)
@@ -192,38 +217,65 @@ def assign_ms(name: str, batches: np.ndarray, world: int, per_node: int) -> floa
 # ---------------------------------------------------------------------------------------------
 
 
-METRICS = ("min_tokens", "max_tokens", "moved_fraction", "host_bytes_per_rank_per_step",
-           "host_bytes_mean_rank")
+METRICS = (
+    "min_tokens",
+    "max_tokens",
+    "moved_fraction",
+    "host_bytes_per_rank_per_step",
+    "host_bytes_mean_rank",
+)
 
 
-def simulate(world: int, args, trials: int, pmf: np.ndarray,
-             strategies=tuple(STRATEGIES), chunk_samples: int = 1 << 22) -> dict:
+def simulate(
+    world: int,
+    args,
+    trials: int,
+    pmf: np.ndarray,
+    strategies=tuple(STRATEGIES),
+    chunk_samples: int = 1 << 22,
+) -> dict:
     """{strategy: metrics} averaged over trials (docstring). The batches are
     data/order/simulate.py's, so the min/max tokens equal simulate_token_range's for the same
     seed."""
     rpn = args.ranks_per_node
     sums = {s: np.zeros(len(METRICS)) for s in strategies}
     timed = {}
-    for s, batch, a in dealt_batches(world, args.local_batch, rpn, trials,
-                                     np.random.default_rng(args.seed), pmf, strategies,
-                                     chunk_samples=chunk_samples):
+    for s, batch, a in dealt_batches(
+        world,
+        args.local_batch,
+        rpn,
+        trials,
+        np.random.default_rng(args.seed),
+        pmf,
+        strategies,
+        chunk_samples=chunk_samples,
+    ):
         tok = tokens_per_rank(batch, a)
         got = host_bytes(s, batch, masked_counts(batch, args.max_pred), a, rpn)
-        sums[s] += [tok.min(axis=-1).sum(), tok.max(axis=-1).sum(),
-                    moved_fraction(a, rpn).sum(), got.max(axis=-1).sum(),
-                    got.mean(axis=-1).sum()]
+        sums[s] += [
+            tok.min(axis=-1).sum(),
+            tok.max(axis=-1).sum(),
+            moved_fraction(a, rpn).sum(),
+            got.max(axis=-1).sum(),
+            got.mean(axis=-1).sum(),
+        ]
         if s not in timed:
-            timed[s] = assign_ms(s, batch[:args.timing_batches], world, rpn)
+            timed[s] = assign_ms(s, batch[: args.timing_batches], world, rpn)
     return {s: _summary(dict(zip(METRICS, v / trials)), timed[s]) for s, v in sums.items()}
 
 
 def _summary(mean: dict, ms: float) -> dict:
     lo, hi = mean["min_tokens"], mean["max_tokens"]
-    return {"spread_tokens": hi - lo, "max_over_min": hi / lo if lo else float("inf"),
-            "moved_fraction": mean["moved_fraction"],
-            "host_bytes_per_rank_per_step": mean["host_bytes_per_rank_per_step"],
-            "host_bytes_mean_rank": mean["host_bytes_mean_rank"],
-            "min_tokens": lo, "max_tokens": hi, "assign_ms_per_step": ms}
+    return {
+        "spread_tokens": hi - lo,
+        "max_over_min": hi / lo if lo else float("inf"),
+        "moved_fraction": mean["moved_fraction"],
+        "host_bytes_per_rank_per_step": mean["host_bytes_per_rank_per_step"],
+        "host_bytes_mean_rank": mean["host_bytes_mean_rank"],
+        "min_tokens": lo,
+        "max_tokens": hi,
+        "assign_ms_per_step": ms,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,35 +286,46 @@ def _summary(mean: dict, ms: float) -> dict:
 def format_table(result: dict, args) -> str:
     """[Kim] Table 5 layout plus traffic, and the published numbers where the setup
     matches."""
-    setup = {"local_batch": args.local_batch, "ranks_per_node": args.ranks_per_node,
-             "max_len": args.max_len}
+    setup = {
+        "local_batch": args.local_batch,
+        "ranks_per_node": args.ranks_per_node,
+        "max_len": args.max_len,
+    }
     show_pub = setup == PUBLISHED_SETUP and not args.shards
-    head = (f"{'strategy':26s} {'min tokens':>10s} {'max tokens':>10s} {'max/min':>8s} "
-            f"{'spread':>7s} {'moved':>7s} {'host KB':>9s} {'ms/step':>8s}")
+    head = (
+        f"{'strategy':26s} {'min tokens':>10s} {'max tokens':>10s} {'max/min':>8s} "
+        f"{'spread':>7s} {'moved':>7s} {'host KB':>9s} {'ms/step':>8s}"
+    )
     if show_pub:
         head += f"   {'published min/max':>17s} {'spread':>7s}"
     lines = [head, "-" * len(head)]
     for name, r in result.items():
         lo, hi = r["min_tokens"], r["max_tokens"]
-        line = (f"{name:26s} {lo:10.0f} {hi:10.0f} {hi / lo:8.3f} {hi - lo:7.0f} "
-                f"{100 * r['moved_fraction']:6.1f}% "
-                f"{r['host_bytes_per_rank_per_step'] / 1e3:9.1f} "
-                f"{r['assign_ms_per_step']:8.2f}")
+        line = (
+            f"{name:26s} {lo:10.0f} {hi:10.0f} {hi / lo:8.3f} {hi - lo:7.0f} "
+            f"{100 * r['moved_fraction']:6.1f}% "
+            f"{r['host_bytes_per_rank_per_step'] / 1e3:9.1f} "
+            f"{r['assign_ms_per_step']:8.2f}"
+        )
         if show_pub and name in PUBLISHED_TABLE_5:
             plo, phi = PUBLISHED_TABLE_5[name]
             line += f"   {plo:>8d}/{phi:<8d} {phi - plo:7d}"
         lines.append(line)
-    lines.append("moved: samples trained on another node than the one that read them; host KB: "
-                 "the most any rank receives per step; ms/step: one rank's assignment work")
+    lines.append(
+        "moved: samples trained on another node than the one that read them; host KB: "
+        "the most any rank receives per step; ms/step: one rank's assignment work"
+    )
     if show_pub:
         lines.append("published: [Kim] Table 5 (matches this simulation at --ranks 1024)")
     return "\n".join(lines)
 
 
-SWEEP_COLUMNS = (("spread_tokens", "spread (tokens)", "{:9.1f}"),
-                 ("moved_fraction", "moved fraction", "{:9.4f}"),
-                 ("host_bytes_per_rank_per_step", "host KB per rank per step (max)", "{:9.1f}"),
-                 ("assign_ms_per_step", "assignment ms per rank per step", "{:9.2f}"))
+SWEEP_COLUMNS = (
+    ("spread_tokens", "spread (tokens)", "{:9.1f}"),
+    ("moved_fraction", "moved fraction", "{:9.4f}"),
+    ("host_bytes_per_rank_per_step", "host KB per rank per step (max)", "{:9.1f}"),
+    ("assign_ms_per_step", "assignment ms per rank per step", "{:9.2f}"),
+)
 
 
 def format_sweep(sweep: dict) -> str:
@@ -274,8 +337,9 @@ def format_sweep(sweep: dict) -> str:
         lines += [head, "-" * len(head)]
         for name in sweep[sizes[0]]:
             scale = 1e3 if key.startswith("host_bytes") else 1
-            lines.append(f"{name:34s}" + "".join(
-                fmt.format(sweep[w][name][key] / scale) for w in sizes))
+            lines.append(
+                f"{name:34s}" + "".join(fmt.format(sweep[w][name][key] / scale) for w in sizes)
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -305,15 +369,23 @@ def write_sweep_plot(sweep: dict, path: str, title: str) -> None:
     names = list(sweep[sizes[0]])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
-    panels = (("spread_tokens", "spread: max - min tokens per rank"),
-              ("host_bytes_per_rank_per_step", "bytes a rank receives per step (max)"))
+    panels = (
+        ("spread_tokens", "spread: max - min tokens per rank"),
+        ("host_bytes_per_rank_per_step", "bytes a rank receives per step (max)"),
+    )
     for ax, (key, label) in zip(axes, panels):
         for i, name in enumerate(names):
             values = np.array([sweep[w][name][key] for w in sizes], dtype=float)
             if not np.all(values > 0):
                 continue  # nothing exchanged: no point on a log axis
-            ax.plot(sizes, values, marker="os^vD<>p"[i % 8], color=colors[i % len(colors)],
-                    linestyle="-" if i % 2 == 0 else "--", label=LABELS.get(name, name))
+            ax.plot(
+                sizes,
+                values,
+                marker="os^vD<>p"[i % 8],
+                color=colors[i % len(colors)],
+                linestyle="-" if i % 2 == 0 else "--",
+                label=LABELS.get(name, name),
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sizes, [str(w) for w in sizes])
@@ -343,30 +415,48 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     result = simulate(args.ranks, args, args.trials, pmf)
     elapsed = time.perf_counter() - start
-    title = (f"{args.ranks} ranks ({args.ranks_per_node}/node) x {args.local_batch} samples, "
-             f"max len {args.max_len}, {args.trials} trials")
+    title = (
+        f"{args.ranks} ranks ({args.ranks_per_node}/node) x {args.local_batch} samples, "
+        f"max len {args.max_len}, {args.trials} trials"
+    )
     print(f"{title}; lengths: {source}; {elapsed:.2f} s")
     print(format_table(result, args))
-    out = {"setup": {"ranks": args.ranks, "ranks_per_node": args.ranks_per_node,
-                     "local_batch": args.local_batch, "max_len": args.max_len,
-                     "max_pred": args.max_pred, "trials": args.trials, "lengths": source,
-                     "seed": args.seed, "sweep_trials": args.sweep_trials,
-                     "commit": git_commit(), "command": " ".join(sys.argv),
-                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-           "strategies": result}
+    out = {
+        "setup": {
+            "ranks": args.ranks,
+            "ranks_per_node": args.ranks_per_node,
+            "local_batch": args.local_batch,
+            "max_len": args.max_len,
+            "max_pred": args.max_pred,
+            "trials": args.trials,
+            "lengths": source,
+            "seed": args.seed,
+            "sweep_trials": args.sweep_trials,
+            "commit": git_commit(),
+            "command": " ".join(sys.argv),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "strategies": result,
+    }
     sweep = None
     if args.ranks_sweep:
         sizes = [int(w) for w in args.ranks_sweep.split(",")]
         sweep = {w: simulate(w, args, args.sweep_trials, pmf) for w in sizes}
-        print(f"\nsweep: {args.ranks_per_node}/node x {args.local_batch} samples, "
-              f"{args.sweep_trials} trials per point")
+        print(
+            f"\nsweep: {args.ranks_per_node}/node x {args.local_batch} samples, "
+            f"{args.sweep_trials} trials per point"
+        )
         print(format_sweep(sweep))
         out["sweep"] = {str(w): r for w, r in sweep.items()}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot and sweep:
-        write_sweep_plot(sweep, args.plot, f"{args.ranks_per_node} ranks/node x "
-                         f"{args.local_batch} samples, max len {args.max_len}")
+        write_sweep_plot(
+            sweep,
+            args.plot,
+            f"{args.ranks_per_node} ranks/node x "
+            f"{args.local_batch} samples, max len {args.max_len}",
+        )
     elif args.plot:
         write_plot(result, args.plot, title)
     return 0

@@ -6,6 +6,7 @@ refused or damaged checkpoint writes nothing. Restoring happens in two parts: th
 loads weights, optimizer and RNG (`restore`); the data position waits for the run phase, when
 the pipeline exists (`restore_pipeline`).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,18 +16,28 @@ import torch
 
 from bert.config import Config
 from bert.train.distributed import DistContext
-from bert.train.resume import (TRAINER_FILE, Manifest, checkpoint_fit, checkpoint_root,
-                               rank_file, rng_state, save_checkpoint, set_rng_state)
+from bert.train.resume import (
+    TRAINER_FILE,
+    Manifest,
+    checkpoint_fit,
+    checkpoint_root,
+    rank_file,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from bert.train.resume_pick import pick_resume_point
 
 
 class Checkpointer:
-    def __init__(self, cfg: Config, ctx: DistContext, global_batch_size: int,
-                 say: Callable[[str], None]):
+    def __init__(
+        self, cfg: Config, ctx: DistContext, global_batch_size: int, say: Callable[[str], None]
+    ):
         self.cfg, self.ctx, self.say = cfg, ctx, say
         self.global_batch_size = global_batch_size
-        self._point = pick_resume_point(cfg.checkpoint.resume, cfg.run.output_dir, ctx,
-                                        global_batch_size, cfg.to_dict(), say)
+        self._point = pick_resume_point(
+            cfg.checkpoint.resume, cfg.run.output_dir, ctx, global_batch_size, cfg.to_dict(), say
+        )
         self.folder: Path | None = self._point.folder if self._point else None
         self.manifest: Manifest | None = self._point.manifest if self._point else None
         self.last_step: int | None = None  # the step of the last checkpoint saved or resumed
@@ -41,8 +52,10 @@ class Checkpointer:
         with checkpoint_fit(point.folder / rank_file(self.ctx.rank)):
             set_rng_state(point.rank_state["rng"], self.ctx.device)
         progress = point.trainer_state["progress"]
-        self.say(f"resumed from {point.folder}: step {progress['step']}, "
-                 f"{progress['samples']} samples trained")
+        self.say(
+            f"resumed from {point.folder}: step {progress['step']}, "
+            f"{progress['samples']} samples trained"
+        )
         return progress, point.rank_state["pipeline"]
 
     def restore_pipeline(self, pipeline, state: dict) -> None:
@@ -57,20 +70,36 @@ class Checkpointer:
         """At the end of a run (or an interrupt): checkpoints on and this step not yet saved."""
         return self.cfg.checkpoint.interval_steps > 0 and step != self.last_step
 
-    def save(self, step: int, samples: int, accuracy: float, raw_model: torch.nn.Module,
-             optim, pipeline, seed: int) -> None:
+    def save(
+        self,
+        step: int,
+        samples: int,
+        accuracy: float,
+        raw_model: torch.nn.Module,
+        optim,
+        pipeline,
+        seed: int,
+    ) -> None:
         """Collective. A host sync (state copies): at checkpoint points only."""
         cfg, ctx = self.cfg, self.ctx
         optim_state = optim.state_dict()  # collective for the sharded optimizer
         trainer_state = None
         if ctx.is_main:
-            trainer_state = {"model": raw_model.state_dict(), "optimizer": optim_state,
-                             "progress": {"step": step, "samples": samples,
-                                          "accuracy": accuracy},
-                             "config": cfg.to_dict()}
+            trainer_state = {
+                "model": raw_model.state_dict(),
+                "optimizer": optim_state,
+                "progress": {"step": step, "samples": samples, "accuracy": accuracy},
+                "config": cfg.to_dict(),
+            }
         rank_state = {"rng": rng_state(ctx.device), "pipeline": pipeline.state_dict()}
         manifest = Manifest(step, samples, ctx.world_size, self.global_batch_size, seed)
-        folder = save_checkpoint(checkpoint_root(cfg.run.output_dir), manifest, ctx.rank,
-                                 trainer_state, rank_state, cfg.checkpoint.keep)
+        folder = save_checkpoint(
+            checkpoint_root(cfg.run.output_dir),
+            manifest,
+            ctx.rank,
+            trainer_state,
+            rank_state,
+            cfg.checkpoint.keep,
+        )
         self.last_step = step
         self.say(f"checkpoint: {folder}")

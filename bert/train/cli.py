@@ -16,6 +16,7 @@ Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a st
 diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
 143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,28 +27,53 @@ DEFAULT_CONFIG = "tiny_cpu"  # the shipped configs/tiny_cpu.yaml (bert.config.fi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=DEFAULT_CONFIG,
-                        help="YAML file or shipped config name (default: %(default)s)")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override one config value; repeatable")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress lines; how the run ended is still printed")
-    parser.add_argument("--record-samples", metavar="DIR",
-                        help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
-                             "sample (sets log.record_samples_dir)")
-    parser.add_argument("--resume", metavar="auto|DIR",
-                        help="continue from the newest complete checkpoint under the run's "
-                             "output dir (auto) or from DIR (sets checkpoint.resume)")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="evaluate the initial weights (run.init_checkpoint) once, report "
-                             "the MLM accuracy and stop (sets run.eval_only)")
-    parser.add_argument("--help-config", action="store_true",
-                        help="list every config key with its type and default, then exit")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved config (YAML; each key's source as a comment: "
-                             "default, file, --set or flag), then exit")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG,
+        help="YAML file or shipped config name (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value; repeatable",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress lines; how the run ended is still printed"
+    )
+    parser.add_argument(
+        "--record-samples",
+        metavar="DIR",
+        help="audit trail: DIR/rank<R>.txt lists `step shard index` per trained "
+        "sample (sets log.record_samples_dir)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="auto|DIR",
+        help="continue from the newest complete checkpoint under the run's "
+        "output dir (auto) or from DIR (sets checkpoint.resume)",
+    )
+    parser.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="evaluate the initial weights (run.init_checkpoint) once, report "
+        "the MLM accuracy and stop (sets run.eval_only)",
+    )
+    parser.add_argument(
+        "--help-config",
+        action="store_true",
+        help="list every config key with its type and default, then exit",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (YAML; each key's source as a comment: "
+        "default, file, --set or flag), then exit",
+    )
     return parser
 
 
@@ -70,15 +96,17 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
             return 0
         from bert.train.resume import resolve_resume
         from data.sample_record import check_record_dir
+
         # `--resume auto` with no checkpoint yet starts fresh: it would overwrite them too
         resuming = resolve_resume(cfg.checkpoint.resume, cfg.run.output_dir) is not None
         check_record_dir(cfg.log.record_samples_dir, resuming)
         warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
+
         # data preparation, outside the timed MLPerf region
-        cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data,
-                                                                  cfg.model.vocab_size))
+        cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data, cfg.model.vocab_size))
         from bert.train.trainer import Trainer
+
         trainer = Trainer(cfg, callbacks=callbacks, origin=origin)
         result = trainer.train()
     except BaseException as err:
@@ -88,10 +116,12 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         return code
     finally:
         from bert.train.distributed import shutdown_distributed
+
         shutdown_distributed()
     if trainer.ctx.is_main:
-        trainer.progress.result(f"MLPerf log: {result.log_path}  (check it with: "
-                                f"open-bert-check {result.log_path})")
+        trainer.progress.result(
+            f"MLPerf log: {result.log_path}  (check it with: open-bert-check {result.log_path})"
+        )
     return 0 if result.status in ("success", "eval_only") else 1
 
 
@@ -100,6 +130,7 @@ def command() -> int:
     SIGTERM and SIGINT stopping the run at the next step boundary (only a process's main thread
     may set the handlers)."""
     from bert.train.stop_signals import install_stop_handlers
+
     install_stop_handlers()
     return main()
 

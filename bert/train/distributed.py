@@ -5,6 +5,7 @@ launcher's variables are present, and under MPI broadcasts the rendezvous addres
 without them the run is a single process and needs no process group. NCCL is used when training
 on CUDA, gloo on CPU. Host-side collectives of the data pipeline live in data/comm/host.py.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():  # run.device=cuda (auto would have resolved to cpu)
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise ConfigError(f"run.device=cuda: PyTorch ({torch.__version__}, {build}) sees no "
-                          f"CUDA device; use run.device=cpu or auto")
+        raise ConfigError(
+            f"run.device=cuda: PyTorch ({torch.__version__}, {build}) sees no "
+            f"CUDA device; use run.device=cpu or auto"
+        )
     torch.cuda.set_device(local_rank)
     return torch.device("cuda", local_rank)
 
@@ -55,10 +58,14 @@ def init_distributed(requested_device: str, timeout_s: float = 600.0) -> DistCon
         if layout.launcher != "torchrun":
             export_rendezvous(layout)
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None,
-                                timeout=timedelta(seconds=timeout_s))
-    return DistContext(layout.rank, layout.world_size, layout.local_rank, device,
-                       layout.local_world_size)
+        dist.init_process_group(
+            backend=backend,
+            device_id=device if backend == "nccl" else None,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    return DistContext(
+        layout.rank, layout.world_size, layout.local_rank, device, layout.local_world_size
+    )
 
 
 def shutdown_distributed() -> None:

@@ -16,6 +16,7 @@
 - anything else: a crash, None (the caller re-raises: the traceback is the report).
 Under mpirun a failed rank aborts the job (bert/train/launch_env.py: abort_mpi_job).
 """
+
 from __future__ import annotations
 
 import errno
@@ -37,8 +38,10 @@ def disk_error(err: BaseException) -> JobError | None:
     if not isinstance(err, OSError) or err.errno not in OUT_OF_DISK:
         return None
     where = f" writing {err.filename}" if err.filename else ""
-    return JobError(f"{err.strerror or os.strerror(err.errno)}{where}: the run cannot go on "
-                    f"(free space, or set run.output_dir on another disk, then --resume auto)")
+    return JobError(
+        f"{err.strerror or os.strerror(err.errno)}{where}: the run cannot go on "
+        f"(free space, or set run.output_dir on another disk, then --resume auto)"
+    )
 
 
 def exit_status(err: BaseException) -> int | None:

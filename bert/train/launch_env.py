@@ -19,6 +19,7 @@ the same `error:` line; the ranks of a node agree on one printer through a statu
 folder new to the launch ($OPEN_BERT_EXIT_DIR from launch/torchrun.py, else torchrun's own
 attempt folder). The status in it is the one the launcher reports (torchrun alone says 1).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,11 +33,20 @@ from typing import NamedTuple
 # (rank, world size, local rank, local world size) variables of each launcher, in priority order
 LAUNCHER_VARS = (
     ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
-    ("Open MPI", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                  "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    (
+        "Open MPI",
+        (
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ),
+    ),
     ("PMI", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
-    ("srun", ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-              "SLURM_STEP_TASKS_PER_NODE")),
+    (
+        "srun",
+        ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"),
+    ),
 )
 
 
@@ -63,8 +73,9 @@ def launch_layout() -> LaunchLayout:
     for launcher, (rank, size, local, _) in LAUNCHER_VARS:
         if rank in env and size in env:
             world = int(env[size])
-            return LaunchLayout(launcher, int(env[rank]), world, int(env.get(local, "0")),
-                                _local_world_size(world))
+            return LaunchLayout(
+                launcher, int(env[rank]), world, int(env.get(local, "0")), _local_world_size(world)
+            )
     return LaunchLayout("single", 0, 1, 0, 1)
 
 
@@ -79,17 +90,22 @@ def _local_world_size(world: int) -> int:
 
 def export_rendezvous(layout: LaunchLayout) -> None:
     """Set the torch env:// variables for a multi-rank job not started by torchrun."""
-    os.environ.update(RANK=str(layout.rank), WORLD_SIZE=str(layout.world_size),
-                      LOCAL_RANK=str(layout.local_rank),
-                      LOCAL_WORLD_SIZE=str(layout.local_world_size))
+    os.environ.update(
+        RANK=str(layout.rank),
+        WORLD_SIZE=str(layout.world_size),
+        LOCAL_RANK=str(layout.local_rank),
+        LOCAL_WORLD_SIZE=str(layout.local_world_size),
+    )
     if "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ:
         return
     from data.comm.mpi import load_mpi, mpi_launched
 
     if not mpi_launched():
-        raise RuntimeError(f"launched by {layout.launcher} with {layout.world_size} ranks: set "
-                           f"MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) for the "
-                           f"torch.distributed rendezvous")
+        raise RuntimeError(
+            f"launched by {layout.launcher} with {layout.world_size} ranks: set "
+            f"MASTER_ADDR and MASTER_PORT (rank 0's host and a free port) for the "
+            f"torch.distributed rendezvous"
+        )
     address = _rank0_address(layout) if layout.rank == 0 else None
     address = load_mpi().COMM_WORLD.bcast(address, root=0)
     os.environ.setdefault("MASTER_ADDR", address[0])
@@ -149,8 +165,10 @@ def abort_mpi_job(code: int, err: BaseException | None = None) -> None:
     if MPI.COMM_WORLD.Get_size() > 1:
         if err is not None:  # a bad input (err None) has had its one `error:` line already
             traceback.print_exception(err)
-            print(f"error: rank {MPI.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
-                  file=sys.stderr)
+            print(
+                f"error: rank {MPI.COMM_WORLD.Get_rank()} failed; aborting the MPI job",
+                file=sys.stderr,
+            )
         sys.stdout.flush()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(code)

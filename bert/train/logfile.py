@@ -19,6 +19,7 @@
 
 Only the rank that writes the log (rank 0) publishes it.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,8 +75,7 @@ class LogFile:
         kept = None
         if self.final.exists():
             earlier = _stamp(self.final.stat().st_mtime)
-            kept = _free_name(self.final.with_name(
-                f"{self.final.name}.{earlier}{PREVIOUS_SUFFIX}"))
+            kept = _free_name(self.final.with_name(f"{self.final.name}.{earlier}{PREVIOUS_SUFFIX}"))
             os.rename(self.final, kept)
         os.rename(self.partial, self.final)
         return kept

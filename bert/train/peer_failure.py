@@ -7,6 +7,7 @@ peer". `explain` turns either into a PeerLost error: every rank whose collective
 mark in the job's rendezvous store; after a short grace for the others' marks, the ranks
 without a mark are the ones that never came (stalled or dead).
 """
+
 from __future__ import annotations
 
 import re
@@ -40,14 +41,20 @@ def explain(err: BaseException, ctx: DistContext, step: int, timeout_s: float) -
     if not timed_out and not PEER_GONE.search(text):
         return None
     missing = _missing_ranks(ctx)
-    who = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}" if missing
-           else "a peer rank")
+    who = (
+        f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        if missing
+        else "a peer rank"
+    )
     if timed_out:
-        return PeerLost(f"{who} stalled: rank {ctx.rank} waited {timeout_s:g} s "
-                        f"(dist.timeout_s) for {'them' if len(missing) > 1 else 'it'} in a "
-                        f"collective of step {step}")
-    return PeerLost(f"{who} died or left the job during step {step} (rank {ctx.rank} lost its "
-                    f"connection)")
+        return PeerLost(
+            f"{who} stalled: rank {ctx.rank} waited {timeout_s:g} s "
+            f"(dist.timeout_s) for {'them' if len(missing) > 1 else 'it'} in a "
+            f"collective of step {step}"
+        )
+    return PeerLost(
+        f"{who} died or left the job during step {step} (rank {ctx.rank} lost its connection)"
+    )
 
 
 def _missing_ranks(ctx: DistContext) -> list[int]:
@@ -57,8 +64,7 @@ def _missing_ranks(ctx: DistContext) -> list[int]:
         store.set(MARK.format(rank=ctx.rank), "1")
         deadline = time.monotonic() + GRACE_S
         while True:
-            missing = [r for r in range(ctx.world_size)
-                       if not store.check([MARK.format(rank=r)])]
+            missing = [r for r in range(ctx.world_size) if not store.check([MARK.format(rank=r)])]
             if not missing or time.monotonic() > deadline:
                 return missing
             time.sleep(0.2)

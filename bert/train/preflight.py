@@ -1,5 +1,6 @@
 """Checks of the run's inputs that read no data: before the init phase, so a missing file fails
 the run before anything is written or timed."""
+
 from __future__ import annotations
 
 import os

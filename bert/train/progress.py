@@ -12,6 +12,7 @@ lr comes from its device step count). `on_point(step, samples, loss, lr)` receiv
 read at each point (the metrics record, bert/obs/metrics.py); with it, a --quiet run still has
 its points, without lines. `point()` makes one now (the trainer, before each eval).
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,13 @@ class Progress:
     """`enabled`: this rank prints (rank 0 only). `quiet` (--quiet): only `result` lines, the
     outcome of the run, which a quiet run must still report."""
 
-    def __init__(self, enabled: bool, interval_s: float = 10.0, quiet: bool = False,
-                 on_point: Callable[[int, int, float, float], None] | None = None):
+    def __init__(
+        self,
+        enabled: bool,
+        interval_s: float = 10.0,
+        quiet: bool = False,
+        on_point: Callable[[int, int, float, float], None] | None = None,
+    ):
         self.enabled = enabled
         self.quiet = quiet
         self.on_point = on_point
@@ -62,8 +68,9 @@ class Progress:
         self._t0 = self._last_time = time.time()
         self._start_samples = self._last_samples = start_samples
 
-    def step(self, step: int, samples: int, step_loss: torch.Tensor,
-             lr: Callable[[], float]) -> None:
+    def step(
+        self, step: int, samples: int, step_loss: torch.Tensor, lr: Callable[[], float]
+    ) -> None:
         """Record one optimizer step; print a line if one is due.
 
         lr: called only for a line; returns the lr of the next real update (fp16: a skipped
@@ -83,9 +90,11 @@ class Progress:
         loss = float(self._loss_sum) / self._loss_steps  # host read at log points only
         lr_now = lr()
         rate = (samples - self._last_samples) / max(now - self._last_time, 1e-9)
-        self.line(f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr_now:.3e} | "
-                  f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
-                  f"{self.eta(samples, now)}")
+        self.line(
+            f"step {step:6d} | samples {samples:9d} | loss {loss:7.4f} | lr {lr_now:.3e} | "
+            f"{rate:8.1f} samples/s | elapsed {_duration(now - self._t0)} | "
+            f"{self.eta(samples, now)}"
+        )
         if self.on_point is not None:
             self.on_point(step, samples, loss, lr_now)
         self._last_time, self._last_samples = now, samples

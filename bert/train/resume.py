@@ -21,6 +21,7 @@ optimizer's own state_dict could move to another world size, the data stream can
 needs the same training settings (model shapes, optimizer, precision, schedule, seed, data
 order), which `bert/train/resume_settings.py` compares with config.json before any state is read.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,11 +68,16 @@ class Manifest:
         path = folder / MANIFEST
         values = read_json(path, "checkpoint manifest", DamagedCheckpoint)
         if values.get("format") != FORMAT or values.get("version") != VERSION:
-            raise DamagedCheckpoint(f"{folder}: {MANIFEST} is not a {FORMAT} v{VERSION} "
-                                    f"manifest")
+            raise DamagedCheckpoint(f"{folder}: {MANIFEST} is not a {FORMAT} v{VERSION} manifest")
         fields = tuple(cls.__dataclass_fields__)
-        require_keys(values, fields, path, "checkpoint manifest", DamagedCheckpoint,
-                     types=dict.fromkeys(fields, int))
+        require_keys(
+            values,
+            fields,
+            path,
+            "checkpoint manifest",
+            DamagedCheckpoint,
+            types=dict.fromkeys(fields, int),
+        )
         return cls(**{k: values[k] for k in fields})
 
 
@@ -91,8 +97,11 @@ def complete_checkpoints(root: Path) -> list[Path]:
     """Complete checkpoint folders under `root`, oldest first (partial ones are skipped)."""
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir()
-             if (m := _STEP_DIR.match(p.name)) and (p / MANIFEST).is_file()]
+    found = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := _STEP_DIR.match(p.name)) and (p / MANIFEST).is_file()
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -107,26 +116,36 @@ def resolve_resume(spec: str, output_dir: str | os.PathLike) -> Path | None:
         return found[-1] if found else None
     folder = Path(spec)
     if not folder.is_dir():
-        raise CheckpointError(f"checkpoint.resume={spec!r}: no such folder (pass a "
-                              f"checkpoints/step_N folder of an earlier run, or 'auto')")
+        raise CheckpointError(
+            f"checkpoint.resume={spec!r}: no such folder (pass a "
+            f"checkpoints/step_N folder of an earlier run, or 'auto')"
+        )
     if not (folder / MANIFEST).is_file():
-        raise CheckpointError(f"checkpoint.resume={spec!r}: no {MANIFEST} there (not a complete "
-                              f"training checkpoint; use a step_N folder, or 'auto')")
+        raise CheckpointError(
+            f"checkpoint.resume={spec!r}: no {MANIFEST} there (not a complete "
+            f"training checkpoint; use a step_N folder, or 'auto')"
+        )
     return folder
 
 
-def check_compatible(manifest: Manifest, folder: Path, world_size: int,
-                     global_batch_size: int) -> None:
+def check_compatible(
+    manifest: Manifest, folder: Path, world_size: int, global_batch_size: int
+) -> None:
     if manifest.world_size != world_size:
-        raise CheckpointError(f"{folder}: saved by {manifest.world_size} ranks, this job has "
-                              f"{world_size}; resume with the same world size (each rank's "
-                              f"data position is saved separately)")
+        raise CheckpointError(
+            f"{folder}: saved by {manifest.world_size} ranks, this job has "
+            f"{world_size}; resume with the same world size (each rank's "
+            f"data position is saved separately)"
+        )
     if manifest.global_batch_size != global_batch_size:
-        raise CheckpointError(f"{folder}: saved with run.global_batch_size="
-                              f"{manifest.global_batch_size}, this run has {global_batch_size}")
+        raise CheckpointError(
+            f"{folder}: saved with run.global_batch_size="
+            f"{manifest.global_batch_size}, this run has {global_batch_size}"
+        )
 
 
 # -- RNG ----------------------------------------------------------------------------------------
+
 
 def rng_state(device: torch.device) -> dict[str, Any]:
     """This rank's torch generators (dropout draws from them)."""
@@ -144,6 +163,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
 
 # -- writing ------------------------------------------------------------------------------------
 
+
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """torch.save under a temporary name, synced to disk, then renamed over `path`."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
@@ -157,8 +177,14 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def save_checkpoint(root: Path, manifest: Manifest, rank: int, trainer_state: dict | None,
-                    rank_state: dict, keep: int) -> Path:
+def save_checkpoint(
+    root: Path,
+    manifest: Manifest,
+    rank: int,
+    trainer_state: dict | None,
+    rank_state: dict,
+    keep: int,
+) -> Path:
     """Collective: every rank calls it at the same step. Returns the complete folder."""
     final = step_dir(root, manifest.step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
@@ -205,16 +231,28 @@ def remove_folder(folder: Path) -> None:
 
 # -- reading ------------------------------------------------------------------------------------
 
+
 def load_trainer_state(folder: Path, mmap: bool = False) -> dict:
     """The rank-0 file (model, optimizer, schedule, progress); every rank reads it. `mmap`:
     tensors are mapped, not read (for a look at the config alone)."""
     path = folder / TRAINER_FILE
     state = read_torch(path, "training state", DamagedCheckpoint, mmap=mmap)
-    require_keys(state, ("model", "optimizer", "progress"), path, "training state",
-                 DamagedCheckpoint, types={"model": dict, "optimizer": dict, "progress": dict})
-    require_keys(state["progress"], ("step", "samples", "accuracy"), path,
-                 "training state's progress", DamagedCheckpoint,
-                 types={"step": int, "samples": int, "accuracy": (int, float)})
+    require_keys(
+        state,
+        ("model", "optimizer", "progress"),
+        path,
+        "training state",
+        DamagedCheckpoint,
+        types={"model": dict, "optimizer": dict, "progress": dict},
+    )
+    require_keys(
+        state["progress"],
+        ("step", "samples", "accuracy"),
+        path,
+        "training state's progress",
+        DamagedCheckpoint,
+        types={"step": int, "samples": int, "accuracy": (int, float)},
+    )
     return state
 
 
@@ -227,14 +265,19 @@ def checkpoint_fit(path: Path) -> Iterator[None]:
         yield
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as err:
         first = " ".join(str(err).split())[:200]
-        raise DamagedCheckpoint(f"{path}: does not fit what this config builds "
-                                f"({first})") from None
+        raise DamagedCheckpoint(f"{path}: does not fit what this config builds ({first})") from None
 
 
 def load_rank_state(folder: Path, rank: int) -> dict:
     path = folder / rank_file(rank)
     state = read_torch(path, "rank state", DamagedCheckpoint)
-    require_keys(state, ("rng", "pipeline"), path, "rank state", DamagedCheckpoint,
-                 types={"rng": dict, "pipeline": dict})
+    require_keys(
+        state,
+        ("rng", "pipeline"),
+        path,
+        "rank state",
+        DamagedCheckpoint,
+        types={"rng": dict, "pipeline": dict},
+    )
     require_keys(state["rng"], ("cpu",), path, "rank state's rng", DamagedCheckpoint)
     return state

@@ -8,6 +8,7 @@ each candidate (one all-reduce each), so a file damaged on one rank's view moves
 A checkpoint that was written with other settings, or by another world size, is not damaged:
 that is refused as the user's error, whichever checkpoint it is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,9 +19,15 @@ import torch
 
 from bert.core.errors import CheckpointError, DamagedCheckpoint
 from bert.train.distributed import DistContext, all_reduce_sum
-from bert.train.resume import (Manifest, check_compatible, checkpoint_root,
-                               complete_checkpoints, load_rank_state, load_trainer_state,
-                               resolve_resume)
+from bert.train.resume import (
+    Manifest,
+    check_compatible,
+    checkpoint_root,
+    complete_checkpoints,
+    load_rank_state,
+    load_trainer_state,
+    resolve_resume,
+)
 from bert.train.resume_settings import check_resume_settings
 
 
@@ -32,8 +39,14 @@ class ResumePoint:
     rank_state: dict  # this rank's RNG and data position
 
 
-def pick_resume_point(spec: str, output_dir: str, ctx: DistContext, global_batch_size: int,
-                      config: dict, say: Callable[[str], None]) -> ResumePoint | None:
+def pick_resume_point(
+    spec: str,
+    output_dir: str,
+    ctx: DistContext,
+    global_batch_size: int,
+    config: dict,
+    say: Callable[[str], None],
+) -> ResumePoint | None:
     """The checkpoint `spec` ("", "auto" or a folder) names, read; None for a fresh start."""
     if spec != "auto":
         folder = resolve_resume(spec, output_dir)
@@ -51,15 +64,20 @@ def pick_resume_point(spec: str, output_dir: str, ctx: DistContext, global_batch
             say(f"resume auto: {folder} is damaged, skipping it: {err}")
             continue
         if skipped:
-            say(f"resume auto: resuming from {folder}, the newest intact checkpoint "
-                f"({len(skipped)} newer one(s) damaged)")
+            say(
+                f"resume auto: resuming from {folder}, the newest intact checkpoint "
+                f"({len(skipped)} newer one(s) damaged)"
+            )
         return point
-    raise CheckpointError(f"resume auto: no intact checkpoint under "
-                          f"{checkpoint_root(output_dir)}: {'; '.join(skipped)}")
+    raise CheckpointError(
+        f"resume auto: no intact checkpoint under "
+        f"{checkpoint_root(output_dir)}: {'; '.join(skipped)}"
+    )
 
 
-def _read_agreed(folder: Path, ctx: DistContext, global_batch_size: int,
-                 config: dict) -> ResumePoint:
+def _read_agreed(
+    folder: Path, ctx: DistContext, global_batch_size: int, config: dict
+) -> ResumePoint:
     """Every file of `folder` this rank needs, or DamagedCheckpoint on every rank if any rank
     found one damaged. Settings that differ from the checkpoint's raise CheckpointError (every
     rank reads the same manifest and config.json, so they all raise alike)."""
@@ -68,8 +86,9 @@ def _read_agreed(folder: Path, ctx: DistContext, global_batch_size: int,
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, ctx.world_size, global_batch_size)
         check_resume_settings(folder, manifest.seed, config)  # before the large files
-        point = ResumePoint(folder, manifest, load_trainer_state(folder),
-                            load_rank_state(folder, ctx.rank))
+        point = ResumePoint(
+            folder, manifest, load_trainer_state(folder), load_rank_state(folder, ctx.rank)
+        )
     except DamagedCheckpoint as err:
         damage = err
     if ctx.is_distributed:

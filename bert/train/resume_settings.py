@@ -11,6 +11,7 @@ hyperparameters' truth: where files are, logging, checkpointing, evaluation (its
 logged with this run's values), the step budget, and kernel or backend choices that compute the
 same math. `run.seed` may stay at -1, its default: the run then takes the checkpoint's seed.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,13 +26,28 @@ from bert.core.readers import read_json
 CONFIG_FILE = "config.json"
 
 RESUME_FREE_SECTIONS = ("checkpoint.", "log.", "eval.", "submission.", "model.fused_", "dist.")
-RESUME_FREE_KEYS = frozenset({
-    "run.output_dir", "run.device", "run.threads", "run.cache_cleared", "run.init_checkpoint",
-    "run.eval_only", "run.max_steps", "run.max_samples", "run.max_nonfinite_steps",
-    "data.train_dir", "data.eval_file", "data.prefetch_depth", "data.synthetic.cache_dir",
-    "model.attention", "model.compile_sublayers", "model.bert_config_file",
-    "optim.fused_kernel", "optim.bucket_cap_mb",
-})
+RESUME_FREE_KEYS = frozenset(
+    {
+        "run.output_dir",
+        "run.device",
+        "run.threads",
+        "run.cache_cleared",
+        "run.init_checkpoint",
+        "run.eval_only",
+        "run.max_steps",
+        "run.max_samples",
+        "run.max_nonfinite_steps",
+        "data.train_dir",
+        "data.eval_file",
+        "data.prefetch_depth",
+        "data.synthetic.cache_dir",
+        "model.attention",
+        "model.compile_sublayers",
+        "model.bert_config_file",
+        "optim.fused_kernel",
+        "optim.bucket_cap_mb",
+    }
+)
 SEED_KEY = "run.seed"  # -1 (the default) on resume: the checkpoint's seed
 
 
@@ -44,13 +60,16 @@ def saved_config(folder: Path) -> dict:
     """The config a checkpoint was trained with (every checkpoint of the current manifest
     version has config.json; older ones are refused by their manifest)."""
     if not (folder / CONFIG_FILE).exists():
-        raise DamagedCheckpoint(f"{folder}: no {CONFIG_FILE} (not a complete checkpoint of "
-                                f"this version)")
+        raise DamagedCheckpoint(
+            f"{folder}: no {CONFIG_FILE} (not a complete checkpoint of this version)"
+        )
     saved = read_json(folder / CONFIG_FILE, "checkpoint config", DamagedCheckpoint)
     sections = [name for name, value in saved.items() if not isinstance(value, dict)]
     if sections:
-        raise DamagedCheckpoint(f"checkpoint config {str(folder / CONFIG_FILE)!r}: "
-                                f"{sections[0]!r} is not a section (a JSON object)")
+        raise DamagedCheckpoint(
+            f"checkpoint config {str(folder / CONFIG_FILE)!r}: "
+            f"{sections[0]!r} is not a section (a JSON object)"
+        )
     return saved
 
 
@@ -75,10 +94,14 @@ def check_resume_settings(folder: Path, saved_seed: int, config: dict) -> None:
     if not changed:
         return
     key, saved, given = changed[0]
-    more = f" (and {len(changed) - 1} more: {', '.join(k for k, _, _ in changed[1:])})" \
-        if len(changed) > 1 else ""
+    more = (
+        f" (and {len(changed) - 1} more: {', '.join(k for k, _, _ in changed[1:])})"
+        if len(changed) > 1
+        else ""
+    )
     raise CheckpointError(
         f"resume from {folder}: {key}={given!r} given, the checkpoint was trained with "
         f"{key}={saved!r}{more}; a resumed run continues with the saved settings (schedule, "
         f"optimizer state, seed, data order): drop the change, or start a new run "
-        f"from its weights (run.init_checkpoint={folder / 'trainer.pt'})")
+        f"from its weights (run.init_checkpoint={folder / 'trainer.pt'})"
+    )

@@ -10,6 +10,7 @@ same host instead; a holder on another host is then trusted to be alive.
 Only the rank that writes the folder (rank 0) takes the lock; the trainer tells the other ranks
 (`agree_on_lock`), so every rank of the job fails alike.
 """
+
 from __future__ import annotations
 
 import errno
@@ -54,8 +55,11 @@ class RunLock:
             os.close(fd)
         self.stale_holder = _read_holder(fd) or None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        os.write(
+            fd,
+            f"pid {os.getpid()} on host {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(),
+        )
         self._fd = fd
         return self
 
@@ -75,13 +79,17 @@ class RunLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
-            raise ConfigError(f"run.output_dir={str(self.path.parent)!r}: cannot write there "
-                              f"({err.strerror or err})") from None
+            raise ConfigError(
+                f"run.output_dir={str(self.path.parent)!r}: cannot write there "
+                f"({err.strerror or err})"
+            ) from None
 
     def _busy(self, holder: str) -> ConfigError:
-        return ConfigError(f"run.output_dir={str(self.path.parent)!r} is in use by another run "
-                           f"({holder or 'holder unknown'}; lock file {self.path}): wait for "
-                           f"it to end, or choose another run.output_dir")
+        return ConfigError(
+            f"run.output_dir={str(self.path.parent)!r} is in use by another run "
+            f"({holder or 'holder unknown'}; lock file {self.path}): wait for "
+            f"it to end, or choose another run.output_dir"
+        )
 
     def _check_pid(self, fd: int) -> None:
         holder = _read_holder(fd)
@@ -112,8 +120,11 @@ def hold_output_dir(folder: Path, ctx: DistContext) -> RunLock:
             problem = str(err)
         else:
             if lock.stale_holder:
-                print(f"{lock.path}: a stale lock ({lock.stale_holder}, no longer running) "
-                      f"was taken over", flush=True)
+                print(
+                    f"{lock.path}: a stale lock ({lock.stale_holder}, no longer running) "
+                    f"was taken over",
+                    flush=True,
+                )
     if ctx.is_distributed:
         shared = [problem]
         dist.broadcast_object_list(shared, src=0)

@@ -7,6 +7,7 @@
     steps per block     an eval point rounds up to a whole global batch (REFERENCE 1)
     node size           data.ranks_per_node, else the launcher's ranks per node
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,6 +41,10 @@ class RunPlan:
         if cfg.run.max_samples:
             steps = min(steps, -(-cfg.run.max_samples // gbs))
         interval = cfg.eval.interval_samples or mlperf_eval_interval(gbs)
-        return cls(geometry=geometry, max_steps=steps, eval_interval_samples=interval,
-                   steps_per_eval_block=max(1, -(-interval // gbs)),
-                   ranks_per_node=cfg.data.ranks_per_node or local_world_size or world_size)
+        return cls(
+            geometry=geometry,
+            max_steps=steps,
+            eval_interval_samples=interval,
+            steps_per_eval_block=max(1, -(-interval // gbs)),
+            ranks_per_node=cfg.data.ranks_per_node or local_world_size or world_size,
+        )

@@ -18,6 +18,7 @@
   loss scaler, with a finite loss: they do not count, and in fp16 the gradient norm is not
   checked (an overflow's is inf by design; `check_grad_norm=False`).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -31,8 +32,13 @@ from bert.train.distributed import DistContext
 
 
 class StepGuard:
-    def __init__(self, ctx: DistContext, max_nonfinite_steps: int,
-                 timeout_s: float = 600.0, check_grad_norm: bool = True) -> None:
+    def __init__(
+        self,
+        ctx: DistContext,
+        max_nonfinite_steps: int,
+        timeout_s: float = 600.0,
+        check_grad_norm: bool = True,
+    ) -> None:
         self.ctx = ctx
         self.limit = max_nonfinite_steps
         self.check_grad_norm = check_grad_norm
@@ -41,15 +47,19 @@ class StepGuard:
         self._bad_seen = 0  # the newest count read on the host
         self._copy: tuple[torch.Tensor, torch.cuda.Event] | None = None
         # a CPU group of its own: the flags never queue behind the step's NCCL work
-        self._group = (dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
-                       if ctx.is_distributed else None)
+        self._group = (
+            dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+            if ctx.is_distributed
+            else None
+        )
         self._pending: tuple[dist.Work, torch.Tensor] | None = None
 
     def start(self, step: int) -> None:
         self.step_in_progress = step + 1
 
-    def after_step(self, step: int, loss: torch.Tensor,
-                   grad_norm: torch.Tensor | None = None) -> int | None:
+    def after_step(
+        self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor | None = None
+    ) -> int | None:
         """Call after optimizer step `step` (1-based) with its loss and, when the optimizer
         keeps one, its gradient norm (device tensors: no sync). Returns the stop signal every
         rank agreed on, or None; raises JobError when either stayed non-finite too long."""
@@ -62,10 +72,12 @@ class StepGuard:
             self._read_count()
         signum, bad = self._agree(stop_signals.requested() or 0, self._bad_seen)
         if self.limit and bad >= self.limit:
-            raise JobError(f"training diverged: the loss or the gradient norm was not finite "
-                           f"for {bad} consecutive steps, up to step {step} "
-                           f"(run.max_nonfinite_steps={self.limit}); lower optim.lr or check "
-                           f"the data")
+            raise JobError(
+                f"training diverged: the loss or the gradient norm was not finite "
+                f"for {bad} consecutive steps, up to step {step} "
+                f"(run.max_nonfinite_steps={self.limit}); lower optim.lr or check "
+                f"the data"
+            )
         return signum or None
 
     def finish(self) -> None:

@@ -12,6 +12,7 @@ collective, half-way through a checkpoint). A second signal stops at once (Syste
 run that does not reach a step boundary (stuck in a collective; torchrun and Slurm follow up
 with SIGKILL anyway).
 """
+
 from __future__ import annotations
 
 import signal
@@ -65,8 +66,12 @@ def _handler(signum: int, frame) -> None:
     request(signum)
     if peer_reported_error():
         return  # the launcher stops the job for a peer's error: that error is the one line
-    print(f"run_pretraining.py: {name}: stopping at the next step boundary (send it again to "
-          f"stop at once)", file=sys.stderr, flush=True)
+    print(
+        f"run_pretraining.py: {name}: stopping at the next step boundary (send it again to "
+        f"stop at once)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def install_stop_handlers() -> None:

@@ -24,6 +24,7 @@ every optimizer step; nothing else can reach into the loop (tests inject faults 
 What a run leaves beside its log (metrics.jsonl, run.json, TensorBoard events, profiler traces)
 comes from one `Observer` (bert/obs/observer.py), itself such a callback, fed host values only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -88,8 +89,13 @@ class Callback:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, mlperf_log: str | None = None,
-                 callbacks: Sequence[Callback] = (), origin: RunOrigin | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        mlperf_log: str | None = None,
+        callbacks: Sequence[Callback] = (),
+        origin: RunOrigin | None = None,
+    ):
         """origin: how the config was given (file, --set, command line), for run.json."""
         self.cfg = cfg
         setup_logging(launch_layout().rank, cfg.log.all_ranks)
@@ -102,33 +108,44 @@ class Trainer:
         self.geometry = self.plan.geometry
         self.ctx: DistContext = init_distributed(cfg.run.device, cfg.dist.timeout_s)
         self.out_dir = Path(cfg.run.output_dir)
-        self.progress = Progress(enabled=self.ctx.is_main or cfg.log.all_ranks,
-                                 interval_s=cfg.log.interval_s, quiet=cfg.log.quiet)
+        self.progress = Progress(
+            enabled=self.ctx.is_main or cfg.log.all_ranks,
+            interval_s=cfg.log.interval_s,
+            quiet=cfg.log.quiet,
+        )
         # read whole before the log opens: a refused or damaged resume writes nothing
         self.ckpt = Checkpointer(cfg, self.ctx, self.plan.global_batch_size, self.progress.line)
         self.resume_from, self.resume_manifest = self.ckpt.folder, self.ckpt.manifest
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
-        self._init_state = (read_checkpoint_file(cfg.run.init_checkpoint)
-                            if cfg.run.init_checkpoint and not self.resume_from else None)
+        self._init_state = (
+            read_checkpoint_file(cfg.run.init_checkpoint)
+            if cfg.run.init_checkpoint and not self.resume_from
+            else None
+        )
         self.lock = hold_output_dir(self.out_dir, self.ctx)  # one run per folder, till train ends
         weakref.finalize(self, self.lock.release)  # a Trainer dropped untrained (tests)
         try:
             resumed_step = self.resume_manifest.step if self.resume_from else None
-            self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only,
-                                                                           resumed_step))
+            self.log_file = LogFile(
+                mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed_step)
+            )
             self.log_path = str(self.log_file.final)
             # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
             self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
             # metrics.jsonl, run.json, TensorBoard, the profiler window (bert/obs/observer.py)
-            self.obs = Observer(cfg, self.ctx, self.out_dir, file_suffix(self.log_file.final),
-                                origin)
+            self.obs = Observer(
+                cfg, self.ctx, self.out_dir, file_suffix(self.log_file.final), origin
+            )
             if self.ctx.is_main:
                 self.progress.on_point = self.obs.train_point
             self.callbacks = [self.obs, *callbacks]
-            self.guard = StepGuard(self.ctx, cfg.run.max_nonfinite_steps,  # signals, NaN
-                                   cfg.dist.timeout_s,
-                                   check_grad_norm=cfg.run.precision != "fp16")
+            self.guard = StepGuard(
+                self.ctx,
+                cfg.run.max_nonfinite_steps,  # signals, NaN
+                cfg.dist.timeout_s,
+                check_grad_norm=cfg.run.precision != "fp16",
+            )
             self._ended_by_itself = False  # run_stop logged by the loop itself
             self._init_phase()
         except BaseException:
@@ -144,8 +161,7 @@ class Trainer:
         log.init_start()
         log.submission_info(sub.org, sub.platform, sub.division, sub.status)
         self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
-        log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples,
-                            seed=self.seed)
+        log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples, seed=self.seed)
         self._log_run_facts()
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)
@@ -153,8 +169,9 @@ class Trainer:
         self.raw_model = self._build_model()
         # the host builds per-backend metadata only for the backend that reads it
         self.pack = partial(pack_samples, **self.raw_model.pack_options())
-        self.optim = build_optimizer(self.raw_model, cfg.optim, cfg.schedule,
-                                     cfg.run.precision == "fp16", self.ctx)
+        self.optim = build_optimizer(
+            self.raw_model, cfg.optim, cfg.schedule, cfg.run.precision == "fp16", self.ctx
+        )
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
         self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
         self._resume_data: dict | None = None  # the data position, restored at run_start
@@ -165,7 +182,8 @@ class Trainer:
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
             f"{self.geometry.global_batch_size} = {self.ctx.world_size} x "
             f"{self.geometry.micro_batch_size} x {self.geometry.gradient_accumulation_steps} "
-            f"accum, precision {cfg.run.precision}, seed {self.seed}")
+            f"accum, precision {cfg.run.precision}, seed {self.seed}"
+        )
         self.obs.init_done(self.optim)  # the device's rate (MFU), run.json
         log.init_stop()
 
@@ -174,10 +192,11 @@ class Trainer:
         resumed run where it resumed from (so it is never taken for a whole timed run)."""
         ctx = self.ctx
         on_gpu = ctx.device.type == "cuda"
-        self.mllog.topology(nodes=max(1, ctx.world_size // max(1, ctx.local_world_size)),
-                            accelerators_per_node=ctx.local_world_size if on_gpu else 0,
-                            accelerator_model=torch.cuda.get_device_name(ctx.device)
-                            if on_gpu else "N/A")
+        self.mllog.topology(
+            nodes=max(1, ctx.world_size // max(1, ctx.local_world_size)),
+            accelerators_per_node=ctx.local_world_size if on_gpu else 0,
+            accelerator_model=torch.cuda.get_device_name(ctx.device) if on_gpu else "N/A",
+        )
         if self.resume_from:
             self.mllog.resumed_from(self.resume_manifest.step, self.resume_manifest.samples)
         unvalidated = gpu_status.warning(self.cfg) if on_gpu else None
@@ -191,15 +210,18 @@ class Trainer:
         return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
 
     def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
-        self.ckpt.save(step, samples, accuracy, self.raw_model, self.optim, self.pipeline,
-                       self.seed)
+        self.ckpt.save(
+            step, samples, accuracy, self.raw_model, self.optim, self.pipeline, self.seed
+        )
 
-    def _interrupt(self, signum: int, step: int, samples: int, accuracy: float,
-                   block_samples: int) -> None:
+    def _interrupt(
+        self, signum: int, step: int, samples: int, accuracy: float, block_samples: int
+    ) -> None:
         """Stop at this step boundary for a signal: the open block closed with what it
         trained, and a checkpoint if they are on (run_stop comes with the log's end)."""
-        self.mllog.block_stop(samples, first_epoch_num=samples - block_samples,
-                              epoch_count=block_samples)
+        self.mllog.block_stop(
+            samples, first_epoch_num=samples - block_samples, epoch_count=block_samples
+        )
         self.mllog.train_samples(samples)
         saved = ""
         if self.ckpt.final_due(step):
@@ -207,8 +229,9 @@ class Trainer:
             saved = "; checkpoint saved"
         elif self.cfg.checkpoint.interval_steps:
             saved = "; checkpoint of this step already saved"
-        self.progress.result(f"interrupted by {signal.Signals(signum).name} after step "
-                             f"{step}{saved}")
+        self.progress.result(
+            f"interrupted by {signal.Signals(signum).name} after step {step}{saved}"
+        )
         raise RunInterrupted(signum, step)
 
     def _build_model(self) -> torch.nn.Module:
@@ -227,8 +250,7 @@ class Trainer:
         try:
             result = self._train()
         except BaseException as err:
-            failure = explain(err, self.ctx, self.guard.step_in_progress,
-                              self.cfg.dist.timeout_s)
+            failure = explain(err, self.ctx, self.guard.step_in_progress, self.cfg.dist.timeout_s)
             self._close_data(finish=False)  # peers may be gone: no lockstep shutdown
             self._end_log(failure or err)
             if failure is not None:
@@ -250,9 +272,11 @@ class Trainer:
         if self.ctx.is_main and self.mllog.run_stopped:
             self.mllog.close()
             kept = self.log_file.keep_aborted(
-                "interrupted" if isinstance(err, RunInterrupted) else "failed")
-            self.progress.result(f"this run's MLPerf log: {kept} ({self.log_file.final.name} "
-                                 f"not replaced)")
+                "interrupted" if isinstance(err, RunInterrupted) else "failed"
+            )
+            self.progress.result(
+                f"this run's MLPerf log: {kept} ({self.log_file.final.name} not replaced)"
+            )
 
     def _publish_log(self) -> None:
         """A run that ended by itself: its log takes its final name, keeping an earlier log
@@ -296,12 +320,16 @@ class Trainer:
                     self._save_checkpoint(step, samples, accuracy)
                 for callback in self.callbacks:
                     callback.on_step_end(self, step)
-                signum = self.guard.after_step(step, step_loss,  # agreed by every rank
-                                               self.optim.grad_norm_tensor())
+                signum = self.guard.after_step(
+                    step,
+                    step_loss,  # agreed by every rank
+                    self.optim.grad_norm_tensor(),
+                )
                 if signum:
                     self._interrupt(signum, step, samples, accuracy, block_step * gbs)
-            log.block_stop(samples, first_epoch_num=samples - block_steps * gbs,
-                           epoch_count=block_steps * gbs)
+            log.block_stop(
+                samples, first_epoch_num=samples - block_steps * gbs, epoch_count=block_steps * gbs
+            )
             accuracy = self._eval_point(eval_set, samples, step)
             if accuracy >= cfg.eval.target_mlm_accuracy:
                 status = "success"
@@ -317,8 +345,10 @@ class Trainer:
         self._publish_log()
         if self.ckpt.final_due(step):
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
-        self.progress.result(f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
-                             f"{samples} samples ({step} steps) in {seconds:.1f} s")
+        self.progress.result(
+            f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
+            f"{samples} samples ({step} steps) in {seconds:.1f} s"
+        )
         return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
 
     def _open_data(self):
@@ -328,11 +358,17 @@ class Trainer:
         """
         ctx = self.ctx
         self.pipeline = TrainPipeline(
-            self.cfg.data, self.geometry, ctx.rank, self.seed, ctx.device,
+            self.cfg.data,
+            self.geometry,
+            ctx.rank,
+            self.seed,
+            ctx.device,
             make_host_comm(ctx.world_size, self.cfg.dist.timeout_s),
             record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=self.plan.ranks_per_node, pack=self.obs.wrap_pack(self.pack),
-            vocab_size=self.cfg.model.vocab_size)
+            ranks_per_node=self.plan.ranks_per_node,
+            pack=self.obs.wrap_pack(self.pack),
+            vocab_size=self.cfg.model.vocab_size,
+        )
         if self._resume_data is not None:
             self.ckpt.restore_pipeline(self.pipeline, self._resume_data)
         return self.pipeline, self._read_eval_set()
@@ -340,9 +376,15 @@ class Trainer:
     def _read_eval_set(self):
         """This rank's share of the eval set."""
         d, ctx = self.cfg.data, self.ctx
-        return read_eval_samples(d.eval_file, ctx.rank, ctx.world_size, self.cfg.eval.samples,
-                                 d.max_seq_length, d.max_predictions_per_seq,
-                                 vocab_size=self.cfg.model.vocab_size)
+        return read_eval_samples(
+            d.eval_file,
+            ctx.rank,
+            ctx.world_size,
+            self.cfg.eval.samples,
+            d.max_seq_length,
+            d.max_predictions_per_seq,
+            vocab_size=self.cfg.model.vocab_size,
+        )
 
     def _evaluate_only(self) -> TrainResult:
         """One eval of the initial weights (no training data is opened)."""
@@ -354,12 +396,13 @@ class Trainer:
         log.train_samples(0)
         log.run_stop(status)
         self._ended_by_itself = True
-        self.obs.ended("eval_only", 0, 0, accuracy, time.time() - started,
-                       self.log_file.final.name)
+        self.obs.ended("eval_only", 0, 0, accuracy, time.time() - started, self.log_file.final.name)
         self._publish_log()
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
-        self.progress.result(f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
-                             f"{self.cfg.eval.samples or 'all'} eval samples")
+        self.progress.result(
+            f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
+            f"{self.cfg.eval.samples or 'all'} eval samples"
+        )
         return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
 
     def _close_data(self, finish: bool = True) -> None:
@@ -385,7 +428,7 @@ class Trainer:
         for micro, batch in enumerate(micro_batches):
             # Gradients are reduced across ranks only on the last micro-batch.
             last = micro == accum - 1
-            with (contextlib.nullcontext() if last else self.optim.no_sync()):
+            with contextlib.nullcontext() if last else self.optim.no_sync():
                 with named("forward"):
                     loss = self.forward_loss(batch) / accum
                 with named("backward"):
@@ -420,8 +463,10 @@ class Trainer:
         self.mllog.eval_stop(samples)
         self.mllog.eval_accuracy(accuracy, samples)
         self.obs.eval_point(step, samples, accuracy, time.perf_counter() - started)
-        self.progress.line(f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
-                           f"(target {self.cfg.eval.target_mlm_accuracy})")
+        self.progress.line(
+            f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
+            f"(target {self.cfg.eval.target_mlm_accuracy})"
+        )
         return accuracy
 
     @torch.no_grad()
@@ -432,7 +477,7 @@ class Trainer:
         counts = torch.zeros(2, dtype=torch.int64, device=self.ctx.device)
         size = self.cfg.eval.batch_size
         for start in range(0, len(eval_set), size):
-            batch = self.pack(eval_set[start:start + size]).to(self.ctx.device)
+            batch = self.pack(eval_set[start : start + size]).to(self.ctx.device)
             with self._autocast():
                 mlm_logits, _ = model(batch)
             counts[0] += model.count_correct(mlm_logits, batch)

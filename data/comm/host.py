@@ -23,6 +23,7 @@ Implementations:
 The step exchange, `allgather_batch`, first all-gathers the fixed-size per-sample metadata
 (lengths included), then the token payloads whose sizes the metadata gives (data/comm/wire.py).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -43,8 +44,9 @@ class HostComm:
     def allgather_obj(self, obj: Any) -> list:
         raise NotImplementedError
 
-    def allgather_array(self, array: np.ndarray,
-                        sizes: Sequence[int] | None = None) -> list[np.ndarray]:
+    def allgather_array(
+        self, array: np.ndarray, sizes: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
         """Every rank's 1-D `array` (same dtype everywhere), in rank order.
 
         `sizes` (elements per rank), when the caller already knows them, saves a round trip.
@@ -55,8 +57,9 @@ class HostComm:
         """Collective over this comm: the sub-group of ranks that passed the same color."""
         raise NotImplementedError
 
-    def alltoallv(self, send: np.ndarray, send_counts: Sequence[int],
-                  recv_counts: Sequence[int]) -> np.ndarray:
+    def alltoallv(
+        self, send: np.ndarray, send_counts: Sequence[int], recv_counts: Sequence[int]
+    ) -> np.ndarray:
         """Collective: `send` (uint8) holds send_counts[d] bytes for each rank d, in rank order;
         returns the recv_counts[s] bytes from each rank s, concatenated in rank order."""
         raise NotImplementedError(f"{type(self).__name__} has no all-to-all-v")
@@ -115,7 +118,7 @@ class MPIComm(HostComm):
         MPI = load_mpi()
         self.comm.Allgatherv([send, MPI.BYTE], [recv, (counts, displs), MPI.BYTE])
         dtype = np.asarray(array).dtype
-        return [recv[d:d + c].view(dtype) for d, c in zip(displs, counts)]
+        return [recv[d : d + c].view(dtype) for d, c in zip(displs, counts)]
 
     def split(self, color: int) -> "MPIComm":
         return MPIComm(self.comm.Split(color, self.rank))
@@ -124,8 +127,10 @@ class MPIComm(HostComm):
         MPI = load_mpi()
         sc, rc = np.asarray(send_counts, np.int64), np.asarray(recv_counts, np.int64)
         recv = np.empty(int(rc.sum()), dtype=np.uint8)
-        self.comm.Alltoallv([_as_bytes(send), (sc, displacements(sc)), MPI.BYTE],
-                            [recv, (rc, displacements(rc)), MPI.BYTE])
+        self.comm.Alltoallv(
+            [_as_bytes(send), (sc, displacements(sc)), MPI.BYTE],
+            [recv, (rc, displacements(rc)), MPI.BYTE],
+        )
         return recv
 
 
@@ -171,7 +176,7 @@ class GlooComm(HostComm):
         # gloo all-gathers equal sizes only: pad every buffer to the largest, trim after.
         width = max(max(counts), 1)
         padded = torch.zeros(width, dtype=torch.uint8)
-        padded.numpy()[:send.size] = send
+        padded.numpy()[: send.size] = send
         out = [torch.empty(width, dtype=torch.uint8) for _ in range(self.size)]
         dist.all_gather(out, padded, group=self.group)
         dtype = np.asarray(array).dtype
@@ -195,9 +200,13 @@ class GlooComm(HostComm):
         import torch.distributed as dist
 
         out = torch.empty(int(sum(recv_counts)), dtype=torch.uint8)
-        dist.all_to_all_single(out, torch.from_numpy(_as_bytes(send)),
-                               output_split_sizes=[int(c) for c in recv_counts],
-                               input_split_sizes=[int(c) for c in send_counts], group=self.group)
+        dist.all_to_all_single(
+            out,
+            torch.from_numpy(_as_bytes(send)),
+            output_split_sizes=[int(c) for c in recv_counts],
+            input_split_sizes=[int(c) for c in send_counts],
+            group=self.group,
+        )
         return out.numpy()
 
 
@@ -220,14 +229,18 @@ def make_host_comm(world_size: int, timeout_s: float | None = None) -> HostComm:
     if mpi_launched():
         comm = MPIComm.world()
         if comm.size != world_size:
-            raise RuntimeError(f"MPI sees {comm.size} ranks but the job has {world_size}: "
-                               f"launch every rank with the same mpirun/srun --mpi command")
+            raise RuntimeError(
+                f"MPI sees {comm.size} ranks but the job has {world_size}: "
+                f"launch every rank with the same mpirun/srun --mpi command"
+            )
         return comm
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        raise RuntimeError(f"world size {world_size} without MPI or an initialized "
-                           f"torch.distributed process group: no way to exchange data")
+        raise RuntimeError(
+            f"world size {world_size} without MPI or an initialized "
+            f"torch.distributed process group: no way to exchange data"
+        )
     return GlooComm.world(timeout_s)
 
 

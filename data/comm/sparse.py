@@ -20,6 +20,7 @@ all_to_all_single on the gloo group under torchrun.
 `received_bytes` counts what each rank receives with this format; scripts/simulate_balance.py
 reports it and tests/unit/test_sparse_exchange.py checks it against the bytes that really arrive.
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
@@ -128,20 +129,29 @@ def _per_rank(world: int, ranks: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
 
 def gather_sizes(comm: HostComm, samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
     """(lengths, masked counts) of the world's global batch, each (W*B,) int64 (step 1)."""
-    sizes = np.array([[s.input_ids.shape[0], s.masked_positions.shape[0]] for s in samples],
-                     dtype=np.int64).reshape(-1, 2)
+    sizes = np.array(
+        [[s.input_ids.shape[0], s.masked_positions.shape[0]] for s in samples], dtype=np.int64
+    ).reshape(-1, 2)
     if sizes.size and sizes.max() > _INT16_MAX:
-        raise ValueError(f"a sample of {sizes.max()} tokens or masked positions does not fit "
-                         f"the int16 size exchange")
+        raise ValueError(
+            f"a sample of {sizes.max()} tokens or masked positions does not fit "
+            f"the int16 size exchange"
+        )
     local = sizes.shape[0]
-    gathered = comm.allgather_array(sizes.astype(np.int16).reshape(-1),
-                                    sizes=[2 * local] * comm.size)
+    gathered = comm.allgather_array(
+        sizes.astype(np.int16).reshape(-1), sizes=[2 * local] * comm.size
+    )
     both = np.concatenate(gathered).reshape(-1, 2).astype(np.int64)
     return both[:, 0], both[:, 1]
 
 
-def exchange(comm: HostComm, samples: Sequence[Sample], origin: np.ndarray,
-             ranks_per_node: int, rows_for: RowsFor):
+def exchange(
+    comm: HostComm,
+    samples: Sequence[Sample],
+    origin: np.ndarray,
+    ranks_per_node: int,
+    rows_for: RowsFor,
+):
     """This rank's balanced local batch: (samples, origin (B, 2)) in assignment order.
 
     samples, origin: the B samples this rank read and their (file, index). Collective over
@@ -151,12 +161,12 @@ def exchange(comm: HostComm, samples: Sequence[Sample], origin: np.ndarray,
     lengths, masked = gather_sizes(comm, samples)
     ranks, rows = rows_for(lengths, comm.size, ranks_per_node, comm.rank)
     plan = plan_for(ranks, rows, comm.rank, len(samples))
-    send, send_counts, recv_counts = outgoing(samples, origin, lengths, masked, plan,
-                                              comm.size, comm.rank)
+    send, send_counts, recv_counts = outgoing(
+        samples, origin, lengths, masked, plan, comm.size, comm.rank
+    )
     received = comm.alltoallv(send, send_counts, recv_counts)
     mine = rows[np.flatnonzero(ranks == comm.rank)[0]]
-    return _unpack(received, recv_counts, plan, samples, origin, mine,
-                   comm.rank * len(samples))
+    return _unpack(received, recv_counts, plan, samples, origin, mine, comm.rank * len(samples))
 
 
 def outgoing(samples, origin, lengths, masked, plan: Plan, world: int, rank: int):
@@ -172,12 +182,19 @@ def outgoing(samples, origin, lengths, masked, plan: Plan, world: int, rank: int
         picked = (plan.send_rows[plan.send_to == to] - first).tolist()
         meta, payload = encode([samples[i] for i in picked], origin[picked])
         body = np.concatenate([meta.reshape(-1).view(np.uint8), payload.view(np.uint8)])
-        send[starts[to]:starts[to] + body.size] = body
+        send[starts[to] : starts[to] + body.size] = body
     return send, send_counts, recv_counts
 
 
-def _unpack(received: np.ndarray, recv_counts: np.ndarray, plan: Plan, samples, origin,
-            rows: np.ndarray, first: int):
+def _unpack(
+    received: np.ndarray,
+    recv_counts: np.ndarray,
+    plan: Plan,
+    samples,
+    origin,
+    rows: np.ndarray,
+    first: int,
+):
     """Samples and origin (B, 2) of `rows` (this rank's assignment row): its own samples as
     they were, the others decoded from the received messages (views into `received`)."""
     metas, payloads = [], []
@@ -185,10 +202,10 @@ def _unpack(received: np.ndarray, recv_counts: np.ndarray, plan: Plan, samples, 
     for sender in np.unique(plan.recv_from).tolist():
         k = int((plan.recv_from == sender).sum())
         at = int(starts[sender])
-        meta = received[at:at + k * META_BYTES].view(np.int64).reshape(k, META_WIDTH)
+        meta = received[at : at + k * META_BYTES].view(np.int64).reshape(k, META_WIDTH)
         size = int(payload_bytes(meta[:, 0], meta[:, 1]).sum())
         metas.append(meta)
-        payloads.append(received[at + k * META_BYTES:at + k * META_BYTES + size].view(np.int16))
+        payloads.append(received[at + k * META_BYTES : at + k * META_BYTES + size].view(np.int16))
     pooled = GlobalBatch(metas, payloads) if metas else None
     where = {g: i for i, g in enumerate(plan.recv_rows.tolist())}  # row in `pooled`
     out, out_origin = [], np.empty((len(rows), 2), dtype=np.int64)

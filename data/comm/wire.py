@@ -11,6 +11,7 @@ all-gathers of numeric buffers (no pickling on the step path):
 `meta` has the same size on every rank, so it goes first and tells each rank how large every
 payload is; the payload all-gather then needs no size exchange of its own.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -31,9 +32,12 @@ def encode(samples: Sequence[Sample], origin: np.ndarray) -> tuple[np.ndarray, n
     meta[:, 2] = [s.nsp_label for s in samples]
     meta[:, 3:] = origin
     # One concatenate casts everything to int16 (segment ids are 0/1, positions < 32768).
-    payload = np.concatenate([s.input_ids for s in samples] + [s.segment_ids for s in samples]
-                             + [s.masked_positions for s in samples]
-                             + [s.masked_ids for s in samples]).astype(np.int16, copy=False)
+    payload = np.concatenate(
+        [s.input_ids for s in samples]
+        + [s.segment_ids for s in samples]
+        + [s.masked_positions for s in samples]
+        + [s.masked_ids for s in samples]
+    ).astype(np.int16, copy=False)
     return meta, payload
 
 
@@ -83,13 +87,21 @@ class GlobalBatch:
             n, m = int(self.lengths[i]), int(self.num_masked[i])
             ids, seg = int(self.ids_at[i]), int(self.seg_at[i])
             pos, mids = int(self.pos_at[i]), int(self.mids_at[i])
-            out.append(Sample(p[ids:ids + n], p[seg:seg + n], p[pos:pos + m],
-                              p[mids:mids + m], int(self.nsp[i])))
+            out.append(
+                Sample(
+                    p[ids : ids + n],
+                    p[seg : seg + n],
+                    p[pos : pos + m],
+                    p[mids : mids + m],
+                    int(self.nsp[i]),
+                )
+            )
         return out
 
 
-def _exclusive_cumsum_within(values: np.ndarray, first_row: np.ndarray,
-                             rank_of_row: np.ndarray) -> np.ndarray:
+def _exclusive_cumsum_within(
+    values: np.ndarray, first_row: np.ndarray, rank_of_row: np.ndarray
+) -> np.ndarray:
     """For each row, the sum of `values` over the earlier rows of the same rank, (N,)."""
     total = np.cumsum(values) - values
     return total - total[first_row][rank_of_row]

@@ -5,6 +5,7 @@ Files land in OUT/download/<dataset>/ (OUT defaults to /data/bert). A rerun skip
 complete and verified and resumes a partial download (NAME.part). Exit status: 0 done, 2 a
 file, URL or server that cannot be used (one `error:` line; good files are kept).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,24 +21,50 @@ from data.download.metadata import dataset_name
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m data.download", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", nargs="?", default="/data/bert",
-                        help="data root; downloads go to OUT/download/ (default /data/bert)")
-    parser.add_argument("--metadata", action="append", metavar="URL",
-                        help="an MLC R2 NAME.uri URL, repeatable (default: the two official "
-                             f"BERT ones under {published.METADATA_ROOT})")
-    parser.add_argument("--all", action="store_true",
-                        help="every file the metadata lists (default: the ones data prep and "
-                             "checkpoint conversion need; --all adds the 17 GB Wikipedia "
-                             "dump, the TF1 .meta, the TF2 checkpoint and results_text.zip)")
+    parser = argparse.ArgumentParser(
+        prog="python -m data.download",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "out",
+        nargs="?",
+        default="/data/bert",
+        help="data root; downloads go to OUT/download/ (default /data/bert)",
+    )
+    parser.add_argument(
+        "--metadata",
+        action="append",
+        metavar="URL",
+        help="an MLC R2 NAME.uri URL, repeatable (default: the two official "
+        f"BERT ones under {published.METADATA_ROOT})",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="every file the metadata lists (default: the ones data prep and "
+        "checkpoint conversion need; --all adds the 17 GB Wikipedia "
+        "dump, the TF1 .meta, the TF2 checkpoint and results_text.zip)",
+    )
     defaults = Transfer()
-    parser.add_argument("--retries", type=int, default=defaults.retries,
-                        help="extra attempts per file after a lost connection (resumed)")
-    parser.add_argument("--retry-wait", type=float, default=defaults.retry_wait,
-                        help="seconds before the first retry, doubled for each next one")
-    parser.add_argument("--timeout", type=float, default=defaults.timeout,
-                        help="seconds without data before a connection counts as lost")
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=defaults.retries,
+        help="extra attempts per file after a lost connection (resumed)",
+    )
+    parser.add_argument(
+        "--retry-wait",
+        type=float,
+        default=defaults.retry_wait,
+        help="seconds before the first retry, doubled for each next one",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.timeout,
+        help="seconds without data before a connection counts as lost",
+    )
     args = parser.parse_args(argv)
     args.metadata = args.metadata or list(published.DEFAULT_METADATA)
     return args
@@ -50,29 +77,36 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
         return ""
     q = shlex.quote
     results, ckpt = text / published.TEXT_DIR, inputs / published.TF1_PREFIX
-    return "\n".join([
-        "next:",
-        f"  python scripts/prepare_data.py all --train-text {q(str(results))} \\",
-        f"      --eval-text {q(str(results / 'eval.txt'))} --vocab "
-        f"{q(str(inputs / 'vocab.txt'))} \\",
-        f"      --out {q(str(out))} --num-shards 4320 --workers $(nproc)",
-        "  pip install tensorflow-cpu   # only for the one-time checkpoint conversion",
-        f"  python scripts/convert_checkpoint.py tf {q(str(ckpt))} \\",
-        f"      --bert-config {q(str(inputs / 'bert_config.json'))} \\",
-        f"      --out {q(str(out / 'phase1' / 'model.ckpt-28252.pt'))}"])
+    return "\n".join(
+        [
+            "next:",
+            f"  python scripts/prepare_data.py all --train-text {q(str(results))} \\",
+            f"      --eval-text {q(str(results / 'eval.txt'))} --vocab "
+            f"{q(str(inputs / 'vocab.txt'))} \\",
+            f"      --out {q(str(out))} --num-shards 4320 --workers $(nproc)",
+            "  pip install tensorflow-cpu   # only for the one-time checkpoint conversion",
+            f"  python scripts/convert_checkpoint.py tf {q(str(ckpt))} \\",
+            f"      --bert-config {q(str(inputs / 'bert_config.json'))} \\",
+            f"      --out {q(str(out / 'phase1' / 'model.ckpt-28252.pt'))}",
+        ]
+    )
 
 
 def run(args: argparse.Namespace) -> None:
     for url in args.metadata:  # every URL checked before the first byte is fetched
         dataset_name(url)
     if args.retries < 0 or args.retry_wait < 0 or args.timeout <= 0:
-        raise DownloadError(f"--retries {args.retries}, --retry-wait {args.retry_wait}, "
-                            f"--timeout {args.timeout}: need retries >= 0, wait >= 0, "
-                            f"timeout > 0")
+        raise DownloadError(
+            f"--retries {args.retries}, --retry-wait {args.retry_wait}, "
+            f"--timeout {args.timeout}: need retries >= 0, wait >= 0, "
+            f"timeout > 0"
+        )
     out = Path(args.out)
     transfer = Transfer(args.timeout, args.retries, args.retry_wait)
-    folders = {dataset_name(url): download_dataset(url, out / "download", args.all, transfer)
-               for url in args.metadata}
+    folders = {
+        dataset_name(url): download_dataset(url, out / "download", args.all, transfer)
+        for url in args.metadata
+    }
     print(f"done: {len(folders)} dataset(s) verified under {out / 'download'}")
     steps = next_steps(out, folders)
     if steps:

@@ -1,4 +1,5 @@
 """The downloader's one error: a bad-input error (one `error:` line, exit status 2)."""
+
 from __future__ import annotations
 
 from bert.core.errors import DataError

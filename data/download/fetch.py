@@ -6,6 +6,7 @@ request. Only a complete file whose MD5 equals the published value is renamed to
 final name never holds a partial or wrong file. A server that ignores Range gets the whole file
 again (the part is restarted, not appended to).
 """
+
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ USER_AGENT = "open-bert-mlperf-download/1"
 @dataclass(frozen=True)
 class Transfer:
     """How hard to try: socket timeout (s), extra attempts after a failure, first wait (s)."""
+
     timeout: float = 60.0
     retries: int = 3
     retry_wait: float = 2.0
@@ -46,8 +48,7 @@ def _open(url: str, timeout: float, start: int = 0):
     if start:
         headers["Range"] = f"bytes={start}-"
     try:
-        return urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                      timeout=timeout)
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as err:
         if err.code == 416 and start:
             return None  # the part already holds every byte
@@ -60,6 +61,7 @@ def _open(url: str, timeout: float, start: int = 0):
 
 def read_text(url: str, transfer: Transfer = Transfer()) -> str:
     """A small text file (metadata), with the same retries as a data file."""
+
     def attempt() -> str:
         resp = _open(url, transfer.timeout)
         with resp:
@@ -70,40 +72,52 @@ def read_text(url: str, transfer: Transfer = Transfer()) -> str:
                 raise _Interrupted(str(err)) from None
             except UnicodeDecodeError:
                 raise DownloadError(f"{url}: not a text file") from None
+
     return _with_retries(url, attempt, transfer, lambda msg: None)
 
 
 def _refuse_login_page(url: str, final_url: str) -> None:
     # A members-only bucket redirects to a Cloudflare Access login; its HTML is no metadata.
     if "cloudflareaccess.com" in final_url or "/cdn-cgi/access/" in final_url:
-        raise DownloadError(f"{url}: the server asks for a Cloudflare Access login; this "
-                            f"downloader reads public buckets only (use the MLC R2 downloader)")
+        raise DownloadError(
+            f"{url}: the server asks for a Cloudflare Access login; this "
+            f"downloader reads public buckets only (use the MLC R2 downloader)"
+        )
 
 
-def _with_retries(url: str, attempt: Callable[[], object], transfer: Transfer,
-                  log: Callable[[str], None]):
+def _with_retries(
+    url: str, attempt: Callable[[], object], transfer: Transfer, log: Callable[[str], None]
+):
     for tries in range(transfer.retries + 1):
         try:
             return attempt()
         except _Interrupted as why:
             if tries == transfer.retries:
                 raise DownloadError(f"{url}: {why}") from None
-            wait = transfer.retry_wait * 2 ** tries
+            wait = transfer.retry_wait * 2**tries
             log(f"  {url}: {why}; retrying in {wait:g} s")
             time.sleep(wait)
     raise AssertionError("unreachable")
 
 
-def fetch_file(url: str, dest: Path, md5: str, source: str, transfer: Transfer = Transfer(),
-               log: Callable[[str], None] = print) -> str:
+def fetch_file(
+    url: str,
+    dest: Path,
+    md5: str,
+    source: str,
+    transfer: Transfer = Transfer(),
+    log: Callable[[str], None] = print,
+) -> str:
     """Put the file at `url` under `dest`, verified; "present" if it was already there, else
     "fetched". A different file already at `dest` is left alone and refused."""
     if dest.exists():
         found = md5_file(dest)
         if found != md5:
-            raise DownloadError(f"{dest}: already exists and is not the published file (md5 "
-                                f"{found}, expected {md5}, {source}); left as it is: move it "
-                                f"away to download it")
+            raise DownloadError(
+                f"{dest}: already exists and is not the published file (md5 "
+                f"{found}, expected {md5}, {source}); left as it is: move it "
+                f"away to download it"
+            )
         return "present"
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -111,8 +125,10 @@ def fetch_file(url: str, dest: Path, md5: str, source: str, transfer: Transfer =
     found = md5_file(part)
     if found != md5:
         part.unlink()
-        raise DownloadError(f"{dest}: md5 {found} differs from the published {md5} ({source}); "
-                            f"the download was deleted, files fetched before it are kept")
+        raise DownloadError(
+            f"{dest}: md5 {found} differs from the published {md5} ({source}); "
+            f"the download was deleted, files fetched before it are kept"
+        )
     os.replace(part, dest)
     return "fetched"
 
@@ -128,18 +144,22 @@ def _transfer(url: str, part: Path, timeout: float, log: Callable[[str], None]) 
             log(f"  {url}: the server does not resume; fetching the whole file again")
             start = 0
         elif start and not resp.headers.get("Content-Range", "").startswith(f"bytes {start}-"):
-            raise DownloadError(f"{url}: asked for bytes {start}- and got "
-                                f"{resp.headers.get('Content-Range')!r}")
+            raise DownloadError(
+                f"{url}: asked for bytes {start}- and got {resp.headers.get('Content-Range')!r}"
+            )
         length = resp.headers.get("Content-Length")
         total = start + int(length) if length is not None else None
         got = _copy(resp, part, start, total, url, log)
     if total is not None and got < total:
-        raise _Interrupted(f"the connection closed after {got:,} of {total:,} bytes "
-                           f"({part} kept: a rerun resumes it)")
+        raise _Interrupted(
+            f"the connection closed after {got:,} of {total:,} bytes "
+            f"({part} kept: a rerun resumes it)"
+        )
 
 
-def _copy(resp, part: Path, start: int, total: int | None, url: str,
-          log: Callable[[str], None]) -> int:
+def _copy(
+    resp, part: Path, start: int, total: int | None, url: str, log: Callable[[str], None]
+) -> int:
     got, next_report = start, start + PROGRESS_EVERY
     with open(part, "ab" if start else "wb") as out:
         while True:

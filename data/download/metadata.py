@@ -6,6 +6,7 @@ For `https://HOST/metadata/NAME.uri`:
   form (`<md5>  <path>`, the path relative to that folder, sometimes with a leading `./`);
 - file PATH is fetched from `<folder URL>/PATH` and lands at `<download dir>/PATH`.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -23,6 +24,7 @@ _LINE = re.compile(r"^(?P<md5>[0-9a-fA-F]{32})?\s+\*?(?P<path>\S.*?)\s*$")
 class Metadata:
     """A dataset's name (the .uri file's stem), its metadata URLs, its files' base URL and its
     MD5 list (path -> MD5, or None where the list leaves the value blank)."""
+
     name: str
     uri_url: str
     md5_url: str
@@ -36,22 +38,26 @@ class Metadata:
 def dataset_name(uri_url: str) -> str:
     path = urllib.parse.urlsplit(uri_url).path
     if not path.endswith(".uri") or len(posixpath.basename(path)) <= len(".uri"):
-        raise DownloadError(f"{uri_url}: not an MLC R2 metadata URL (it must name a NAME.uri "
-                            f"file, e.g. https://training.mlcommons-storage.org/metadata/"
-                            f"bert-input-files.uri)")
-    return posixpath.basename(path)[:-len(".uri")]
+        raise DownloadError(
+            f"{uri_url}: not an MLC R2 metadata URL (it must name a NAME.uri "
+            f"file, e.g. https://training.mlcommons-storage.org/metadata/"
+            f"bert-input-files.uri)"
+        )
+    return posixpath.basename(path)[: -len(".uri")]
 
 
 def read_metadata(uri_url: str, transfer: Transfer = Transfer()) -> Metadata:
     name = dataset_name(uri_url)
     text = read_text(uri_url, transfer).strip()
     if "\n" in text or not re.match(r"^(https?|file)://\S+$", text):
-        raise DownloadError(f"{uri_url}: not an MLC R2 .uri file (expected one URL, found "
-                            f"{text[:80]!r})")
+        raise DownloadError(
+            f"{uri_url}: not an MLC R2 .uri file (expected one URL, found {text[:80]!r})"
+        )
     parts = urllib.parse.urlsplit(uri_url)
-    md5_url = urllib.parse.urlunsplit(parts._replace(path=parts.path[:-len(".uri")] + ".md5"))
-    return Metadata(name, uri_url, md5_url, text,
-                    parse_md5_list(read_text(md5_url, transfer), md5_url))
+    md5_url = urllib.parse.urlunsplit(parts._replace(path=parts.path[: -len(".uri")] + ".md5"))
+    return Metadata(
+        name, uri_url, md5_url, text, parse_md5_list(read_text(md5_url, transfer), md5_url)
+    )
 
 
 def parse_md5_list(text: str, where: str) -> dict[str, str | None]:

@@ -5,6 +5,7 @@ A downloaded file is accepted only if its MD5 equals the value here; a server wh
 (`NAME.md5`) disagrees with a value here is refused before anything is fetched, since then the
 files on it are not the ones these values describe.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ R2_INFRA = "github.com/mlcommons/r2-infra training/metadata/{}.md5 at commit {}"
 class Dataset:
     """One MLC R2 dataset: the MD5 of every file (path inside the dataset -> MD5), the files
     this project needs (fetched unless --all), and where the values were read."""
+
     md5: Mapping[str, str]
     needed: tuple[str, ...]
     source: str
@@ -38,13 +40,13 @@ TEXT_ARCHIVE = "results_text.tar.gz"
 TEXT_LIST = "bert_reference_results_text_md5.txt"  # MD5 of every file in results4/
 TEXT_DIR = "results4"  # what the archive unpacks to: part-00000-of-00500 ... eval.txt, eval.md5
 
+WIKI_DUMP = "enwiki-20200101-pages-articles-multistream.xml.bz2"  # the raw Wikipedia dump
+
 DATASETS: dict[str, Dataset] = {
     INPUT_FILES: Dataset(
         md5={
-            "enwiki-20200101-pages-articles-multistream.xml.bz2.md5sum":
-                "004867db820d335c26d47fe90bc96a26",
-            "enwiki-20200101-pages-articles-multistream.xml.bz2":
-                "00d47075e0f583fb7c0791fac1c57cb3",
+            f"{WIKI_DUMP}.md5sum": "004867db820d335c26d47fe90bc96a26",
+            WIKI_DUMP: "00d47075e0f583fb7c0791fac1c57cb3",
             "License.txt": "4550b87b0ea99302e44c84f6bed9aa97",
             TF1_DATA_STORED: "50797acd537880bfb5a7ade80d976129",
             "tf1_ckpt/License.txt": "508515b9c73b0fff5da4484b1287ab97",
@@ -56,9 +58,16 @@ DATASETS: dict[str, Dataset] = {
             "tf1_ckpt/model.ckpt-28252.index": "f97de3ae180eb8d479555c939d50d048",
             "tf2_ckpt/model.ckpt-28252.index": "fc34dd7a54afc07f2d8e9d64471dc672",
         },
-        needed=("License.txt", "vocab.txt", "bert_config.json", "tf1_ckpt/License.txt",
-                "tf1_ckpt/model.ckpt-28252.index", TF1_DATA_STORED),
-        source=R2_INFRA.format(INPUT_FILES, "5fff7e865c492ec16d73ba050676e8174ee230ab")),
+        needed=(
+            "License.txt",
+            "vocab.txt",
+            "bert_config.json",
+            "tf1_ckpt/License.txt",
+            "tf1_ckpt/model.ckpt-28252.index",
+            TF1_DATA_STORED,
+        ),
+        source=R2_INFRA.format(INPUT_FILES, "5fff7e865c492ec16d73ba050676e8174ee230ab"),
+    ),
     TEXT_DATASET: Dataset(
         md5={
             "License.txt": "07d7b32b485d563d2c052ef7e0b93819",
@@ -67,7 +76,8 @@ DATASETS: dict[str, Dataset] = {
             "results_text.zip": "ed72bada4134bfa2e91036746e45e551",
         },
         needed=("License.txt", TEXT_LIST, TEXT_ARCHIVE),
-        source=R2_INFRA.format(TEXT_DATASET, "6e66a5efc70cbb4ad564ed5d21250dad79ee371a")),
+        source=R2_INFRA.format(TEXT_DATASET, "6e66a5efc70cbb4ad564ed5d21250dad79ee371a"),
+    ),
 }
 
 # The table "Files in ./results directory" of the retired BERT reference README

@@ -7,6 +7,7 @@
   when all of it checks out.
 - The TF1 checkpoint's data file gets the name TensorFlow reads (a hard link, no copy).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,9 @@ def unpack_text(folder: Path, log: Callable[[str], None] = print) -> Path:
         _extract(folder / published.TEXT_ARCHIVE, tmp)
         unpacked = tmp / published.TEXT_DIR
         if not unpacked.is_dir():
-            raise DownloadError(f"{folder / published.TEXT_ARCHIVE}: holds no "
-                                f"{published.TEXT_DIR}/ folder")
+            raise DownloadError(
+                f"{folder / published.TEXT_ARCHIVE}: holds no {published.TEXT_DIR}/ folder"
+            )
         _check_tree(unpacked, expected)
         os.replace(unpacked, final)
     finally:
@@ -55,8 +57,10 @@ def _reference_list(path: Path) -> dict[str, str]:
         raise DownloadError(f"{path}: no MD5 for {blank[0]}")
     for name, md5 in published.TEXT_FILES_MD5.items():
         if listed.get(name) != md5:
-            raise DownloadError(f"{path}: lists {name} with md5 {listed.get(name)}, the "
-                                f"published value is {md5} ({published.TEXT_FILES_SOURCE})")
+            raise DownloadError(
+                f"{path}: lists {name} with md5 {listed.get(name)}, the "
+                f"published value is {md5} ({published.TEXT_FILES_SOURCE})"
+            )
     return listed  # type: ignore[return-value]
 
 
@@ -73,8 +77,7 @@ def _check_tree(root: Path, expected: Mapping[str, str]) -> None:
             raise DownloadError(f"{path}: missing (listed in {published.TEXT_LIST})")
         got = md5_file(path)
         if got != md5:
-            raise DownloadError(f"{path}: md5 {got} differs from {md5} in "
-                                f"{published.TEXT_LIST}")
+            raise DownloadError(f"{path}: md5 {got} differs from {md5} in {published.TEXT_LIST}")
 
 
 def _extract(archive: Path, dest: Path) -> None:
@@ -88,8 +91,9 @@ def _extract(archive: Path, dest: Path) -> None:
         raise DownloadError(f"{archive}: not a readable tar archive ({err})") from None
 
 
-def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path,
-                    dest: Path) -> None:
+def _extract_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, archive: Path, dest: Path
+) -> None:
     name = posixpath.normpath(member.name)
     if name.startswith(("/", "../")) or name == "..":
         raise DownloadError(f"{archive}: member {member.name!r} would land outside the folder")
@@ -109,8 +113,9 @@ def link_tf1_data(folder: Path, log: Callable[[str], None] = print) -> Path:
     stored, wanted = folder / published.TF1_DATA_STORED, folder / published.TF1_DATA_NAME
     if wanted.exists():
         if not wanted.samefile(stored) and md5_file(wanted) != md5_file(stored):
-            raise DownloadError(f"{wanted}: exists and is not the checkpoint's data file; left "
-                                f"as it is")
+            raise DownloadError(
+                f"{wanted}: exists and is not the checkpoint's data file; left as it is"
+            )
         return wanted
     tmp = temp_name(wanted)
     try:

@@ -39,6 +39,7 @@ Two samplers share these rules:
                    of data/sources/stratified.py do), so memory stays a few shards whatever the
                    data size.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -56,6 +57,7 @@ STATE_VERSION = 1
 # Boundaries
 # --------------------------------------------------------------------------------------------
 
+
 def uniform_boundaries(max_len: int, step: int) -> list[int]:
     """[step, 2*step, ..., max_len] (the last bucket may be narrower); e.g. (128, 16) -> 8."""
     if step < 1 or max_len < 1:
@@ -70,8 +72,10 @@ def check_boundaries(boundaries: Sequence[int]) -> np.ndarray:
     if edges.ndim != 1 or edges.size == 0:
         raise ValueError(f"bucket boundaries {list(boundaries)} must be a non-empty list")
     if edges[0] < 1 or np.any(np.diff(edges) <= 0):
-        raise ValueError(f"bucket boundaries {edges.tolist()} must be positive and strictly "
-                         f"increasing (upper edges: bucket b holds (edges[b-1], edges[b]])")
+        raise ValueError(
+            f"bucket boundaries {edges.tolist()} must be positive and strictly "
+            f"increasing (upper edges: bucket b holds (edges[b-1], edges[b]])"
+        )
     return edges
 
 
@@ -82,8 +86,10 @@ def bucket_of(lengths: np.ndarray, boundaries: Sequence[int]) -> np.ndarray:
     bad = np.flatnonzero((lengths < 1) | (lengths > edges[-1]))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"sample {i}: length {lengths[i]} is outside the buckets "
-                         f"(1..{edges[-1]}, boundaries {edges.tolist()})")
+        raise ValueError(
+            f"sample {i}: length {lengths[i]} is outside the buckets "
+            f"(1..{edges[-1]}, boundaries {edges.tolist()})"
+        )
     # side="left": a length equal to an edge belongs to the bucket that edge closes
     return np.searchsorted(edges, lengths, side="left").astype(np.int64)
 
@@ -94,8 +100,9 @@ def bucket_counts(lengths: np.ndarray, boundaries: Sequence[int]) -> np.ndarray:
     return np.bincount(bucket_of(lengths, edges), minlength=edges.size).astype(np.int64)
 
 
-def split_pool_by_bucket(lengths: np.ndarray, boundaries: Sequence[int], rank: int,
-                         world_size: int, seed: int) -> np.ndarray:
+def split_pool_by_bucket(
+    lengths: np.ndarray, boundaries: Sequence[int], rank: int, world_size: int, seed: int
+) -> np.ndarray:
     """Indices (n_r,) int64 of the pool samples rank `rank` owns, dealt bucket by bucket.
 
     For a pool shared by all ranks (a whole epoch's length index): each bucket's members are
@@ -117,6 +124,7 @@ def split_pool_by_bucket(lengths: np.ndarray, boundaries: Sequence[int], rank: i
 # Sampler
 # --------------------------------------------------------------------------------------------
 
+
 class BucketBatch(NamedTuple):
     """One local batch drawn from one bucket; B = batch size."""
 
@@ -135,9 +143,16 @@ class BucketSampler:
     buckets asked for. `state_dict()` after any draw resumes exactly there.
     """
 
-    def __init__(self, lengths: np.ndarray, boundaries: Sequence[int], batch_size: int,
-                 seed: int, rank: int = 0, provenance: np.ndarray | None = None,
-                 tail: str = "carry"):
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        boundaries: Sequence[int],
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        provenance: np.ndarray | None = None,
+        tail: str = "carry",
+    ):
         self.lengths = np.asarray(lengths, dtype=np.int64).copy()
         self.boundaries = check_boundaries(boundaries)
         if batch_size < 1:
@@ -179,7 +194,8 @@ class BucketSampler:
                 f"rank {self.rank}: bucket {b} (lengths {lo}..{self.boundaries[b]}) holds "
                 f"{sizes[b]} samples, fewer than batch_size={self.batch_size}; merge it with a "
                 f"neighbour (fewer boundaries) or use a larger pool. Bucket sizes: "
-                f"{sizes.tolist()}")
+                f"{sizes.tolist()}"
+            )
 
     # -- drawing -------------------------------------------------------------------------------
 
@@ -196,7 +212,7 @@ class BucketSampler:
         while need:
             take = min(need, size - int(self.offsets[b]))
             start = int(self.offsets[b])
-            parts.append(self._order(b)[start:start + take])
+            parts.append(self._order(b)[start : start + take])
             passes.append(np.full(take, self.passes[b], dtype=np.int64))
             self.offsets[b] += take
             need -= take
@@ -205,8 +221,9 @@ class BucketSampler:
                 self._start_pass(b, carried=np.concatenate(parts) if need else parts[0][:0])
         self.draws[b] += 1
         indices = np.concatenate(parts)
-        return BucketBatch(bucket, indices, self.provenance[indices], np.concatenate(passes),
-                           self.lengths[indices])
+        return BucketBatch(
+            bucket, indices, self.provenance[indices], np.concatenate(passes), self.lengths[indices]
+        )
 
     def _start_pass(self, b: int, carried: np.ndarray) -> None:
         self.passes[b] += 1
@@ -242,20 +259,26 @@ class BucketSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at `state` (same pool, boundaries, batch size, seed, rank and tail)."""
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"BucketSampler state version {state.get('version')} is not "
-                             f"{STATE_VERSION}")
+            raise ValueError(
+                f"BucketSampler state version {state.get('version')} is not {STATE_VERSION}"
+            )
         if state["identity"] != self._identity():
-            raise ValueError(f"BucketSampler state belongs to another sampler: saved "
-                             f"{state['identity']}, this one {self._identity()}")
+            raise ValueError(
+                f"BucketSampler state belongs to another sampler: saved "
+                f"{state['identity']}, this one {self._identity()}"
+            )
         m = self.num_buckets
         for key in ("passes", "offsets", "dropped", "draws", "carried"):
             if len(state[key]) != m:
-                raise ValueError(f"BucketSampler state {key} has {len(state[key])} entries, "
-                                 f"expected {m}")
+                raise ValueError(
+                    f"BucketSampler state {key} has {len(state[key])} entries, expected {m}"
+                )
         offsets = np.asarray(state["offsets"], dtype=np.int64)
         if np.any(offsets < 0) or np.any(offsets >= self.bucket_sizes):
-            raise ValueError(f"BucketSampler state offsets {offsets.tolist()} do not fit bucket "
-                             f"sizes {self.bucket_sizes.tolist()}")
+            raise ValueError(
+                f"BucketSampler state offsets {offsets.tolist()} do not fit bucket "
+                f"sizes {self.bucket_sizes.tolist()}"
+            )
         self.passes = np.asarray(state["passes"], dtype=np.int64)
         self.offsets = offsets
         self.dropped = np.asarray(state["dropped"], dtype=np.int64)
@@ -267,15 +290,23 @@ class BucketSampler:
         """What must match for a saved position to mean the same samples."""
         crc = zlib.crc32(self.lengths.tobytes())
         crc = zlib.crc32(self.provenance.tobytes(), crc)
-        return {"boundaries": self.boundaries.tolist(), "batch_size": self.batch_size,
-                "seed": self.seed, "rank": self.rank, "tail": self.tail,
-                "pool_size": int(self.lengths.size), "pool_crc32": int(crc)}
+        return {
+            "boundaries": self.boundaries.tolist(),
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "rank": self.rank,
+            "tail": self.tail,
+            "pool_size": int(self.lengths.size),
+            "pool_crc32": int(crc),
+        }
 
     def describe(self) -> str:
         sizes = self.bucket_sizes.tolist()
-        return (f"bucketing: {self.num_buckets} buckets, boundaries "
-                f"{self.boundaries.tolist()}, sizes {sizes}, batch {self.batch_size}, "
-                f"tail={self.tail}, rank {self.rank}")
+        return (
+            f"bucketing: {self.num_buckets} buckets, boundaries "
+            f"{self.boundaries.tolist()}, sizes {sizes}, batch {self.batch_size}, "
+            f"tail={self.tail}, rank {self.rank}"
+        )
 
 
 def _provenance(provenance: np.ndarray | None, n: int) -> np.ndarray:
@@ -284,8 +315,10 @@ def _provenance(provenance: np.ndarray | None, n: int) -> np.ndarray:
         return np.stack([np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)], axis=1)
     prov = np.asarray(provenance, dtype=np.int64)
     if prov.shape != (n, 2):
-        raise ValueError(f"provenance has shape {prov.shape}, expected ({n}, 2): one "
-                         f"(shard index, sample index) per pool sample")
+        raise ValueError(
+            f"provenance has shape {prov.shape}, expected ({n}, 2): one "
+            f"(shard index, sample index) per pool sample"
+        )
     return prov.copy()
 
 
@@ -310,6 +343,7 @@ def _carried_to_back(order: np.ndarray, carried: np.ndarray, batch_size: int) ->
 # Sampler + curriculum
 # --------------------------------------------------------------------------------------------
 
+
 class CurriculumSampler:
     """The bucket of each step from a curriculum, this rank's samples from a BucketSampler.
 
@@ -321,21 +355,27 @@ class CurriculumSampler:
 
     def __init__(self, sampler: BucketSampler, curriculum: Any):
         if curriculum.num_buckets != sampler.num_buckets:
-            raise ValueError(f"curriculum has {curriculum.num_buckets} buckets, the sampler "
-                             f"{sampler.num_buckets}")
+            raise ValueError(
+                f"curriculum has {curriculum.num_buckets} buckets, the sampler "
+                f"{sampler.num_buckets}"
+            )
         self.sampler, self.curriculum = sampler, curriculum
 
     def next_batch(self, step: int) -> BucketBatch:
         return self.sampler.draw(self.curriculum.next_bucket(step))
 
-    def update(self, bucket: int, loss_before: float, loss_after: float | None = None,
-               step: int | None = None) -> None:
+    def update(
+        self,
+        bucket: int,
+        loss_before: float,
+        loss_after: float | None = None,
+        step: int | None = None,
+    ) -> None:
         """Feed the step's global (all-reduced) losses back to the curriculum."""
         self.curriculum.update(bucket, loss_before, loss_after, step=step)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(),
-                "curriculum": self.curriculum.state_dict()}
+        return {"sampler": self.sampler.state_dict(), "curriculum": self.curriculum.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])

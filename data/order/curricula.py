@@ -1,11 +1,17 @@
 """The curricula by name: what `data.curriculum.name` chooses, built from the data config, and
 the MLPerf division rule that applies to all of them (docs/curriculum.md)."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from data.order.curriculum import (ORDERS, Curriculum, LossControlledCurriculum,
-                                   OrderedCurriculum, proportional_visits)
+from data.order.curriculum import (
+    ORDERS,
+    Curriculum,
+    LossControlledCurriculum,
+    OrderedCurriculum,
+    proportional_visits,
+)
 from data.order.exp3s import Exp3SCurriculum
 
 CURRICULA = (*ORDERS, "loss_controlled", "exp3s")
@@ -38,10 +44,17 @@ def curriculum_from_config(cfg: Any, bucket_shares: Sequence[float], seed: int) 
         visits = proportional_visits(bucket_shares, cfg.round_batches)
         return make_curriculum(cfg.name, m, seed, batches_per_visit=visits)
     if cfg.name == "loss_controlled":
-        return make_curriculum(cfg.name, m, seed, targets=cfg.loss_targets,
-                               window=cfg.loss_window, max_batches=cfg.max_batches or None)
-    return make_curriculum(cfg.name, m, seed, eta=cfg.eta, gamma=cfg.gamma, alpha=cfg.alpha,
-                           reward=cfg.reward)
+        return make_curriculum(
+            cfg.name,
+            m,
+            seed,
+            targets=cfg.loss_targets,
+            window=cfg.loss_window,
+            max_batches=cfg.max_batches or None,
+        )
+    return make_curriculum(
+        cfg.name, m, seed, eta=cfg.eta, gamma=cfg.gamma, alpha=cfg.alpha, reward=cfg.reward
+    )
 
 
 def division_error(curriculum: str, division: str) -> str | None:
@@ -54,6 +67,8 @@ def division_error(curriculum: str, division: str) -> str | None:
     """
     if curriculum == "none" or division == "open":
         return None
-    return (f"data.curriculum.name={curriculum!r} is open division only (length-bucketed "
-            f"batches are not the reference's random order; docs/curriculum.md, 'Which MLPerf "
-            f"division'); set submission.division=open")
+    return (
+        f"data.curriculum.name={curriculum!r} is open division only (length-bucketed "
+        f"batches are not the reference's random order; docs/curriculum.md, 'Which MLPerf "
+        f"division'); set submission.division=open"
+    )

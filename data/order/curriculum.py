@@ -39,6 +39,7 @@ holds the draws of t+1.. resumes with exactly the same buckets.
 MLPerf division: every curriculum is open division (`curricula.division_error`;
 docs/curriculum.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,6 +55,7 @@ STATE_VERSION = 1
 # --------------------------------------------------------------------------------------------
 # Base
 # --------------------------------------------------------------------------------------------
+
 
 class Curriculum:
     """Common interface. `uses_losses`: update() matters; `needs_loss_after`: the trainer must
@@ -71,8 +73,13 @@ class Curriculum:
     def next_bucket(self, step: int) -> int:
         raise NotImplementedError
 
-    def update(self, bucket: int, loss_before: float, loss_after: float | None = None,
-               step: int | None = None) -> None:
+    def update(
+        self,
+        bucket: int,
+        loss_before: float,
+        loss_after: float | None = None,
+        step: int | None = None,
+    ) -> None:
         """Fixed orders ignore losses; kept so a trainer can call every curriculum alike."""
 
     def update_step(self, step: int, loss_before: float, loss_after: float | None = None) -> None:
@@ -83,8 +90,10 @@ class Curriculum:
             return  # a fixed order: nothing to update
         item = pending.find(step)
         if item is None:
-            raise ValueError(f"{self.name}: update_step({step}) without a pending draw for that "
-                             f"step (pending: {[i[0] for i in pending.items]})")
+            raise ValueError(
+                f"{self.name}: update_step({step}) without a pending draw for that "
+                f"step (pending: {[i[0] for i in pending.items]})"
+            )
         self.update(item[1], loss_before, loss_after, step=step)
 
     def state_dict(self) -> dict[str, Any]:
@@ -92,11 +101,15 @@ class Curriculum:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION or state.get("name") != self.name:
-            raise ValueError(f"{self.name}: state of {state.get('name')!r} version "
-                             f"{state.get('version')} cannot be loaded")
+            raise ValueError(
+                f"{self.name}: state of {state.get('name')!r} version "
+                f"{state.get('version')} cannot be loaded"
+            )
         if state["config"] != self.config():
-            raise ValueError(f"{self.name}: state was saved with config {state['config']}, "
-                             f"this curriculum has {self.config()}")
+            raise ValueError(
+                f"{self.name}: state was saved with config {state['config']}, "
+                f"this curriculum has {self.config()}"
+            )
 
     def config(self) -> dict[str, Any]:
         """The settings that define the schedule (JSON-safe)."""
@@ -121,6 +134,7 @@ def _check_step(step: int) -> int:
 # Fixed orders: increasing, decreasing, random
 # --------------------------------------------------------------------------------------------
 
+
 def proportional_visits(bucket_sizes: Sequence[int], batches_per_round: int) -> list[int]:
     """Batches per bucket (M,) summing to batches_per_round, proportional to bucket sizes.
 
@@ -132,11 +146,14 @@ def proportional_visits(bucket_sizes: Sequence[int], batches_per_round: int) -> 
     sizes = np.asarray(bucket_sizes, dtype=np.float64)
     nonempty = int((sizes > 0).sum())
     if sizes.ndim != 1 or nonempty == 0 or np.any(sizes < 0):
-        raise ValueError(f"proportional_visits: bucket sizes {list(bucket_sizes)} need at least "
-                         f"one positive entry and no negative one")
+        raise ValueError(
+            f"proportional_visits: bucket sizes {list(bucket_sizes)} need at least "
+            f"one positive entry and no negative one"
+        )
     if batches_per_round < nonempty:
-        raise ValueError(f"batches_per_round={batches_per_round} is less than the "
-                         f"{nonempty} non-empty buckets")
+        raise ValueError(
+            f"batches_per_round={batches_per_round} is less than the {nonempty} non-empty buckets"
+        )
     ideal = sizes / sizes.sum() * batches_per_round
     counts = np.where(sizes > 0, np.maximum(np.floor(ideal), 1), 0).astype(np.int64)
     # hand out (or take back) the difference by remainder; ties go to the lower bucket
@@ -169,16 +186,19 @@ class OrderedCurriculum(Curriculum):
     no communication across ranks.
     """
 
-    def __init__(self, name: str, num_buckets: int, seed: int,
-                 batches_per_visit: int | Sequence[int] = 1):
+    def __init__(
+        self, name: str, num_buckets: int, seed: int, batches_per_visit: int | Sequence[int] = 1
+    ):
         if name not in ORDERS:
             raise ValueError(f"OrderedCurriculum: unknown order {name!r}")
         self.name = name
         super().__init__(num_buckets, seed)
         visits = np.broadcast_to(np.asarray(batches_per_visit, dtype=np.int64), (num_buckets,))
         if np.any(visits < 0) or visits.sum() == 0:
-            raise ValueError(f"{name}: batches_per_visit={batches_per_visit} must be >= 0 with "
-                             f"at least one bucket visited")
+            raise ValueError(
+                f"{name}: batches_per_visit={batches_per_visit} must be >= 0 with "
+                f"at least one bucket visited"
+            )
         self.visits = visits.copy()
         self.round_length = int(visits.sum())
         self._round_cache: tuple[int, np.ndarray] | None = None  # (round, (L,) buckets)
@@ -215,6 +235,7 @@ class OrderedCurriculum(Curriculum):
 # Pending draws (stateful curricula under a prefetching pipeline)
 # --------------------------------------------------------------------------------------------
 
+
 class _PendingDraws:
     """Draws made but not yet updated, oldest first: [step, bucket, probability].
 
@@ -235,11 +256,15 @@ class _PendingDraws:
 
     def add(self, step: int, bucket: int, prob: float) -> None:
         if self.items and step <= self.items[-1][0]:
-            raise ValueError(f"next_bucket({step}) after next_bucket({self.items[-1][0]}): "
-                             f"steps must be asked for in increasing order")
+            raise ValueError(
+                f"next_bucket({step}) after next_bucket({self.items[-1][0]}): "
+                f"steps must be asked for in increasing order"
+            )
         if len(self.items) >= self.MAX_PENDING:
-            raise ValueError(f"{len(self.items)} draws without update(): a loss-driven "
-                             f"curriculum needs update() after every step")
+            raise ValueError(
+                f"{len(self.items)} draws without update(): a loss-driven "
+                f"curriculum needs update() after every step"
+            )
         self.items.append([int(step), int(bucket), float(prob)])
 
     def pop(self, bucket: int, step: int | None) -> list:
@@ -248,11 +273,15 @@ class _PendingDraws:
             raise ValueError(f"update(bucket={bucket}) without a pending next_bucket() draw")
         item = self.items[0] if step is None else self.find(step)
         if item is None:
-            raise ValueError(f"update(step={step}): no pending draw for that step "
-                             f"(pending: {[i[0] for i in self.items]})")
+            raise ValueError(
+                f"update(step={step}): no pending draw for that step "
+                f"(pending: {[i[0] for i in self.items]})"
+            )
         if item[1] != bucket:
-            raise ValueError(f"update(bucket={bucket}) for step {item[0]}, which drew bucket "
-                             f"{item[1]}: updates must follow the draws")
+            raise ValueError(
+                f"update(bucket={bucket}) for step {item[0]}, which drew bucket "
+                f"{item[1]}: updates must follow the draws"
+            )
         self.items.remove(item)
         return item
 
@@ -260,6 +289,7 @@ class _PendingDraws:
 # --------------------------------------------------------------------------------------------
 # Algorithm 1: loss-controlled
 # --------------------------------------------------------------------------------------------
+
 
 class LossControlledCurriculum(Curriculum):
     """[Zhang], Algorithm 1: train bucket i until its loss is below targets[i], then i+1.
@@ -276,24 +306,31 @@ class LossControlledCurriculum(Curriculum):
     name = "loss_controlled"
     uses_losses = True
 
-    def __init__(self, num_buckets: int, seed: int, targets: float | Sequence[float] = 2.0,
-                 order: str = "increasing", window: int = 10, min_batches: int = 1,
-                 max_batches: int | None = None):
+    def __init__(
+        self,
+        num_buckets: int,
+        seed: int,
+        targets: float | Sequence[float] = 2.0,
+        order: str = "increasing",
+        window: int = 10,
+        min_batches: int = 1,
+        max_batches: int | None = None,
+    ):
         super().__init__(num_buckets, seed)
-        self.targets = np.broadcast_to(np.asarray(targets, dtype=np.float64),
-                                       (num_buckets,)).copy()
+        self.targets = np.broadcast_to(np.asarray(targets, dtype=np.float64), (num_buckets,)).copy()
         if order not in ("increasing", "decreasing"):
-            raise ValueError(f"loss_controlled: order={order!r}; expected increasing or "
-                             f"decreasing")
-        if window < 1 or min_batches < 1 or (max_batches is not None
-                                             and max_batches < min_batches):
-            raise ValueError(f"loss_controlled: need window >= 1, min_batches >= 1 and "
-                             f"max_batches >= min_batches (got {window}, {min_batches}, "
-                             f"{max_batches})")
+            raise ValueError(f"loss_controlled: order={order!r}; expected increasing or decreasing")
+        if window < 1 or min_batches < 1 or (max_batches is not None and max_batches < min_batches):
+            raise ValueError(
+                f"loss_controlled: need window >= 1, min_batches >= 1 and "
+                f"max_batches >= min_batches (got {window}, {min_batches}, "
+                f"{max_batches})"
+            )
         self.order_name, self.window = order, window
         self.min_batches, self.max_batches = min_batches, max_batches
-        self.order = (np.arange(num_buckets) if order == "increasing"
-                      else np.arange(num_buckets)[::-1].copy())
+        self.order = (
+            np.arange(num_buckets) if order == "increasing" else np.arange(num_buckets)[::-1].copy()
+        )
         self.position = 0  # index into self.order of the current bucket
         self.round = 0
         self.visit_batches = 0  # updates received for the current visit
@@ -313,8 +350,13 @@ class LossControlledCurriculum(Curriculum):
         self.pending.add(step, self.current_bucket, 1.0)
         return self.current_bucket
 
-    def update(self, bucket: int, loss_before: float, loss_after: float | None = None,
-               step: int | None = None) -> None:
+    def update(
+        self,
+        bucket: int,
+        loss_before: float,
+        loss_after: float | None = None,
+        step: int | None = None,
+    ) -> None:
         self.pending.pop(bucket, step)
         if bucket != self.current_bucket:
             return  # a late update from the previous visit (prefetch lag): not this bucket's
@@ -341,15 +383,25 @@ class LossControlledCurriculum(Curriculum):
         self.recent.clear()
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "targets": self.targets.tolist(), "order": self.order_name,
-                "window": self.window, "min_batches": self.min_batches,
-                "max_batches": self.max_batches}
+        return {
+            **super().config(),
+            "targets": self.targets.tolist(),
+            "order": self.order_name,
+            "window": self.window,
+            "min_batches": self.min_batches,
+            "max_batches": self.max_batches,
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "position": self.position, "round": self.round,
-                "visit_batches": self.visit_batches, "recent": list(self.recent),
-                "pending": [list(i) for i in self.pending.items],
-                "visit_log": [list(v) for v in self.visit_log]}
+        return {
+            **super().state_dict(),
+            "position": self.position,
+            "round": self.round,
+            "visit_batches": self.visit_batches,
+            "recent": list(self.recent),
+            "pending": [list(i) for i in self.pending.items],
+            "visit_log": [list(v) for v in self.visit_log],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -360,5 +412,7 @@ class LossControlledCurriculum(Curriculum):
         self.visit_log = [list(v) for v in state["visit_log"]]
 
     def describe(self) -> str:
-        return (f"{super().describe()} at bucket {self.current_bucket} (round {self.round}, "
-                f"{self.visit_batches} batches into the visit)")
+        return (
+            f"{super().describe()} at bucket {self.current_bucket} (round {self.round}, "
+            f"{self.visit_batches} batches into the visit)"
+        )

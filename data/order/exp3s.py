@@ -1,5 +1,6 @@
 """[Zhang]'s Algorithm 2: an Exp3.S bandit over the length buckets (data/order/curriculum.py
 has the common interface and the other curricula)."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -17,8 +18,9 @@ def exp3s_probabilities(weights: np.ndarray, gamma: float) -> np.ndarray:
     return (1.0 - gamma) * e / e.sum() + gamma / w.size
 
 
-def exp3s_update(weights: np.ndarray, arm: int, reward: float, prob: float, eta: float,
-                 alpha: float) -> np.ndarray:
+def exp3s_update(
+    weights: np.ndarray, arm: int, reward: float, prob: float, eta: float, alpha: float
+) -> np.ndarray:
     """Equations (2), (3), (5): the weights (K,) after reward r in [-1, 1] for `arm`.
 
     r~_i = r 1(i = arm) / pi(arm)   with pi(arm) the probability the arm was drawn with,
@@ -50,8 +52,10 @@ class QuantileRewardScaler:
 
     def __init__(self, window: int = 1000, low: float = 0.2, high: float = 0.8):
         if window < 1 or not 0.0 <= low < high <= 1.0:
-            raise ValueError(f"reward scaler: need window >= 1 and 0 <= low < high <= 1 (got "
-                             f"{window}, {low}, {high})")
+            raise ValueError(
+                f"reward scaler: need window >= 1 and 0 <= low < high <= 1 (got "
+                f"{window}, {low}, {high})"
+            )
         self.window, self.low, self.high = window, low, high
         self.history: deque[float] = deque(maxlen=window)
 
@@ -101,9 +105,18 @@ class Exp3SCurriculum(Curriculum):
     name = "exp3s"
     uses_losses = True
 
-    def __init__(self, num_buckets: int, seed: int, eta: float = 0.1, gamma: float = 0.1,
-                 alpha: float | str = 0.01, window: int = 1000, low_quantile: float = 0.2,
-                 high_quantile: float = 0.8, reward: str = "prediction_gain"):
+    def __init__(
+        self,
+        num_buckets: int,
+        seed: int,
+        eta: float = 0.1,
+        gamma: float = 0.1,
+        alpha: float | str = 0.01,
+        window: int = 1000,
+        low_quantile: float = 0.2,
+        high_quantile: float = 0.8,
+        reward: str = "prediction_gain",
+    ):
         super().__init__(num_buckets, seed)
         if not 0.0 < gamma <= 1.0 or eta <= 0.0:
             raise ValueError(f"exp3s: need 0 < gamma <= 1 and eta > 0 (got {gamma}, {eta})")
@@ -135,8 +148,13 @@ class Exp3SCurriculum(Curriculum):
         self.pending.add(step, arm, probs[arm])
         return arm
 
-    def update(self, bucket: int, loss_before: float, loss_after: float | None = None,
-               step: int | None = None) -> None:
+    def update(
+        self,
+        bucket: int,
+        loss_before: float,
+        loss_after: float | None = None,
+        step: int | None = None,
+    ) -> None:
         if self.needs_loss_after and loss_after is None:
             raise ValueError("exp3s: update() needs loss_after (the batch's loss after the step)")
         _, arm, prob = self.pending.pop(bucket, step)
@@ -159,25 +177,36 @@ class Exp3SCurriculum(Curriculum):
 
     def config(self) -> dict[str, Any]:
         s = self.scaler
-        return {**super().config(), "eta": self.eta, "gamma": self.gamma, "alpha": self.alpha,
-                "window": s.window, "low_quantile": s.low, "high_quantile": s.high,
-                "reward": self.reward}
+        return {
+            **super().config(),
+            "eta": self.eta,
+            "gamma": self.gamma,
+            "alpha": self.alpha,
+            "window": s.window,
+            "low_quantile": s.low,
+            "high_quantile": s.high,
+            "reward": self.reward,
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "weights": self.weights.tolist(),
-                "updates": self.updates, "history": list(self.scaler.history),
-                "pending": [list(i) for i in self.pending.items],
-                "last_loss": list(self.last_loss)}
+        return {
+            **super().state_dict(),
+            "weights": self.weights.tolist(),
+            "updates": self.updates,
+            "history": list(self.scaler.history),
+            "pending": [list(i) for i in self.pending.items],
+            "last_loss": list(self.last_loss),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         weights = np.asarray(state["weights"], dtype=np.float64)
         if weights.shape != (self.num_buckets,):
-            raise ValueError(f"exp3s: saved weights {weights.shape}, expected "
-                             f"({self.num_buckets},)")
+            raise ValueError(
+                f"exp3s: saved weights {weights.shape}, expected ({self.num_buckets},)"
+            )
         self.weights, self.updates = weights, int(state["updates"])
-        self.scaler.history = deque((float(x) for x in state["history"]),
-                                    maxlen=self.scaler.window)
+        self.scaler.history = deque((float(x) for x in state["history"]), maxlen=self.scaler.window)
         self.pending.items = [list(i) for i in state["pending"]]
         self.last_loss = [None if x is None else float(x) for x in state["last_loss"]]
 

@@ -10,6 +10,7 @@
 `length_pmf` is its exact distribution. `sample_from_pmf` draws from any pmf (an empirical one
 from real shards, or one restricted to a stratum).
 """
+
 from __future__ import annotations
 
 import glob
@@ -37,14 +38,16 @@ class LengthHistogram:
 # REFERENCE.md section 2 (and [Kim], section 3.1): Wikipedia 2020-01-01, max length 512.
 # The four shares sum to 1.001 (rounding in the source); every share is divided by that sum.
 REFERENCE_2_HISTOGRAM = LengthHistogram(
-    edges=(0, 128, 256, 384, 512), probs=(0.373, 0.197, 0.117, 0.314), at_max=0.23)
+    edges=(0, 128, 256, 384, 512), probs=(0.373, 0.197, 0.117, 0.314), at_max=0.23
+)
 
 # [Kim]'s four strata for max length 512, scaled to other maximum lengths by `strata_edges`.
 STRATA_EDGES_512 = (0, 128, 256, 384, 512)
 
 
-def histogram_bins(max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOGRAM,
-                   min_length: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def histogram_bins(
+    max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOGRAM, min_length: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lows, highs, probs), each (bins + 1,): inclusive length ranges and their probabilities.
 
     The histogram's bins scaled to max_len, the first starting at min_length, the last one's
@@ -55,8 +58,9 @@ def histogram_bins(max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOG
     lows = np.array([min_length, *(e + 1 for e in edges[1:-1]), max_len])
     highs = np.array([*edges[1:-1], max_len - 1, max_len])
     if np.any(highs < lows):
-        raise ValueError(f"max_len={max_len} too small for bins {histogram.edges} above "
-                         f"length {min_length}")
+        raise ValueError(
+            f"max_len={max_len} too small for bins {histogram.edges} above length {min_length}"
+        )
     probs = np.asarray(histogram.probs, dtype=np.float64)
     if not 0.0 <= histogram.at_max <= probs[-1]:
         raise ValueError("at_max must lie within the last bin's share")
@@ -64,9 +68,13 @@ def histogram_bins(max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOG
     return lows, highs, probs / probs.sum()
 
 
-def sample_lengths(n, max_len: int, rng: np.random.Generator,
-                   histogram: LengthHistogram = REFERENCE_2_HISTOGRAM,
-                   min_length: int = 1) -> np.ndarray:
+def sample_lengths(
+    n,
+    max_len: int,
+    rng: np.random.Generator,
+    histogram: LengthHistogram = REFERENCE_2_HISTOGRAM,
+    min_length: int = 1,
+) -> np.ndarray:
     """n lengths (int64; n may be an int or a shape) from REFERENCE 2's length histogram.
 
     For max_len=512: 1-128 37.3 %, 129-256 19.7 %, 257-384 11.7 %, 385-512 31.4 % with 23 %
@@ -78,8 +86,9 @@ def sample_lengths(n, max_len: int, rng: np.random.Generator,
     return rng.integers(lows[bins], highs[bins] + 1).astype(np.int64)
 
 
-def length_pmf(max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOGRAM,
-               min_length: int = 1) -> np.ndarray:
+def length_pmf(
+    max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOGRAM, min_length: int = 1
+) -> np.ndarray:
     """Probability of each length under `sample_lengths`, shape (max_len+1,), float64.
 
     An explicit pmf lets every other draw (per stratum, empirical) share one inverse-CDF
@@ -87,7 +96,7 @@ def length_pmf(max_len: int, histogram: LengthHistogram = REFERENCE_2_HISTOGRAM,
     """
     pmf = np.zeros(max_len + 1, dtype=np.float64)
     for lo, hi, p in zip(*histogram_bins(max_len, histogram, min_length)):
-        pmf[lo:hi + 1] += p / (hi - lo + 1)
+        pmf[lo : hi + 1] += p / (hi - lo + 1)
     return pmf
 
 
@@ -103,12 +112,13 @@ def pmf_from_lengths(lengths: np.ndarray, max_len: int | None = None) -> np.ndar
     return counts / counts.sum()
 
 
-def sample_from_pmf(pmf: np.ndarray, shape, rng: np.random.Generator,
-                    lo: int = 0, hi: int | None = None) -> np.ndarray:
+def sample_from_pmf(
+    pmf: np.ndarray, shape, rng: np.random.Generator, lo: int = 0, hi: int | None = None
+) -> np.ndarray:
     """Lengths of `shape` drawn from pmf restricted to (lo, hi] (int64), by inverse CDF."""
     hi = pmf.shape[0] - 1 if hi is None else hi
     restricted = np.zeros_like(pmf)
-    restricted[lo + 1:hi + 1] = pmf[lo + 1:hi + 1]
+    restricted[lo + 1 : hi + 1] = pmf[lo + 1 : hi + 1]
     total = restricted.sum()
     if total <= 0:
         raise ValueError(f"no probability mass in lengths ({lo}, {hi}]")
@@ -194,9 +204,15 @@ def strata_counts(local_batch: int, fracs: Sequence[float]) -> np.ndarray:
     return counts
 
 
-def stratified_draw(pool_lengths: np.ndarray, world: int, local: int,
-                    strata_fracs: Sequence[float] | None, rng: np.random.Generator,
-                    max_len: int = 512, edges: Sequence[int] | None = None) -> np.ndarray:
+def stratified_draw(
+    pool_lengths: np.ndarray,
+    world: int,
+    local: int,
+    strata_fracs: Sequence[float] | None,
+    rng: np.random.Generator,
+    max_len: int = 512,
+    edges: Sequence[int] | None = None,
+) -> np.ndarray:
     """Pick each rank's local batch from a pool so that every rank has the same stratum counts.
 
     pool_lengths: (P,) lengths of the candidate samples (e.g. one shard).
@@ -220,15 +236,23 @@ def stratified_draw(pool_lengths: np.ndarray, world: int, local: int,
     return np.concatenate(rows, axis=1).astype(np.int64)
 
 
-def sample_stratified_lengths(trials: int, world: int, local: int, rng: np.random.Generator,
-                              pmf: np.ndarray, edges: Sequence[int]) -> np.ndarray:
+def sample_stratified_lengths(
+    trials: int,
+    world: int,
+    local: int,
+    rng: np.random.Generator,
+    pmf: np.ndarray,
+    edges: Sequence[int],
+) -> np.ndarray:
     """Simulation twin of `stratified_draw`: lengths (trials, world*local) drawn per stratum.
 
     Rank r's slice [r*local:(r+1)*local] has exactly `strata_counts(local, ...)` samples of
     each stratum, each drawn from the pmf restricted to that stratum.
     """
     counts = strata_counts(local, strata_fractions(pmf, edges))
-    parts = [sample_from_pmf(pmf, (trials, world, int(c)), rng, lo=int(edges[s]),
-                             hi=int(edges[s + 1]))
-             for s, c in enumerate(counts) if c > 0]
+    parts = [
+        sample_from_pmf(pmf, (trials, world, int(c)), rng, lo=int(edges[s]), hi=int(edges[s + 1]))
+        for s, c in enumerate(counts)
+        if c > 0
+    ]
     return np.concatenate(parts, axis=-1).reshape(trials, world * local)

@@ -18,6 +18,7 @@ waits on that event on the data thread. On CPU the loss is just read.
 `values(steps)` reads the losses a checkpoint must carry (data/pipeline.py: state_dict), and
 `preload` puts them back on resume; on CUDA that read syncs, at checkpoint points only.
 """
+
 from __future__ import annotations
 
 import threading
@@ -84,8 +85,10 @@ class LossFeedback:
             missing = [s for s in steps if s not in self._losses]
             records = {s: self._losses[s] for s in steps if s in self._losses}
         if missing:
-            raise RuntimeError(f"the losses of steps {missing} were not posted: call "
-                               f"pipeline.observe_loss(loss) after every step, before saving")
+            raise RuntimeError(
+                f"the losses of steps {missing} were not posted: call "
+                f"pipeline.observe_loss(loss) after every step, before saving"
+            )
         return {s: r.read() for s, r in records.items()}
 
     def preload(self, values: dict) -> None:
@@ -108,8 +111,9 @@ class LossFeedback:
         with self._cond:
             while step not in self._losses:
                 if self._closed:
-                    raise RuntimeError(f"data pipeline closed while waiting for the loss of "
-                                       f"step {step}")
+                    raise RuntimeError(
+                        f"data pipeline closed while waiting for the loss of step {step}"
+                    )
                 self._cond.wait(POLL_S)
             record = self._losses[step]
         return record.read()  # outside the lock: it may wait for the device

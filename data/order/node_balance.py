@@ -33,6 +33,7 @@ the same assignment on every rank and every machine, without communication. Conv
 data/order/strategies.py: lengths (..., W*B) with rank r's raw batch at [r*B:(r+1)*B], assignment
 (..., W, B) a permutation of 0..W*B-1; leading dims are independent batches (trials).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -65,13 +66,15 @@ def assign_node_swap(lengths, world_size: int, ranks_per_node: int) -> np.ndarra
     local, per_node, nodes = _shape(lengths, world_size, ranks_per_node)
     flat = lengths.reshape(-1, nodes, per_node * local)  # (T, N, M) with M = R*B
     members = even_out_nodes(flat, per_node)  # (T, N, M) global indices, per node
-    rows = _rows_of_nodes(flat.reshape(flat.shape[0], -1), members, np.arange(nodes), local,
-                          per_node)
+    rows = _rows_of_nodes(
+        flat.reshape(flat.shape[0], -1), members, np.arange(nodes), local, per_node
+    )
     return rows.reshape(lengths.shape[:-1] + (world_size, local))
 
 
-def node_swap_rows(lengths, world_size: int, ranks_per_node: int,
-                   rank: int) -> tuple[np.ndarray, np.ndarray]:
+def node_swap_rows(
+    lengths, world_size: int, ranks_per_node: int, rank: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The rows of assign_node_swap that rank `rank` needs to exchange: (ranks, rows (K, B)).
 
     Those of its own node's ranks (its row and the samples it keeps inside the node) and of
@@ -84,13 +87,14 @@ def node_swap_rows(lengths, world_size: int, ranks_per_node: int,
     members = even_out_nodes(lengths.reshape(1, nodes, -1), per_node)[0]
     node_of = np.empty(lengths.size, dtype=np.int64)
     node_of[members.reshape(-1)] = np.repeat(np.arange(nodes), members.shape[1])
-    needed = np.unique(np.append(node_of[rank * local:(rank + 1) * local], rank // per_node))
+    needed = np.unique(np.append(node_of[rank * local : (rank + 1) * local], rank // per_node))
     rows = _rows_of_nodes(lengths[None], members[None, needed], needed, local, per_node)[0]
     return (needed[:, None] * per_node + np.arange(per_node)).reshape(-1), rows
 
 
-def _rows_of_nodes(lengths: np.ndarray, members: np.ndarray, node_ids: np.ndarray,
-                   local: int, per_node: int) -> np.ndarray:
+def _rows_of_nodes(
+    lengths: np.ndarray, members: np.ndarray, node_ids: np.ndarray, local: int, per_node: int
+) -> np.ndarray:
     """Steps 2 and 3 for some nodes: (T, K*R, B) global indices each of their ranks trains.
 
     lengths (T, W*B); members (T, K, M) what each of the K nodes `node_ids` trains (step 1).
@@ -112,8 +116,7 @@ def _rows_of_nodes(lengths: np.ndarray, members: np.ndarray, node_ids: np.ndarra
 # ---------------------------------------------------------------------------------------------
 
 
-def even_out_nodes(lengths: np.ndarray, per_node: int,
-                   tolerance: int | None = None) -> np.ndarray:
+def even_out_nodes(lengths: np.ndarray, per_node: int, tolerance: int | None = None) -> np.ndarray:
     """Swap samples between nodes until node totals sit near the mean.
 
     lengths (T, N, M): trial t's node n read samples t, n*M..(n+1)*M-1 (flat index within the

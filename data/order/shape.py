@@ -1,5 +1,6 @@
 """How a global batch of W*B lengths splits over W ranks and nodes of R ranks: the checks every
 dealer shares (data/order/strategies.py, data/order/node_balance.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,6 +18,7 @@ def node_size(world_size: int, ranks_per_node: int) -> int:
     """Ranks per node, clamped to the world (a one-node job may have fewer ranks than slots)."""
     r = min(ranks_per_node, world_size)
     if r < 1 or world_size % r:
-        raise ValueError(f"world_size={world_size} is not a whole number of "
-                         f"{ranks_per_node}-rank nodes")
+        raise ValueError(
+            f"world_size={world_size} is not a whole number of {ranks_per_node}-rank nodes"
+        )
     return r

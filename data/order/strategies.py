@@ -48,6 +48,7 @@ then only all-gather within a node. Caveat: the counts are rounded (16 -> 6:3:2:
 37.3:19.7:11.7:31.4 %), so a stratum is sampled up to 1/(2B) off its share and its queue
 drains at a slightly different rate than one epoch of the data would.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -165,8 +166,9 @@ class Strategy:
         # the transport runs what the record names, so a sparse strategy must name its rows (a
         # strategy whose deal the transport would silently ignore cannot be built)
         if (self.transport == "sparse") != (self.rows is not None):
-            raise ValueError("a strategy names its rows function if and only if its transport "
-                             "is sparse")
+            raise ValueError(
+                "a strategy names its rows function if and only if its transport is sparse"
+            )
 
     @property
     def exchanges(self) -> bool:
@@ -177,17 +179,25 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {
     "none": Strategy(assign_none, source="shards", scope="rank"),
     "stratified": Strategy(assign_stratified, source="stratified", scope="rank"),
-    "stratified_local_presort": Strategy(assign_stratified_local_presort, source="stratified",
-                                         scope="node"),
-    "stratified_local_snake": Strategy(assign_stratified_local_snake, source="stratified",
-                                       scope="node"),
+    "stratified_local_presort": Strategy(
+        assign_stratified_local_presort, source="stratified", scope="node"
+    ),
+    "stratified_local_snake": Strategy(
+        assign_stratified_local_snake, source="stratified", scope="node"
+    ),
     "global_presort": Strategy(assign_global_presort, source="shards", scope="world"),
     "serpentine": Strategy(assign_serpentine, source="shards", scope="world"),
     # issue 15: serpentine-level balance without the full all-gather (docs/balance_at_scale.md)
-    "node_swap": Strategy(assign_node_swap, source="shards", scope="world", transport="sparse",
-                          rows=node_swap_rows),
-    "stratified_node_swap": Strategy(assign_node_swap, source="stratified", scope="world",
-                                     transport="sparse", rows=node_swap_rows),
+    "node_swap": Strategy(
+        assign_node_swap, source="shards", scope="world", transport="sparse", rows=node_swap_rows
+    ),
+    "stratified_node_swap": Strategy(
+        assign_node_swap,
+        source="stratified",
+        scope="world",
+        transport="sparse",
+        rows=node_swap_rows,
+    ),
 }
 
 
@@ -196,12 +206,18 @@ def get(name: str) -> Strategy:
     try:
         return STRATEGIES[name]
     except KeyError:
-        raise ValueError(f"unknown balance strategy {name!r}; "
-                         f"choose from {sorted(STRATEGIES)}") from None
+        raise ValueError(
+            f"unknown balance strategy {name!r}; choose from {sorted(STRATEGIES)}"
+        ) from None
 
 
-def balance(strategy: str, lengths: np.ndarray, world_size: int, ranks_per_node: int,
-            rng: np.random.Generator | None = None) -> np.ndarray:
+def balance(
+    strategy: str,
+    lengths: np.ndarray,
+    world_size: int,
+    ranks_per_node: int,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
     """Assignment (..., W, B) of the global batch lengths (..., W*B) under `strategy`.
 
     rng is accepted so every caller uses one signature, but no dealer uses it: the dealing is

@@ -16,6 +16,7 @@ A token's pieces depend on nothing but the token, so callers may cache them (wor
 does). Equality with the plain statement of the algorithm (tests/tokenization_oracle.py) is
 tested on every code point and on random text (tests/unit/test_tokenization.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,8 +25,16 @@ import unicodedata
 from functools import lru_cache
 
 # The CJK blocks of the reference (section 4 of docs/tokenization.md), inclusive.
-CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-              (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
 # Every printable ASCII character that is not a letter or digit counts as punctuation.
 ASCII_PUNCT = [c for c in range(33, 127) if not chr(c).isalnum()]
 
@@ -101,7 +110,10 @@ def _char_class(codes: list[int]) -> str:
         if code == prev + 1:
             prev = code
             continue
-        parts.append(re.escape(chr(start)) if start == prev
-                     else f"{re.escape(chr(start))}-{re.escape(chr(prev))}")
+        parts.append(
+            re.escape(chr(start))
+            if start == prev
+            else f"{re.escape(chr(start))}-{re.escape(chr(prev))}"
+        )
         start = prev = code
     return "".join(parts)

@@ -4,6 +4,7 @@ Written once after preparation; verified before a run or after copying the data 
 Verification reports files that are missing or changed, and stray .hdf5 files in the folders the
 manifest covers (a stray part_*.hdf5 in the training folder would silently join the data).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,9 @@ def data_files(folder: Path, patterns: Sequence[str]) -> list[str]:
     return sorted(found)
 
 
-def write_manifest(folder: str | os.PathLike, patterns: Sequence[str] = DEFAULT_PATTERNS,
-                   workers: int = 1) -> Path:
+def write_manifest(
+    folder: str | os.PathLike, patterns: Sequence[str] = DEFAULT_PATTERNS, workers: int = 1
+) -> Path:
     folder = Path(folder)
     names = data_files(folder, patterns)
     if not names:
@@ -64,8 +66,11 @@ def verify_manifest(folder: str | os.PathLike, workers: int = 1) -> list[str]:
     present = [n for n in expected if (folder / n).is_file()]
     problems = [f"{folder / n}: missing" for n in expected if n not in present]
     digests = run_parallel(sha256_file, [folder / n for n in present], workers)
-    problems += [f"{folder / n}: sha256 {d} differs from the manifest's {expected[n]}"
-                 for n, d in zip(present, digests) if d != expected[n]]
+    problems += [
+        f"{folder / n}: sha256 {d} differs from the manifest's {expected[n]}"
+        for n, d in zip(present, digests)
+        if d != expected[n]
+    ]
     covered = sorted({Path(n).parent.as_posix() for n in expected})
     strays = data_files(folder, [f"{d}/*.hdf5" if d != "." else "*.hdf5" for d in covered])
     problems += [f"{folder / n}: not in the manifest" for n in strays if n not in expected]

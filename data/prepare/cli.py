@@ -22,6 +22,7 @@ their --out, skipping the outputs already there, so they take only a folder of t
 finished, or holding nothing but the step's own output names; anything else only with --force.
 Exit status: 0 done, 1 a check failed (checksums, distinct shards), 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,9 @@ def expand(paths: list[str], pattern: str = "*") -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            files += sorted(p for p in path.glob(pattern)
-                            if p.is_file() and not p.name.startswith("."))
+            files += sorted(
+                p for p in path.glob(pattern) if p.is_file() and not p.name.startswith(".")
+            )
         elif path.is_file():
             files.append(path)
         else:
@@ -72,8 +74,14 @@ def expand(paths: list[str], pattern: str = "*") -> list[Path]:
 
 
 def example_params(args: argparse.Namespace) -> ExampleParams:
-    return ExampleParams(args.max_seq_length, args.max_predictions, args.masked_lm_prob,
-                         args.short_seq_prob, args.dupe_factor, args.seed)
+    return ExampleParams(
+        args.max_seq_length,
+        args.max_predictions,
+        args.masked_lm_prob,
+        args.short_seq_prob,
+        args.dupe_factor,
+        args.seed,
+    )
 
 
 # -- subcommands ------------------------------------------------------------------------------
@@ -89,24 +97,43 @@ def _absolute(paths) -> list[str]:
 def cmd_examples(args: argparse.Namespace) -> None:
     check_output(args.out, [*args.text, args.vocab])  # a folder it resumes into
     texts = expand(args.text, TEXT_GLOB)
-    settings = {"text": _absolute(args.text), "vocab": os.path.abspath(args.vocab),
-                **dataclasses.asdict(example_params(args))}
+    settings = {
+        "text": _absolute(args.text),
+        "vocab": os.path.abspath(args.vocab),
+        **dataclasses.asdict(example_params(args)),
+    }
     outputs = {output_name(t) for t in texts}
     check_out(args.out, "examples", settings, outputs.__contains__, args.force)
-    create_examples(texts, args.out, args.vocab, example_params(args), args.workers,
-                    show_progress=not args.quiet)
+    create_examples(
+        texts,
+        args.out,
+        args.vocab,
+        example_params(args),
+        args.workers,
+        show_progress=not args.quiet,
+    )
     mark_out(args.out, "examples", settings)
 
 
 def cmd_to_varlen(args: argparse.Namespace) -> None:
     check_output(args.out, args.inputs)
     inputs = expand(args.inputs, "*.hdf5")
-    settings = {"inputs": _absolute(args.inputs), "max_seq_length": args.max_seq_length,
-                "max_predictions": args.max_predictions}
-    check_out(args.out, "to-varlen", settings, {Path(p).name for p in inputs}.__contains__,
-              args.force)
-    to_varlen(inputs, args.out, args.max_seq_length, args.max_predictions, args.workers,
-              show_progress=not args.quiet)
+    settings = {
+        "inputs": _absolute(args.inputs),
+        "max_seq_length": args.max_seq_length,
+        "max_predictions": args.max_predictions,
+    }
+    check_out(
+        args.out, "to-varlen", settings, {Path(p).name for p in inputs}.__contains__, args.force
+    )
+    to_varlen(
+        inputs,
+        args.out,
+        args.max_seq_length,
+        args.max_predictions,
+        args.workers,
+        show_progress=not args.quiet,
+    )
     mark_out(args.out, "to-varlen", settings)
 
 
@@ -116,20 +143,33 @@ def _reshard_output(name: str) -> bool:
 
 def cmd_reshard(args: argparse.Namespace) -> None:
     check_output(args.out, args.inputs)
-    settings = {"inputs": _absolute(args.inputs), "num_shards": args.num_shards,
-                "seed": args.seed, "max_seq_length": args.max_seq_length,
-                "max_predictions": args.max_predictions}
+    settings = {
+        "inputs": _absolute(args.inputs),
+        "num_shards": args.num_shards,
+        "seed": args.seed,
+        "max_seq_length": args.max_seq_length,
+        "max_predictions": args.max_predictions,
+    }
     check_out(args.out, "reshard", settings, _reshard_output, args.force)
-    reshard(expand(args.inputs, "*.hdf5"), args.out, args.num_shards, args.seed,
-            args.shards_per_bucket, args.max_seq_length, args.max_predictions, args.workers,
-            show_progress=not args.quiet)
+    reshard(
+        expand(args.inputs, "*.hdf5"),
+        args.out,
+        args.num_shards,
+        args.seed,
+        args.shards_per_bucket,
+        args.max_seq_length,
+        args.max_predictions,
+        args.workers,
+        show_progress=not args.quiet,
+    )
     mark_out(args.out, "reshard", settings)
 
 
 def cmd_pick_eval(args: argparse.Namespace) -> None:
     check_output(args.out, [args.src], args.force)  # one file: replaced only with --force
-    path = pick_eval(args.src, args.out, args.count, args.max_seq_length, args.max_predictions,
-                     not args.quiet)
+    path = pick_eval(
+        args.src, args.out, args.count, args.max_seq_length, args.max_predictions, not args.quiet
+    )
     print(f"pick-eval: wrote {path} ({args.count} samples)")
 
 
@@ -139,9 +179,11 @@ def cmd_checksums(args: argparse.Namespace) -> None:
         # file changed since, so an existing one is replaced only with --force
         manifest = Path(args.dir) / MANIFEST_NAME
         if manifest.exists() and not args.force:
-            raise ConfigError(f"{manifest}: already exists; check the data against it with "
-                              f"--verify, or pass --force to rewrite it from the files as they "
-                              f"are now")
+            raise ConfigError(
+                f"{manifest}: already exists; check the data against it with "
+                f"--verify, or pass --force to rewrite it from the files as they "
+                f"are now"
+            )
         print(f"checksums: wrote {write_manifest(args.dir, args.pattern, args.workers)}")
         return
     problems = verify_manifest(args.dir, args.workers)
@@ -158,10 +200,13 @@ def cmd_check_distinct(args: argparse.Namespace) -> None:
     for group in groups:
         print(f"FAIL identical first {args.first_k} samples: {', '.join(map(str, group))}")
     if groups:
-        raise CheckFailed(f"{sum(map(len, groups))} shards are copies of another (REFERENCE 2: "
-                          f"identical shards cap MLM accuracy near 0.62)")
-    print(f"check-distinct: {len(files)} shards, all distinct in their first {args.first_k} "
-          f"samples")
+        raise CheckFailed(
+            f"{sum(map(len, groups))} shards are copies of another (REFERENCE 2: "
+            f"identical shards cap MLM accuracy near 0.62)"
+        )
+    print(
+        f"check-distinct: {len(files)} shards, all distinct in their first {args.first_k} samples"
+    )
 
 
 def cmd_all(args: argparse.Namespace) -> None:
@@ -169,32 +214,60 @@ def cmd_all(args: argparse.Namespace) -> None:
     check_output(out, [*args.train_text, args.eval_text, args.vocab])
     work = out / "intermediate"
     train_text = expand(args.train_text, TEXT_GLOB)
-    settings = {"train_text": _absolute(args.train_text),
-                "eval_text": os.path.abspath(args.eval_text), "vocab": os.path.abspath(args.vocab),
-                "num_shards": args.num_shards, "eval_samples": args.eval_samples,
-                "seed": args.seed, **dataclasses.asdict(params)}
+    settings = {
+        "train_text": _absolute(args.train_text),
+        "eval_text": os.path.abspath(args.eval_text),
+        "vocab": os.path.abspath(args.vocab),
+        "num_shards": args.num_shards,
+        "eval_samples": args.eval_samples,
+        "seed": args.seed,
+        **dataclasses.asdict(params),
+    }
     check_out(out, "all", settings, ALL_OUTPUTS.__contains__, args.force)
     check_all_space(args, train_text, out)
-    fixed_train = create_examples(train_text, work / "train", args.vocab, params, args.workers,
-                                  show_progress=show)
-    (fixed_eval,) = create_examples([args.eval_text], work / "eval", args.vocab, params,
-                                    args.workers, show_progress=show)
-    shards = reshard(fixed_train, out / "train", args.num_shards, args.seed,
-                     args.shards_per_bucket, args.max_seq_length, args.max_predictions,
-                     args.workers, show_progress=show)
-    eval_file = pick_eval(fixed_eval, out / "eval" / f"eval_{args.eval_samples}.hdf5",
-                          args.eval_samples, args.max_seq_length, args.max_predictions, show)
+    fixed_train = create_examples(
+        train_text, work / "train", args.vocab, params, args.workers, show_progress=show
+    )
+    (fixed_eval,) = create_examples(
+        [args.eval_text], work / "eval", args.vocab, params, args.workers, show_progress=show
+    )
+    shards = reshard(
+        fixed_train,
+        out / "train",
+        args.num_shards,
+        args.seed,
+        args.shards_per_bucket,
+        args.max_seq_length,
+        args.max_predictions,
+        args.workers,
+        show_progress=show,
+    )
+    eval_file = pick_eval(
+        fixed_eval,
+        out / "eval" / f"eval_{args.eval_samples}.hdf5",
+        args.eval_samples,
+        args.max_seq_length,
+        args.max_predictions,
+        show,
+    )
     print(f"all: eval set {eval_file}")
-    cmd_check_distinct(argparse.Namespace(paths=[str(p) for p in shards], first_k=args.first_k,
-                                          max_seq_length=args.max_seq_length,
-                                          max_predictions=args.max_predictions))
+    cmd_check_distinct(
+        argparse.Namespace(
+            paths=[str(p) for p in shards],
+            first_k=args.first_k,
+            max_seq_length=args.max_seq_length,
+            max_predictions=args.max_predictions,
+        )
+    )
     manifest = write_manifest(out, ["train/*.hdf5", "eval/*.hdf5"], args.workers)
     # content hashes by NVIDIA's method (docs/data_download.md): the eval set's is compared
     # with the published one
     print(record_content_hashes(out, eval_file, args.workers))
     mark_out(out, "all", settings)
-    print(f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
-          f"checksums in {manifest}")
+    print(
+        f"all: done; data.train_dir={out / 'train'} data.eval_file={eval_file}; "
+        f"checksums in {manifest}"
+    )
 
 
 def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path) -> None:
@@ -207,13 +280,19 @@ def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path)
     fixed, _ = text_estimate(total_size(todo), args.dupe_factor)
     _, varlen = text_estimate(total_size(train_text), args.dupe_factor)
     resharded = (out / "train" / RESHARD_PLAN).exists()
-    check_disk("all", fixed + (0 if resharded else 2 * varlen), out,
-               f"{len(todo)} text files to examples"
-               + ("" if resharded else ", the reshard's pieces and shards")
-               + ", per text byte as measured on the stand-in text", not args.quiet)
+    check_disk(
+        "all",
+        fixed + (0 if resharded else 2 * varlen),
+        out,
+        f"{len(todo)} text files to examples"
+        + ("" if resharded else ", the reshard's pieces and shards")
+        + ", per text byte as measured on the stand-in text",
+        not args.quiet,
+    )
 
 
 # -- arguments --------------------------------------------------------------------------------
+
 
 def _shape_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
@@ -230,17 +309,23 @@ def _workers_args() -> argparse.ArgumentParser:
 
 def _quiet_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress or disk-estimate lines on stderr (results still on stdout)")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress or disk-estimate lines on stderr (results still on stdout)",
+    )
     return p
 
 
 def _force_folder_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--force", action="store_true",
-                   help="use an --out folder that holds files this step did not write (or "
-                        "wrote with other settings) as is: files under an output's name there "
-                        "are kept and taken as done")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="use an --out folder that holds files this step did not write (or "
+        "wrote with other settings) as is: files under an output's name there "
+        "are kept and taken as done",
+    )
     return p
 
 
@@ -257,35 +342,49 @@ def _example_args() -> argparse.ArgumentParser:
 def _reshard_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--num-shards", type=int, required=True, help="4320 or 2048 for MLPerf")
-    p.add_argument("--shards-per-bucket", type=int, default=32,
-                   help="outputs assembled together; a worker holds about this many shards "
-                        "(MLPerf: 36k samples, ~45 MB in memory each)")
+    p.add_argument(
+        "--shards-per-bucket",
+        type=int,
+        default=32,
+        help="outputs assembled together; a worker holds about this many shards "
+        "(MLPerf: 36k samples, ~45 MB in memory each)",
+    )
     return p
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     shape, examples, resharding = _shape_args(), _example_args(), _reshard_args()
     workers, quiet, force = _workers_args(), _quiet_args(), _force_folder_args()
     seed = argparse.ArgumentParser(add_help=False)
-    seed.add_argument("--seed", type=int, default=12345,
-                      help="random_seed of the examples (every shard, as the reference) and of "
-                           "the reshard shuffle")
+    seed.add_argument(
+        "--seed",
+        type=int,
+        default=12345,
+        help="random_seed of the examples (every shard, as the reference) and of "
+        "the reshard shuffle",
+    )
 
-    p = sub.add_parser("examples", parents=[shape, workers, examples, seed, quiet, force],
-                       help="text -> fixed HDF5")
+    p = sub.add_parser(
+        "examples",
+        parents=[shape, workers, examples, seed, quiet, force],
+        help="text -> fixed HDF5",
+    )
     p.add_argument("text", nargs="+", help="text shards, or folders of part-* shards")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_examples)
-    p = sub.add_parser("to-varlen", parents=[shape, workers, quiet, force],
-                       help="fixed -> variable length")
+    p = sub.add_parser(
+        "to-varlen", parents=[shape, workers, quiet, force], help="fixed -> variable length"
+    )
     p.add_argument("inputs", nargs="+")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_to_varlen)
-    p = sub.add_parser("reshard", parents=[shape, workers, resharding, seed, quiet, force],
-                       help="global shuffle")
+    p = sub.add_parser(
+        "reshard", parents=[shape, workers, resharding, seed, quiet, force], help="global shuffle"
+    )
     p.add_argument("inputs", nargs="+", help="HDF5 files (either format) or folders")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_reshard)
@@ -300,20 +399,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write-checksums", action="store_true")
     mode.add_argument("--verify", action="store_true")
-    p.add_argument("--pattern", action="append", default=None,
-                   help="files to cover when writing (default **/*.hdf5); repeatable")
-    p.add_argument("--force", action="store_true",
-                   help="--write-checksums: replace an existing SHA256SUMS")
+    p.add_argument(
+        "--pattern",
+        action="append",
+        default=None,
+        help="files to cover when writing (default **/*.hdf5); repeatable",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="--write-checksums: replace an existing SHA256SUMS"
+    )
     p.set_defaults(func=cmd_checksums)
     p = sub.add_parser("check-distinct", parents=[shape], help="no two shards alike")
     p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
     p.add_argument("--first-k", type=int, default=16)
     p.set_defaults(func=cmd_check_distinct)
-    p = sub.add_parser("all", parents=[shape, workers, examples, resharding, seed, quiet,
-                                       force],
-                       help="every step")
-    p.add_argument("--train-text", nargs="+", required=True,
-                   help="text shards, or folders of part-* shards")
+    p = sub.add_parser(
+        "all", parents=[shape, workers, examples, resharding, seed, quiet, force], help="every step"
+    )
+    p.add_argument(
+        "--train-text", nargs="+", required=True, help="text shards, or folders of part-* shards"
+    )
     p.add_argument("--eval-text", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES)

@@ -22,6 +22,7 @@ NVIDIA's published value for the 10,000-sample eval set is NVIDIA_EVAL_MD5 (REFE
 prints `<file>\\t<hash>` per file (NVIDIA's .chk form). With --expect (one file): exit 0 when
 the hash matches, 1 when it differs; 2 for a file that cannot be read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,9 +66,11 @@ def _input_ids(path: Path, f: h5py.File) -> h5py.Dataset:
     if not isinstance(ds, h5py.Dataset):
         raise DataError(f"{path}: no input_ids dataset")
     if ds.ndim != 1 or h5py.check_vlen_dtype(ds.dtype) is None:
-        raise DataError(f"{path}: input_ids has shape {ds.shape}, dtype {ds.dtype}; the content "
-                        f"hash is defined on the variable-length format (one vlen row per "
-                        f"sample; convert with prepare_data.py to-varlen)")
+        raise DataError(
+            f"{path}: input_ids has shape {ds.shape}, dtype {ds.dtype}; the content "
+            f"hash is defined on the variable-length format (one vlen row per "
+            f"sample; convert with prepare_data.py to-varlen)"
+        )
     return ds
 
 
@@ -85,8 +88,11 @@ def content_hash(path: str | os.PathLike) -> str:
     path = Path(path)
     with _open(path) as f:
         ds = _input_ids(path, f)
-        digests = [row_digest(row) for start in range(0, len(ds), ROWS_PER_READ)
-                   for row in ds[start:start + ROWS_PER_READ]]
+        digests = [
+            row_digest(row)
+            for start in range(0, len(ds), ROWS_PER_READ)
+            for row in ds[start : start + ROWS_PER_READ]
+        ]
     return combine(digests)
 
 
@@ -105,32 +111,42 @@ def eval_verdict(eval_file: str | os.PathLike, digest: str) -> str:
     """What the eval set's hash says against NVIDIA's published one."""
     count = sample_count(eval_file)
     if count != NVIDIA_EVAL_SAMPLES:
-        return (f"not compared with {NVIDIA_EVAL_SOURCE}: that value is for "
-                f"{NVIDIA_EVAL_SAMPLES:,} samples, this eval set has {count:,}")
+        return (
+            f"not compared with {NVIDIA_EVAL_SOURCE}: that value is for "
+            f"{NVIDIA_EVAL_SAMPLES:,} samples, this eval set has {count:,}"
+        )
     if digest == NVIDIA_EVAL_MD5:
-        return (f"matches {NVIDIA_EVAL_SOURCE}: the eval samples' input_ids, masking included, "
-                f"and their order are the benchmark's")
-    return (f"DIFFERS from {NVIDIA_EVAL_MD5} in {NVIDIA_EVAL_SOURCE}: this eval set is not "
-            f"the benchmark's (check the eval text, vocab, seed and max lengths)")
+        return (
+            f"matches {NVIDIA_EVAL_SOURCE}: the eval samples' input_ids, masking included, "
+            f"and their order are the benchmark's"
+        )
+    return (
+        f"DIFFERS from {NVIDIA_EVAL_MD5} in {NVIDIA_EVAL_SOURCE}: this eval set is not "
+        f"the benchmark's (check the eval text, vocab, seed and max lengths)"
+    )
 
 
-def record_content_hashes(out: str | os.PathLike, eval_file: str | os.PathLike,
-                          workers: int = 1) -> str:
+def record_content_hashes(
+    out: str | os.PathLike, eval_file: str | os.PathLike, workers: int = 1
+) -> str:
     """Hash every prepared file (OUT/train/*.hdf5, OUT/eval/*.hdf5) into OUT/content_md5.chk
     (`<path under OUT>\\t<hash>` lines) and compare the eval set with NVIDIA's value; returns
     the lines to print."""
     out, eval_file = Path(out), Path(eval_file)
     names = data_files(out, PREPARED)
     digests = content_hashes([out / n for n in names], workers)
-    chk = write_text_atomic(out / CHECK_FILE, "".join(f"{n}\t{d}\n" for n, d in
-                                                       zip(names, digests)))
+    chk = write_text_atomic(
+        out / CHECK_FILE, "".join(f"{n}\t{d}\n" for n, d in zip(names, digests))
+    )
     try:
         eval_digest = dict(zip(names, digests))[eval_file.relative_to(out).as_posix()]
     except (ValueError, KeyError):  # an eval file outside OUT/eval
         eval_digest = content_hash(eval_file)
-    return (f"content hashes: {len(names)} files in {chk} (NVIDIA's hdf5_md5 method)\n"
-            f"eval set {eval_file}: content hash {eval_digest}; "
-            f"{eval_verdict(eval_file, eval_digest)}")
+    return (
+        f"content hashes: {len(names)} files in {chk} (NVIDIA's hdf5_md5 method)\n"
+        f"eval set {eval_file}: content hash {eval_digest}; "
+        f"{eval_verdict(eval_file, eval_digest)}"
+    )
 
 
 def expand(paths: Sequence[str]) -> list[Path]:
@@ -149,20 +165,24 @@ def expand(paths: Sequence[str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data.prepare.content_hash",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m data.prepare.content_hash",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("paths", nargs="+", help="variable-length HDF5 files or folders")
     parser.add_argument("--workers", type=int, default=1, help="processes (one file each)")
-    parser.add_argument("--expect", help="a 32-digit hex hash, or nvidia-eval for NVIDIA's "
-                                         "published eval-set value")
+    parser.add_argument(
+        "--expect", help="a 32-digit hex hash, or nvidia-eval for NVIDIA's published eval-set value"
+    )
     args = parser.parse_args(argv)
     try:
         files = expand(args.paths)
         if args.expect is not None and len(files) != 1:
             raise DataError(f"--expect compares one file; {len(files)} given")
-        if args.expect not in (None, "nvidia-eval") and not re.fullmatch(r"[0-9a-fA-F]{32}",
-                                                                         args.expect):
+        if args.expect not in (None, "nvidia-eval") and not re.fullmatch(
+            r"[0-9a-fA-F]{32}", args.expect
+        ):
             raise DataError(f"--expect {args.expect!r}: not 32 hex digits nor nvidia-eval")
         digests = content_hashes(files, args.workers)
     except DataError as err:
@@ -174,8 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     expected = NVIDIA_EVAL_MD5 if args.expect == "nvidia-eval" else args.expect.lower()
     if digests[0] != expected:
-        print(f"error: {files[0]}: content hash {digests[0]} differs from {expected}",
-              file=sys.stderr)
+        print(
+            f"error: {files[0]}: content hash {digests[0]} differs from {expected}", file=sys.stderr
+        )
         return 1
     print(f"{files[0]}: content hash matches {expected}")
     return 0

@@ -6,6 +6,7 @@ come from that shard's documents. Shards run in parallel, one per worker process
 holds one shard's documents and instances at a time. Outputs that exist are skipped, and each
 is written atomically, so an interrupted run is resumed by running it again.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,25 +46,31 @@ def create_examples_file(job: ShardJob) -> tuple[Path, int, float]:
     documents = read_documents(job.text, tokenizer)
     if not documents:
         # The reference writes an empty output here, which training cannot use.
-        raise DataError(f"{job.text}: no sentences (an empty text shard, or every line "
-                        f"tokenizes to nothing)")
+        raise DataError(
+            f"{job.text}: no sentences (an empty text shard, or every line tokenizes to nothing)"
+        )
     rng = random.Random(job.params.random_seed)
     instances = create_instances(documents, job.params, vocab, rng)
     write_fixed(job.output, instances, job.params.max_seq_length, job.params.max_predictions)
     return job.output, len(instances), time.perf_counter() - start
 
 
-def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
-                    vocab_file: str | os.PathLike, params: ExampleParams = ExampleParams(),
-                    workers: int = 1, log=print, show_progress: bool = True) -> list[Path]:
+def create_examples(
+    texts: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    vocab_file: str | os.PathLike,
+    params: ExampleParams = ExampleParams(),
+    workers: int = 1,
+    log=print,
+    show_progress: bool = True,
+) -> list[Path]:
     """All shards into `out_dir`; returns every output path (made now or earlier).
 
     Progress goes to stderr unless `show_progress` is False; the disk check runs first.
     """
     load_tokenizer(vocab_file)  # a bad vocabulary fails here once, before any folder is made
     out = Path(out_dir)
-    jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params)
-            for t in texts]
+    jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params) for t in texts]
     names = [j.output.name for j in jobs]
     if len(set(names)) != len(names):
         raise ValueError("two input shards map to the same output name; rename them")
@@ -71,8 +78,13 @@ def create_examples(texts: Sequence[str | os.PathLike], out_dir: str | os.PathLi
     if len(todo) < len(jobs):
         log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
     text_bytes = {j.output: j.text.stat().st_size for j in todo}
-    check_disk("examples", text_estimate(sum(text_bytes.values()), params.dupe_factor)[0], out,
-               f"{len(todo)} text files, {FIXED_HOW}", show_progress)
+    check_disk(
+        "examples",
+        text_estimate(sum(text_bytes.values()), params.dupe_factor)[0],
+        out,
+        f"{len(todo)} text files, {FIXED_HOW}",
+        show_progress,
+    )
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
     if workers > 1 and len(todo) > 1:

@@ -19,6 +19,7 @@ A step refuses (DiskSpaceError, so `error:` and exit status 2) when the estimate
 does not fit in the free space of the output folder's filesystem, before it writes anything.
 Tests fake the free space with the environment variable BERT_PREPARE_FREE_BYTES (bytes).
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,9 @@ def _pad8(nbytes: np.ndarray | int):
 def varlen_sample_bytes(tokens, predictions):
     """Bytes of variable-length samples with these real token and prediction counts (arrays
     or ints): input_ids int16, segment_ids int8, two int16 prediction fields, an int8 label."""
-    return (4 * VLEN_FIELD_OVERHEAD + _pad8(2 * tokens) + _pad8(tokens)
-            + 2 * _pad8(2 * predictions) + 1)
+    return (
+        4 * VLEN_FIELD_OVERHEAD + _pad8(2 * tokens) + _pad8(tokens) + 2 * _pad8(2 * predictions) + 1
+    )
 
 
 def content_bytes(path: str | os.PathLike) -> int:
@@ -107,14 +109,20 @@ def human(nbytes: float) -> str:
     return f"{nbytes:.1f} TB"
 
 
-def check_disk(step: str, needed: int, folder: str | os.PathLike, how: str,
-               show: bool = True) -> None:
+def check_disk(
+    step: str, needed: int, folder: str | os.PathLike, how: str, show: bool = True
+) -> None:
     """Say what `step` will write; raise DiskSpaceError if it does not fit (see module doc)."""
     free = free_bytes(folder)
     if show:
-        print(f"{step}: will write about {human(needed)} under {folder} ({how}); "
-              f"{human(free)} free", file=sys.stderr, flush=True)
+        print(
+            f"{step}: will write about {human(needed)} under {folder} ({how}); {human(free)} free",
+            file=sys.stderr,
+            flush=True,
+        )
     if needed * (1 + MARGIN) + MARGIN_BYTES > free:
-        raise DiskSpaceError(f"{step}: needs about {human(needed)} plus a "
-                             f"{MARGIN:.0%} + {human(MARGIN_BYTES)} margin under {folder} "
-                             f"({how}), but its filesystem has {human(free)} free")
+        raise DiskSpaceError(
+            f"{step}: needs about {human(needed)} plus a "
+            f"{MARGIN:.0%} + {human(MARGIN_BYTES)} margin under {folder} "
+            f"({how}), but its filesystem has {human(free)} free"
+        )

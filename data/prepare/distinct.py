@@ -3,6 +3,7 @@
 REFERENCE 2, known trap: a data-prep shuffle that wrote identical shards capped MLM accuracy near
 0.62. Hashing the first K samples of every shard catches copies cheaply (a few KB read per file).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,12 @@ def shard_digest(path: Path, first_k: int, max_seq_length: int, max_predictions:
     return samples_digest(read_samples(path, max_seq_length, max_predictions, limit=first_k))
 
 
-def duplicate_groups(files: Sequence[str | os.PathLike], first_k: int = FIRST_K,
-                     max_seq_length: int = 512, max_predictions: int = 76) -> list[list[Path]]:
+def duplicate_groups(
+    files: Sequence[str | os.PathLike],
+    first_k: int = FIRST_K,
+    max_seq_length: int = 512,
+    max_predictions: int = 76,
+) -> list[list[Path]]:
     """Groups of two or more shards whose first `first_k` samples are identical."""
     by_digest: dict[str, list[Path]] = {}
     for path in map(Path, files):

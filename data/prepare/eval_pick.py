@@ -3,6 +3,7 @@
 REFERENCE 2: sample i of the eval set is sample int(i * N / count) of the N processed ones
 (10,000 for MLPerf), written in the variable-length format.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,16 +22,26 @@ def pick_indices(total: int, count: int = EVAL_SAMPLES) -> list[int]:
     return [int(i * total / count) for i in range(count)]
 
 
-def pick_eval(src: str | os.PathLike, dst: str | os.PathLike, count: int = EVAL_SAMPLES,
-              max_seq_length: int = 512, max_predictions: int = 76,
-              show_progress: bool = True) -> Path:
+def pick_eval(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    count: int = EVAL_SAMPLES,
+    max_seq_length: int = 512,
+    max_predictions: int = 76,
+    show_progress: bool = True,
+) -> Path:
     """Read `src` (fixed or variable length), write the picked samples to `dst` atomically.
 
     Cheap next to the other steps, so a rerun redoes it (same bytes) rather than skipping it.
     """
     total = count_samples(src)
-    check_disk("pick-eval", content_bytes(src) * min(count, total) // max(total, 1),
-               Path(dst).parent, f"{count} samples of the source's mean size", show_progress)
+    check_disk(
+        "pick-eval",
+        content_bytes(src) * min(count, total) // max(total, 1),
+        Path(dst).parent,
+        f"{count} samples of the source's mean size",
+        show_progress,
+    )
     samples = load_samples(src, max_seq_length, max_predictions)
     try:
         picked = [samples[i] for i in pick_indices(len(samples), count)]

@@ -10,6 +10,7 @@
 L = max_seq_length (512), P = max_predictions_per_seq (76). Rows are written and read in chunks,
 so memory beyond the samples themselves stays small.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,14 @@ CHUNK_ROWS = 16384
 # Writing
 # --------------------------------------------------------------------------------------------
 
-def write_fixed(path: str | os.PathLike, instances: InstanceSet, max_seq_length: int,
-                max_predictions: int, compression: str | None = "gzip") -> Path:
+
+def write_fixed(
+    path: str | os.PathLike,
+    instances: InstanceSet,
+    max_seq_length: int,
+    max_predictions: int,
+    compression: str | None = "gzip",
+) -> Path:
     """Write `instances` padded to (L, P), atomically. gzip keeps the ~half padding off disk.
 
     Rows go in slabs of CHUNK_ROWS, one h5py call per dataset and slab: the file's bytes
@@ -48,12 +55,16 @@ def write_fixed(path: str | os.PathLike, instances: InstanceSet, max_seq_length:
         raise DataError(f"{path}: no instances to write (empty or unreadable text shard?)")
     n = len(instances)
     shapes = {name: (n, max_seq_length) for name in ("input_ids", "input_mask", "segment_ids")}
-    shapes.update(masked_lm_positions=(n, max_predictions), masked_lm_ids=(n, max_predictions),
-                  next_sentence_labels=(n,))
+    shapes.update(
+        masked_lm_positions=(n, max_predictions),
+        masked_lm_ids=(n, max_predictions),
+        next_sentence_labels=(n,),
+    )
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        datasets = {name: f.create_dataset(name, shape=shapes[name], dtype=dtype,
-                                           compression=compression)
-                    for name, dtype in FIXED_DTYPES.items()}
+        datasets = {
+            name: f.create_dataset(name, shape=shapes[name], dtype=dtype, compression=compression)
+            for name, dtype in FIXED_DTYPES.items()
+        }
         for start in range(0, n, CHUNK_ROWS):
             stop = min(n, start + CHUNK_ROWS)
             rows = instances.padded(start, stop, max_seq_length, max_predictions)
@@ -65,6 +76,7 @@ def write_fixed(path: str | os.PathLike, instances: InstanceSet, max_seq_length:
 # --------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------
+
 
 def is_fixed(path: str | os.PathLike) -> bool:
     """True for the padded format (2-D input_ids), False for the variable-length one."""
@@ -86,16 +98,16 @@ def count_samples(path: str | os.PathLike) -> int:
         raise DataError(f"{path}: cannot read next_sentence_labels ({err})") from None
 
 
-def load_samples(path: str | os.PathLike, max_seq_length: int,
-                 max_predictions: int) -> list[Sample]:
+def load_samples(
+    path: str | os.PathLike, max_seq_length: int, max_predictions: int
+) -> list[Sample]:
     """All samples of a file in either format, validated."""
     if is_fixed(path):
         return read_fixed(path, max_seq_length, max_predictions)
     return read_samples(path, max_seq_length, max_predictions)
 
 
-def read_fixed(path: str | os.PathLike, max_seq_length: int,
-               max_predictions: int) -> list[Sample]:
+def read_fixed(path: str | os.PathLike, max_seq_length: int, max_predictions: int) -> list[Sample]:
     """Samples of a fixed-length file, cut to their real lengths (copies, so the padded
     chunk is freed)."""
     path = Path(path)
@@ -103,31 +115,39 @@ def read_fixed(path: str | os.PathLike, max_seq_length: int,
     with h5py.File(path, "r") as f:
         n = _check_fixed_layout(path, f, max_seq_length, max_predictions)
         for start in range(0, n, CHUNK_ROWS):
-            chunk = {name: f[name][start:start + CHUNK_ROWS] for name in FIXED_DTYPES}
+            chunk = {name: f[name][start : start + CHUNK_ROWS] for name in FIXED_DTYPES}
             samples += _chunk_to_samples(path, chunk, start)
     return samples
 
 
-def _check_fixed_layout(path: Path, f: h5py.File, max_seq_length: int,
-                        max_predictions: int) -> int:
+def _check_fixed_layout(path: Path, f: h5py.File, max_seq_length: int, max_predictions: int) -> int:
     """The sample count, after checking every dataset's dtype and shape."""
     for name, dtype in FIXED_DTYPES.items():
         if name not in f:
-            raise DataError(f"{path}: dataset {name} is missing (fixed-length format needs "
-                            f"{', '.join(FIXED_DTYPES)})")
+            raise DataError(
+                f"{path}: dataset {name} is missing (fixed-length format needs "
+                f"{', '.join(FIXED_DTYPES)})"
+            )
         if not np.issubdtype(f[name].dtype, np.integer):
             raise DataError(f"{path}: dataset {name} has dtype {f[name].dtype}, expected {dtype}")
     n = f["next_sentence_labels"].shape[0]
     width, preds = f["input_ids"].shape[1], f["masked_lm_positions"].shape[1]
-    expected = {"input_ids": (n, width), "input_mask": (n, width), "segment_ids": (n, width),
-                "masked_lm_positions": (n, preds), "masked_lm_ids": (n, preds),
-                "next_sentence_labels": (n,)}
+    expected = {
+        "input_ids": (n, width),
+        "input_mask": (n, width),
+        "segment_ids": (n, width),
+        "masked_lm_positions": (n, preds),
+        "masked_lm_ids": (n, preds),
+        "next_sentence_labels": (n,),
+    }
     for name, shape in expected.items():
         if f[name].shape != shape:
             raise DataError(f"{path}: dataset {name} has shape {f[name].shape}, expected {shape}")
     if width > max_seq_length or preds > max_predictions:
-        raise DataError(f"{path}: rows of {width} tokens / {preds} predictions exceed "
-                        f"max_seq_length={max_seq_length} / max_predictions={max_predictions}")
+        raise DataError(
+            f"{path}: rows of {width} tokens / {preds} predictions exceed "
+            f"max_seq_length={max_seq_length} / max_predictions={max_predictions}"
+        )
     return n
 
 
@@ -136,15 +156,22 @@ def _chunk_to_samples(path: Path, chunk: dict[str, np.ndarray], offset: int) -> 
     if (lengths == 0).any():
         i = int(np.flatnonzero(lengths == 0)[0])
         raise DataError(f"{path}: sample {offset + i}: input_mask has no real token")
-    counts = _prefix_lengths(path, chunk["masked_lm_positions"] != 0, "masked_lm_positions",
-                             offset)
+    counts = _prefix_lengths(path, chunk["masked_lm_positions"] != 0, "masked_lm_positions", offset)
     _check_positions(path, chunk["masked_lm_positions"], counts, lengths, offset)
     ids, seg = chunk["input_ids"], chunk["segment_ids"]
-    pos, mids, labels = chunk["masked_lm_positions"], chunk["masked_lm_ids"], \
-        chunk["next_sentence_labels"]
+    pos, mids, labels = (
+        chunk["masked_lm_positions"],
+        chunk["masked_lm_ids"],
+        chunk["next_sentence_labels"],
+    )
     return [
-        Sample(ids[i, :l].astype(np.int16), seg[i, :l].astype(np.int8),
-               pos[i, :m].astype(np.int16), mids[i, :m].astype(np.int16), int(labels[i]))
+        Sample(
+            ids[i, :l].astype(np.int16),
+            seg[i, :l].astype(np.int8),
+            pos[i, :m].astype(np.int16),
+            mids[i, :m].astype(np.int16),
+            int(labels[i]),
+        )
         for i, (l, m) in enumerate(zip(lengths.tolist(), counts.tolist()))
     ]
 
@@ -155,16 +182,21 @@ def _prefix_lengths(path: Path, valid: np.ndarray, name: str, offset: int) -> np
     prefix = np.arange(valid.shape[1])[None, :] < counts[:, None]
     bad = np.flatnonzero((valid != prefix).any(axis=1))
     if bad.size:
-        raise DataError(f"{path}: sample {offset + int(bad[0])}: {name} is not a prefix of "
-                        f"non-zero entries followed by zero padding")
+        raise DataError(
+            f"{path}: sample {offset + int(bad[0])}: {name} is not a prefix of "
+            f"non-zero entries followed by zero padding"
+        )
     return counts
 
 
-def _check_positions(path: Path, positions: np.ndarray, counts: np.ndarray,
-                     lengths: np.ndarray, offset: int) -> None:
+def _check_positions(
+    path: Path, positions: np.ndarray, counts: np.ndarray, lengths: np.ndarray, offset: int
+) -> None:
     valid = np.arange(positions.shape[1])[None, :] < counts[:, None]
     outside = valid & ((positions < 0) | (positions >= lengths[:, None]))
     bad = np.flatnonzero(outside.any(axis=1))
     if bad.size:
-        raise DataError(f"{path}: sample {offset + int(bad[0])}: masked_lm_positions holds a "
-                        f"position outside its sequence of length {lengths[bad[0]]}")
+        raise DataError(
+            f"{path}: sample {offset + int(bad[0])}: masked_lm_positions holds a "
+            f"position outside its sequence of length {lengths[bad[0]]}"
+        )

@@ -22,6 +22,7 @@ Both halves stay in this one file on purpose: numba's cache of a compiled functi
 its own source file only, so a generator in another file could change without the cached
 instance loop noticing.
 """
+
 from __future__ import annotations
 
 import random
@@ -156,9 +157,21 @@ RANDOM_DOC_TRIES = 10
 
 
 @njit(cache=True)
-def create(text, sentence_starts, doc_starts, max_seq_length, max_predictions,
-           masked_lm_prob, short_seq_prob, dupe_factor, vocab_size, cls_id, sep_id, mask_id,
-           state):
+def create(
+    text,
+    sentence_starts,
+    doc_starts,
+    max_seq_length,
+    max_predictions,
+    masked_lm_prob,
+    short_seq_prob,
+    dupe_factor,
+    vocab_size,
+    cls_id,
+    sep_id,
+    mask_id,
+    state,
+):
     """create_training_instances after tokenizing, on instances.flatten's arrays; returns
     the flat instance arrays (InstanceSet's fields, in creation order) and the final order."""
     n_docs = len(doc_starts) - 1
@@ -185,14 +198,47 @@ def create(text, sentence_starts, doc_starts, max_seq_length, max_predictions,
             positions = _room(positions, masked, sentences * max_predictions)
             ids = _room(ids, masked, sentences * max_predictions)
             n, used, masked = _document(
-                text, sentence_starts, doc_starts, order, index, max_seq_length,
-                max_predictions, masked_lm_prob, short_seq_prob, vocab_size, cls_id, sep_id,
-                mask_id, state, tokens, offset, length, len_a, nsp, positions, ids,
-                mask_offset, mask_count, n, used, masked)
+                text,
+                sentence_starts,
+                doc_starts,
+                order,
+                index,
+                max_seq_length,
+                max_predictions,
+                masked_lm_prob,
+                short_seq_prob,
+                vocab_size,
+                cls_id,
+                sep_id,
+                mask_id,
+                state,
+                tokens,
+                offset,
+                length,
+                len_a,
+                nsp,
+                positions,
+                ids,
+                mask_offset,
+                mask_count,
+                n,
+                used,
+                masked,
+            )
     final = np.arange(n)
     shuffle(state, final)  # rng.shuffle(instances)
-    return (tokens[:used], offset[:n], length[:n], len_a[:n], nsp[:n], positions[:masked],
-            ids[:masked], mask_offset[:n], mask_count[:n], final)
+    return (
+        tokens[:used],
+        offset[:n],
+        length[:n],
+        len_a[:n],
+        nsp[:n],
+        positions[:masked],
+        ids[:masked],
+        mask_offset[:n],
+        mask_count[:n],
+        final,
+    )
 
 
 @njit(cache=True)
@@ -214,10 +260,34 @@ def _copy(source, lo, hi, target, at):
 
 
 @njit(cache=True)
-def _document(text, sentence_starts, doc_starts, order, index, max_seq_length,
-              max_predictions, masked_lm_prob, short_seq_prob, vocab_size, cls_id, sep_id,
-              mask_id, state, tokens, offset, length, len_a, nsp, positions, ids,
-              mask_offset, mask_count, n, used, masked):
+def _document(
+    text,
+    sentence_starts,
+    doc_starts,
+    order,
+    index,
+    max_seq_length,
+    max_predictions,
+    masked_lm_prob,
+    short_seq_prob,
+    vocab_size,
+    cls_id,
+    sep_id,
+    mask_id,
+    state,
+    tokens,
+    offset,
+    length,
+    len_a,
+    nsp,
+    positions,
+    ids,
+    mask_offset,
+    mask_count,
+    n,
+    used,
+    masked,
+):
     """The instances of document `index` (of the shuffled list), appended at n / used /
     masked; returns the new counts."""
     first = doc_starts[order[index]]
@@ -237,16 +307,26 @@ def _document(text, sentence_starts, doc_starts, order, index, max_seq_length,
             # `or` short-circuits: a one-segment chunk draws nothing here, as in the reference.
             is_random = segments == 1 or uniform(state) < NSP_RANDOM_PROB
             if is_random:
-                b_lo, b_hi = _random_next(sentence_starts, doc_starts, order, index,
-                                          target - (a_hi - a_lo), state)
+                b_lo, b_hi = _random_next(
+                    sentence_starts, doc_starts, order, index, target - (a_hi - a_lo), state
+                )
                 i -= segments - split  # the unused segments start the next chunk
             else:
                 b_lo, b_hi = a_hi, sentence_starts[i + 1]
             a_lo, a_hi, b_lo, b_hi = _truncate(a_lo, a_hi, b_lo, b_hi, max_tokens, state)
             size = _write_pair(text, a_lo, a_hi, b_lo, b_hi, cls_id, sep_id, tokens, used)
-            count = _mask(tokens[used:used + size], max_predictions, masked_lm_prob,
-                          vocab_size, cls_id, sep_id, mask_id, state,
-                          positions[masked:], ids[masked:])
+            count = _mask(
+                tokens[used : used + size],
+                max_predictions,
+                masked_lm_prob,
+                vocab_size,
+                cls_id,
+                sep_id,
+                mask_id,
+                state,
+                positions[masked:],
+                ids[masked:],
+            )
             offset[n], length[n], len_a[n], nsp[n] = used, size, a_hi - a_lo, is_random
             mask_offset[n], mask_count[n] = masked, count
             n, used, masked = n + 1, used + size, masked + count
@@ -311,8 +391,18 @@ def mask_count_for(length, max_predictions, masked_lm_prob):
 
 
 @njit(cache=True)
-def _mask(tokens, max_predictions, masked_lm_prob, vocab_size, cls_id, sep_id, mask_id,
-          state, positions, ids):
+def _mask(
+    tokens,
+    max_predictions,
+    masked_lm_prob,
+    vocab_size,
+    cls_id,
+    sep_id,
+    mask_id,
+    state,
+    positions,
+    ids,
+):
     """BERT masking of one instance in place; its positions (ascending) and original ids go
     to positions[:m] / ids[:m]; returns m. Each chosen token becomes [MASK] (80%), stays
     (10%) or becomes a random id of the whole vocabulary (10%)."""
@@ -349,9 +439,23 @@ def _mask(tokens, max_predictions, masked_lm_prob, vocab_size, cls_id, sep_id, m
 # The fixed-length rows
 # --------------------------------------------------------------------------------------------
 
+
 @njit(cache=True)
-def pad_rows(tokens, offset, length, len_a, masked_positions, masked_ids, mask_offset,
-             mask_count, input_ids, input_mask, segment_ids, positions, ids):
+def pad_rows(
+    tokens,
+    offset,
+    length,
+    len_a,
+    masked_positions,
+    masked_ids,
+    mask_offset,
+    mask_count,
+    input_ids,
+    input_mask,
+    segment_ids,
+    positions,
+    ids,
+):
     """Row r of InstanceSet's arrays into row r of the zeroed (n, L) and (n, P) outputs:
     its tokens, 1 on each, segment 1 after [CLS] A [SEP], its mask positions and ids."""
     for r in range(len(offset)):

@@ -14,6 +14,7 @@ The draws depend on each other (a rejected draw shifts every later one), so the 
 as one compiled loop over the documents with Python's generator carried along (instance_loop.py,
 numba), which also lays out the padded rows.
 """
+
 from __future__ import annotations
 
 import random
@@ -64,8 +65,9 @@ class InstanceSet:
     def __len__(self) -> int:
         return len(self.offset)
 
-    def padded(self, start: int, stop: int, max_seq_length: int, max_predictions: int,
-               id_dtype=np.int16) -> dict[str, np.ndarray]:
+    def padded(
+        self, start: int, stop: int, max_seq_length: int, max_predictions: int, id_dtype=np.int16
+    ) -> dict[str, np.ndarray]:
         """Rows start..stop as zero-padded arrays: input_ids (n, L) `id_dtype`, input_mask,
         segment_ids (n, L) int8, masked_lm_positions, masked_lm_ids (n, P) `id_dtype`,
         next_sentence_labels (n,) int8. Ids and positions must fit `id_dtype`."""
@@ -73,22 +75,36 @@ class InstanceSet:
 
         rows = slice(start, stop)
         n = len(self.offset[rows])
-        out = {"input_ids": np.zeros((n, max_seq_length), id_dtype),
-               "input_mask": np.zeros((n, max_seq_length), np.int8),
-               "segment_ids": np.zeros((n, max_seq_length), np.int8),
-               "masked_lm_positions": np.zeros((n, max_predictions), id_dtype),
-               "masked_lm_ids": np.zeros((n, max_predictions), id_dtype),
-               "next_sentence_labels": self.is_random_next[rows].astype(np.int8)}
+        out = {
+            "input_ids": np.zeros((n, max_seq_length), id_dtype),
+            "input_mask": np.zeros((n, max_seq_length), np.int8),
+            "segment_ids": np.zeros((n, max_seq_length), np.int8),
+            "masked_lm_positions": np.zeros((n, max_predictions), id_dtype),
+            "masked_lm_ids": np.zeros((n, max_predictions), id_dtype),
+            "next_sentence_labels": self.is_random_next[rows].astype(np.int8),
+        }
         # One pass per row in compiled code: a third of the time of numpy's masked writes.
-        pad_rows(self.tokens, self.offset[rows], self.length[rows], self.len_a[rows],
-                 self.masked_positions, self.masked_ids, self.mask_offset[rows],
-                 self.mask_count[rows], out["input_ids"], out["input_mask"],
-                 out["segment_ids"], out["masked_lm_positions"], out["masked_lm_ids"])
+        pad_rows(
+            self.tokens,
+            self.offset[rows],
+            self.length[rows],
+            self.len_a[rows],
+            self.masked_positions,
+            self.masked_ids,
+            self.mask_offset[rows],
+            self.mask_count[rows],
+            out["input_ids"],
+            out["input_mask"],
+            out["segment_ids"],
+            out["masked_lm_positions"],
+            out["masked_lm_ids"],
+        )
         return out
 
 
-def create_instances(documents: list[Document], params: ExampleParams, vocab: Vocab,
-                     rng: random.Random) -> InstanceSet:
+def create_instances(
+    documents: list[Document], params: ExampleParams, vocab: Vocab, rng: random.Random
+) -> InstanceSet:
     """All instances of one shard's documents (empty ones dropped first, as the reference
     does). `rng` ends where the reference's generator would; `documents` is not changed."""
     # numba and the compiled code load on first use, not for the command line's parsing.
@@ -98,14 +114,34 @@ def create_instances(documents: list[Document], params: ExampleParams, vocab: Vo
     if len(doc_starts) > 1 << 31 or (np.diff(sentence_starts) == 0).any():
         raise ValueError("a shard needs fewer than 2**31 documents and no empty sentence")
     state = take_state(rng)
-    made = create(text, sentence_starts, doc_starts, params.max_seq_length,
-                  params.max_predictions, params.masked_lm_prob, params.short_seq_prob,
-                  params.dupe_factor, vocab.size, vocab.cls_id, vocab.sep_id, vocab.mask_id,
-                  state)
+    made = create(
+        text,
+        sentence_starts,
+        doc_starts,
+        params.max_seq_length,
+        params.max_predictions,
+        params.masked_lm_prob,
+        params.short_seq_prob,
+        params.dupe_factor,
+        vocab.size,
+        vocab.cls_id,
+        vocab.sep_id,
+        vocab.mask_id,
+        state,
+    )
     give_state(rng, state)
     tokens, offset, length, len_a, nsp, positions, ids, mask_offset, mask_count, final = made
-    return InstanceSet(tokens, offset[final], length[final], len_a[final], nsp[final] != 0,
-                       positions, ids, mask_offset[final], mask_count[final])
+    return InstanceSet(
+        tokens,
+        offset[final],
+        length[final],
+        len_a[final],
+        nsp[final] != 0,
+        positions,
+        ids,
+        mask_offset[final],
+        mask_count[final],
+    )
 
 
 def load_compiled_code() -> None:
@@ -113,8 +149,9 @@ def load_compiled_code() -> None:
     a machine (about 5 s of CPU; numba caches it beside the source). A parent calls this
     before starting workers, so that they load the cache instead of each compiling."""
     vocab = Vocab(size=8, cls_id=1, sep_id=2, mask_id=3)
-    made = create_instances([[np.array([5, 6, 7], np.int32)]], ExampleParams(), vocab,
-                            random.Random(0))
+    made = create_instances(
+        [[np.array([5, 6, 7], np.int32)]], ExampleParams(), vocab, random.Random(0)
+    )
     made.padded(0, 1, 8, 1)
 
 

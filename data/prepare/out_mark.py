@@ -12,6 +12,7 @@ checks its --out (`check_out`):
 --force takes the folder as is. The mark is written by `mark_out` once the step is done, so a
 refused or failed step leaves nothing behind that it did not already write.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,13 @@ def _wanted(step: str, settings: dict) -> dict:
     return {"format": MARK_FORMAT, "step": step, "settings": _plain(settings)}
 
 
-def check_out(out: str | os.PathLike, step: str, settings: dict, own: Callable[[str], bool],
-              force: bool = False) -> None:
+def check_out(
+    out: str | os.PathLike,
+    step: str,
+    settings: dict,
+    own: Callable[[str], bool],
+    force: bool = False,
+) -> None:
     """Refuse (ConfigError) an --out holding files that are not this step's (module doc)."""
     folder = Path(out)
     if force or not folder.exists():
@@ -49,17 +55,22 @@ def check_out(out: str | os.PathLike, step: str, settings: dict, own: Callable[[
     mark, wanted = read_mark(folder), _wanted(step, settings)
     if mark is not None:
         if mark != wanted:
-            raise ConfigError(f"--out {out}: was written by `{mark.get('step')}` with other "
-                              f"settings ({_first_difference(mark, wanted)}); "
-                              f"name another folder, or pass --force to use it as is")
+            raise ConfigError(
+                f"--out {out}: was written by `{mark.get('step')}` with other "
+                f"settings ({_first_difference(mark, wanted)}); "
+                f"name another folder, or pass --force to use it as is"
+            )
         return
-    foreign = sorted(p.name for p in folder.iterdir()
-                     if not p.name.startswith(".") and not own(p.name))
+    foreign = sorted(
+        p.name for p in folder.iterdir() if not p.name.startswith(".") and not own(p.name)
+    )
     if foreign:
-        raise ConfigError(f"--out {out}: holds files this step does not write "
-                          f"({', '.join(foreign[:3])}); a resumed step takes files under its "
-                          f"outputs' names as done: name a new or empty folder, or pass --force "
-                          f"to use it as is")
+        raise ConfigError(
+            f"--out {out}: holds files this step does not write "
+            f"({', '.join(foreign[:3])}); a resumed step takes files under its "
+            f"outputs' names as done: name a new or empty folder, or pass --force "
+            f"to use it as is"
+        )
 
 
 def mark_out(out: str | os.PathLike, step: str, settings: dict) -> None:
@@ -77,5 +88,5 @@ def _first_difference(saved: dict, wanted: dict) -> str:
         return f"that step was {saved.get('step')}, this is {wanted['step']}"
     old, new = saved.get("settings") or {}, wanted["settings"]
     key = next((k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)), "?")
-    shorten = (lambda v: (s if len(s := str(v)) <= 80 else s[:77] + "..."))
+    shorten = lambda v: s if len(s := str(v)) <= 80 else s[:77] + "..."
     return f"{key}: {shorten(old.get(key))} there, {shorten(new.get(key))} now"

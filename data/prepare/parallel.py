@@ -1,4 +1,5 @@
 """Process-parallel map over files, one file per task so memory stays bounded per worker."""
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -25,8 +26,12 @@ def _indexed(job: tuple[Callable, int, object]) -> tuple[int, object, Exception 
         return index, None, err
 
 
-def run_parallel(fn: Callable[[T], R], tasks: Iterable[T], workers: int,
-                 on_result: Callable[[R], None] | None = None) -> list[R]:
+def run_parallel(
+    fn: Callable[[T], R],
+    tasks: Iterable[T],
+    workers: int,
+    on_result: Callable[[R], None] | None = None,
+) -> list[R]:
     """[fn(t) for t in tasks], in order, on `workers` processes (in-process when workers <= 1).
 
     `on_result` is called with each result as soon as its task finishes (in finishing order),

@@ -5,6 +5,7 @@ One line per finished file, or fewer when files finish faster than `min_interval
 work is what the step says a file costs (its text bytes, its samples), so uneven files do not
 skew it. stdout is left to the steps' result lines.
 """
+
 from __future__ import annotations
 
 import sys
@@ -25,9 +26,15 @@ def duration(seconds: float) -> str:
 class Progress:
     """Counts finished files of one step and prints a line for each (see the module doc)."""
 
-    def __init__(self, step: str, total_files: int, total_work: float | None = None,
-                 enabled: bool = True, stream: TextIO | None = None,
-                 min_interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        step: str,
+        total_files: int,
+        total_work: float | None = None,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        min_interval: float = 0.0,
+    ) -> None:
         self.step, self.total_files = step, total_files
         self.total_work = float(total_work if total_work is not None else total_files)
         self.enabled, self.stream, self.min_interval = enabled, stream, min_interval
@@ -50,8 +57,10 @@ class Progress:
         left = self.total_work - self.work
         eta = elapsed * left / self.work if self.work > 0 else float("nan")
         eta_text = duration(eta) if eta == eta else "?"
-        return (f"{self.step}: {self.files}/{self.total_files} files, {self.samples:,} samples, "
-                f"{rate:,.0f} samples/s, {duration(elapsed)} elapsed, ETA {eta_text}")
+        return (
+            f"{self.step}: {self.files}/{self.total_files} files, {self.samples:,} samples, "
+            f"{rate:,.0f} samples/s, {duration(elapsed)} elapsed, ETA {eta_text}"
+        )
 
     def _print(self, elapsed: float) -> None:
         if self.enabled:

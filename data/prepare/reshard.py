@@ -18,6 +18,7 @@ samples) in pass 2. The result does not depend on the bucket size or the worker 
 resumes: pass 1 skips inputs with a done-marker, pass 2 skips outputs that exist; the plan is
 stored so that a rerun with other inputs or parameters is refused instead of mixing the two.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,9 +80,15 @@ class ReshardPlan:
         return targets
 
 
-def make_plan(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, num_shards: int,
-              seed: int, shards_per_bucket: int, max_seq_length: int,
-              max_predictions: int) -> ReshardPlan:
+def make_plan(
+    inputs: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    num_shards: int,
+    seed: int,
+    shards_per_bucket: int,
+    max_seq_length: int,
+    max_predictions: int,
+) -> ReshardPlan:
     if num_shards < 1 or shards_per_bucket < 1:
         raise ValueError("num_shards and shards_per_bucket must be >= 1")
     paths = [str(Path(p).resolve()) for p in inputs]
@@ -90,21 +97,32 @@ def make_plan(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, n
     counts = tuple(count_samples(p) for p in paths)
     if sum(counts) < num_shards:
         raise DataError(f"reshard: {sum(counts)} samples cannot fill {num_shards} shards")
-    return ReshardPlan(tuple(paths), counts, num_shards, seed, min(shards_per_bucket, num_shards),
-                       max_seq_length, max_predictions, str(Path(out_dir).resolve()))
+    return ReshardPlan(
+        tuple(paths),
+        counts,
+        num_shards,
+        seed,
+        min(shards_per_bucket, num_shards),
+        max_seq_length,
+        max_predictions,
+        str(Path(out_dir).resolve()),
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # The two passes
 # --------------------------------------------------------------------------------------------
 
+
 def split_input(task: tuple[ReshardPlan, int]) -> int:
     """Pass 1 for one input: its pieces, then its done-marker. Returns the samples read."""
     plan, index = task
     samples = load_samples(plan.inputs[index], plan.max_seq_length, plan.max_predictions)
     if len(samples) != plan.counts[index]:
-        raise DataError(f"{plan.inputs[index]}: holds {len(samples)} samples, the plan counted "
-                        f"{plan.counts[index]} (file changed during the run?)")
+        raise DataError(
+            f"{plan.inputs[index]}: holds {len(samples)} samples, the plan counted "
+            f"{plan.counts[index]} (file changed during the run?)"
+        )
     targets = plan.targets(index)
     buckets = targets // plan.shards_per_bucket
     for bucket in np.unique(buckets).tolist():
@@ -140,13 +158,22 @@ def assemble_bucket(task: tuple[ReshardPlan, int]) -> tuple[list[Path], int]:
     return written, count
 
 
-def reshard(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, num_shards: int,
-            seed: int = 12345, shards_per_bucket: int = 32, max_seq_length: int = 512,
-            max_predictions: int = 76, workers: int = 1, log=print,
-            show_progress: bool = True) -> list[Path]:
+def reshard(
+    inputs: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    num_shards: int,
+    seed: int = 12345,
+    shards_per_bucket: int = 32,
+    max_seq_length: int = 512,
+    max_predictions: int = 76,
+    workers: int = 1,
+    log=print,
+    show_progress: bool = True,
+) -> list[Path]:
     """Write `num_shards` part_XXXXX_of_NNNNN.hdf5 shards of `inputs` (either format)."""
-    plan = make_plan(inputs, out_dir, num_shards, seed, shards_per_bucket, max_seq_length,
-                     max_predictions)
+    plan = make_plan(
+        inputs, out_dir, num_shards, seed, shards_per_bucket, max_seq_length, max_predictions
+    )
     out = Path(plan.out_dir)
     outputs = [plan.output(j) for j in range(num_shards)]
     if _finished(plan):
@@ -159,10 +186,12 @@ def reshard(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, num
     _claim(plan, outputs)
     for folder in [out, *(out / TMP_NAME).glob("bucket_*")]:
         remove_stale_temps(folder)
-    split = Progress("reshard split", len(pending), sum(plan.counts[i] for i in pending),
-                     show_progress)
-    run_parallel(split_input, [(plan, i) for i in pending], workers,
-                 lambda count: split.done(count, count))
+    split = Progress(
+        "reshard split", len(pending), sum(plan.counts[i] for i in pending), show_progress
+    )
+    run_parallel(
+        split_input, [(plan, i) for i in pending], workers, lambda count: split.done(count, count)
+    )
     log(f"reshard: split {len(pending)} inputs into {plan.num_buckets} buckets")
     buckets = sorted({j // plan.shards_per_bucket for j in missing})
     assemble = Progress("reshard assemble", len(missing), len(missing), show_progress)
@@ -184,9 +213,14 @@ def _check_space(plan: ReshardPlan, pending: list[int], missing: int, show: bool
     content = [content_bytes(p) for p in plan.inputs]
     pieces = sum(content[i] + 8 * plan.counts[i] for i in pending)
     shards = sum(content) * missing // plan.num_shards
-    check_disk("reshard", pieces + shards, plan.out_dir,
-               f"{len(pending)} inputs split into pieces and {missing} shards written, "
-               f"each the variable-length size of its samples", show)
+    check_disk(
+        "reshard",
+        pieces + shards,
+        plan.out_dir,
+        f"{len(pending)} inputs split into pieces and {missing} shards written, "
+        f"each the variable-length size of its samples",
+        show,
+    )
 
 
 def _finished(plan: ReshardPlan) -> bool:
@@ -194,8 +228,10 @@ def _finished(plan: ReshardPlan) -> bool:
     if not record.exists():
         return False
     if json.loads(record.read_text()) != json.loads(json.dumps(asdict(plan))):
-        raise DataError(f"{record}: {plan.out_dir} was resharded from other inputs or "
-                        f"parameters; use an empty folder")
+        raise DataError(
+            f"{record}: {plan.out_dir} was resharded from other inputs or "
+            f"parameters; use an empty folder"
+        )
     return True
 
 
@@ -205,11 +241,15 @@ def _claim(plan: ReshardPlan, outputs: list[Path]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     foreign = sorted(set(out.glob(SHARD_GLOB)) - set(outputs))
     if foreign:
-        raise DataError(f"{out}: holds shards this reshard would not write ({foreign[0].name}); "
-                        f"use an empty folder")
+        raise DataError(
+            f"{out}: holds shards this reshard would not write ({foreign[0].name}); "
+            f"use an empty folder"
+        )
     stored = out / TMP_NAME / PLAN_NAME
     current = json.dumps(asdict(plan), indent=1)
     if stored.exists() and stored.read_text() != current:
-        raise DataError(f"{stored}: an interrupted reshard with other inputs or parameters; "
-                        f"delete {out} (or its {TMP_NAME}) to start over")
+        raise DataError(
+            f"{stored}: an interrupted reshard with other inputs or parameters; "
+            f"delete {out} (or its {TMP_NAME}) to start over"
+        )
     write_text_atomic(stored, current)

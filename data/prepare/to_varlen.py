@@ -1,4 +1,5 @@
 """Fixed-length (padded) HDF5 -> the variable-length format training reads, file by file."""
+
 from __future__ import annotations
 
 import os
@@ -28,17 +29,29 @@ def convert_file(job: ConvertJob) -> tuple[Path, int]:
     return job.dst, len(samples)
 
 
-def to_varlen(inputs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
-              max_seq_length: int = 512, max_predictions: int = 76, workers: int = 1,
-              log=print, show_progress: bool = True) -> list[Path]:
+def to_varlen(
+    inputs: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    max_seq_length: int = 512,
+    max_predictions: int = 76,
+    workers: int = 1,
+    log=print,
+    show_progress: bool = True,
+) -> list[Path]:
     """Each input to a same-named file in `out_dir`; existing outputs are skipped."""
     out = Path(out_dir)
-    jobs = [ConvertJob(Path(p), out / Path(p).name, max_seq_length, max_predictions)
-            for p in inputs]
+    jobs = [
+        ConvertJob(Path(p), out / Path(p).name, max_seq_length, max_predictions) for p in inputs
+    ]
     todo = [j for j in jobs if not j.dst.exists()]
     sizes = {j.dst: content_bytes(j.src) for j in todo}
-    check_disk("to-varlen", sum(sizes.values()), out,
-               f"{len(todo)} files, their samples' real tokens", show_progress)
+    check_disk(
+        "to-varlen",
+        sum(sizes.values()),
+        out,
+        f"{len(todo)} files, their samples' real tokens",
+        show_progress,
+    )
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
     progress = Progress("to-varlen", len(todo), sum(sizes.values()), show_progress)

@@ -7,6 +7,7 @@ this module against a plain statement of it on every code point and on random te
 Input format (REFERENCE 2, the MLCommons cleaned Wikipedia shards): one sentence per line,
 documents separated by blank lines.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,7 @@ class WordPiece:
 
     def token_ids(self, token: str) -> tuple[int, ...]:
         """The ids of one whitespace-separated token: a pure function of the token."""
-        return tuple(chain.from_iterable(map(self.word_cache.__getitem__,
-                                             token_pieces(token))))
+        return tuple(chain.from_iterable(map(self.word_cache.__getitem__, token_pieces(token))))
 
     def word_ids(self, word: str) -> tuple[int, ...]:
         """Greedy longest match; a word over the limit, or with an unmatched rest, is [UNK]."""
@@ -108,9 +108,10 @@ def split_lines(data: bytes, path: Path, what: str) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        raise DataError(f"{path}: {what} is not UTF-8 text (line {line}: "
-                        f"{data[err.start:err.start + 4]!r}); the reference stops on it too"
-                        ) from None
+        raise DataError(
+            f"{path}: {what} is not UTF-8 text (line {line}: "
+            f"{data[err.start : err.start + 4]!r}); the reference stops on it too"
+        ) from None
     lines = text.split("\n")
     if lines[-1] == "":  # a final '\n' ends the last line; it does not start another
         lines.pop()
@@ -129,13 +130,17 @@ def load_tokenizer(vocab_file: str | os.PathLike) -> tuple[WordPiece, Vocab]:
         if token in ids:
             # The reference would map the token to its last line but draw random words from
             # the distinct ones, so ids and random replacements would shift: refuse instead.
-            raise DataError(f"{path}: line {number + 1} repeats token {token!r} of line "
-                            f"{ids[token] + 1}; expected one token per line, each once")
+            raise DataError(
+                f"{path}: line {number + 1} repeats token {token!r} of line "
+                f"{ids[token] + 1}; expected one token per line, each once"
+            )
         ids[token] = number
     for token in SPECIAL_TOKENS:
         if token not in ids:
-            raise DataError(f"{path}: vocabulary has no {token} token (needs "
-                            f"{', '.join(SPECIAL_TOKENS)}); expected BERT's vocab.txt")
+            raise DataError(
+                f"{path}: vocabulary has no {token} token (needs "
+                f"{', '.join(SPECIAL_TOKENS)}); expected BERT's vocab.txt"
+            )
     if len(ids) > MAX_VOCAB:
         raise DataError(f"{path}: vocabulary size {len(ids)} exceeds {MAX_VOCAB} (ids are int16)")
     vocab = Vocab(len(ids), ids["[CLS]"], ids["[SEP]"], ids["[MASK]"])

@@ -3,6 +3,7 @@
 `SOURCES` maps a balancing strategy's `source` (data/order/strategies.py) to the stream that
 draws each rank's raw local batch; the bucketed stream of the curricula is bucket_queues.py.
 """
+
 from data.sources.shard_stream import ShardStream
 from data.sources.stratified import StratifiedStream
 

@@ -4,6 +4,7 @@ rank's shards, each drawn from when the curriculum (data/order/curriculum.py) pi
 The rules of buckets and passes are data/order/bucketing.py's; `BucketStream` streams them
 from the shards, so memory stays a few shards whatever the data size.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -25,10 +26,12 @@ class _BucketShardStream(ShardStream):
     def _check_not_starved(self, empty_shards: int) -> None:
         if empty_shards > len(self.files):
             lo, hi = self.length_range
-            raise DataError(f"{self.files[0].parent}: rank {self.rank} found no sample of length "
-                            f"in ({lo}, {hi}] in {empty_shards} shards in a row: that length "
-                            f"bucket is empty; merge it with a neighbour "
-                            f"(data.bucket_boundaries)")
+            raise DataError(
+                f"{self.files[0].parent}: rank {self.rank} found no sample of length "
+                f"in ({lo}, {hi}] in {empty_shards} shards in a row: that length "
+                f"bucket is empty; merge it with a neighbour "
+                f"(data.bucket_boundaries)"
+            )
 
 
 class BucketQueue:
@@ -67,27 +70,33 @@ class BucketQueue:
         # fewer than n distinct samples per epoch would defer without end
         if len(self.deferred) >= n:
             lo, hi = self.stream.length_range
-            raise DataError(f"rank {self.stream.rank}: length bucket ({lo}, {hi}] holds fewer "
-                            f"than {n} samples (the local batch) on this rank's shards; merge "
-                            f"it with a neighbour (data.bucket_boundaries)")
+            raise DataError(
+                f"rank {self.stream.rank}: length bucket ({lo}, {hi}] holds fewer "
+                f"than {n} samples (the local batch) on this rank's shards; merge "
+                f"it with a neighbour (data.bucket_boundaries)"
+            )
         self.deferred.append((sample, f, i))
 
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self.stream.state_dict(),
-                "deferred": [[f, i] for _, f, i in self.deferred]}
+        return {
+            "position": self.stream.state_dict(),
+            "deferred": [[f, i] for _, f, i in self.deferred],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state["position"])
-        self.deferred = [(self._fetch(int(f), int(i)), int(f), int(i))
-                         for f, i in state["deferred"]]
+        self.deferred = [
+            (self._fetch(int(f), int(i)), int(f), int(i)) for f, i in state["deferred"]
+        ]
 
     def _fetch(self, f: int, i: int) -> Sample:
         """Sample i of file f (a deferred sample after a resume: read again by its origin)."""
         shard = self.stream.loader.get(self.stream.epoch, f)
         hits = np.flatnonzero(shard.index == i)
         if hits.size != 1:
-            raise ValueError(f"bucket {self.bucket} state: {self.stream.files[f]} has no "
-                             f"sample {i}")
+            raise ValueError(
+                f"bucket {self.bucket} state: {self.stream.files[f]} has no sample {i}"
+            )
         return shard.samples[int(hits[0])]
 
 
@@ -102,23 +111,48 @@ class BucketStream:
     position (plus deferred samples) per bucket: exact resume.
     """
 
-    def __init__(self, files: Sequence[str | Path], rank: int, world_size: int, seed: int,
-                 max_seq_length: int, max_predictions: int, boundaries: Sequence[int],
-                 vocab_size: int | None = None):
+    def __init__(
+        self,
+        files: Sequence[str | Path],
+        rank: int,
+        world_size: int,
+        seed: int,
+        max_seq_length: int,
+        max_predictions: int,
+        boundaries: Sequence[int],
+        vocab_size: int | None = None,
+    ):
         self.edges = check_boundaries(boundaries)
         if self.edges[-1] != max_seq_length:
-            raise ValueError(f"bucket boundaries {self.edges.tolist()} must end at "
-                             f"max_seq_length={max_seq_length}")
+            raise ValueError(
+                f"bucket boundaries {self.edges.tolist()} must end at "
+                f"max_seq_length={max_seq_length}"
+            )
         files = [Path(p) for p in files]
-        read = partial(read_samples, max_seq_length=max_seq_length,
-                       max_predictions=max_predictions, vocab_size=vocab_size)
+        read = partial(
+            read_samples,
+            max_seq_length=max_seq_length,
+            max_predictions=max_predictions,
+            vocab_size=vocab_size,
+        )
         self.loader = ShardLoader(files, seed, read, capacity=2 * self.edges.size)
         lows = [0, *self.edges[:-1].tolist()]
         self.queues = [
-            BucketQueue(_BucketShardStream(files, rank, world_size, seed, max_seq_length,
-                                           max_predictions, length_range=(lo, int(hi)),
-                                           loader=self.loader), b)
-            for b, (lo, hi) in enumerate(zip(lows, self.edges))]
+            BucketQueue(
+                _BucketShardStream(
+                    files,
+                    rank,
+                    world_size,
+                    seed,
+                    max_seq_length,
+                    max_predictions,
+                    length_range=(lo, int(hi)),
+                    loader=self.loader,
+                ),
+                b,
+            )
+            for b, (lo, hi) in enumerate(zip(lows, self.edges))
+        ]
         self.shares = reference_shares(self.edges, max_seq_length)
 
     @property
@@ -136,18 +170,24 @@ class BucketStream:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "buckets" not in state:
-            raise ValueError(f"data state {sorted(state)} holds no bucket positions: it was "
-                             f"saved without data.curriculum")
+            raise ValueError(
+                f"data state {sorted(state)} holds no bucket positions: it was "
+                f"saved without data.curriculum"
+            )
         if state["boundaries"] != self.edges.tolist():
-            raise ValueError(f"data state was saved with bucket boundaries "
-                             f"{state['boundaries']}, this run has {self.edges.tolist()}")
+            raise ValueError(
+                f"data state was saved with bucket boundaries "
+                f"{state['boundaries']}, this run has {self.edges.tolist()}"
+            )
         for queue, position in zip(self.queues, state["buckets"]):
             queue.load_state_dict(position)
 
     def describe(self) -> str:
         shares = ", ".join(f"{x:.2f}" for x in self.shares)
-        return (f"{self.num_buckets} length buckets, upper edges {self.edges.tolist()}, "
-                f"reference shares [{shares}]")
+        return (
+            f"{self.num_buckets} length buckets, upper edges {self.edges.tolist()}, "
+            f"reference shares [{shares}]"
+        )
 
     def close(self) -> None:
         self.loader.close()

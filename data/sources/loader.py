@@ -10,6 +10,7 @@ One loader may serve several streams (the per-stratum streams of data/sources/st
 the same shards at slightly different rates), so a shard is read once while any of them still
 uses it.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -30,13 +31,13 @@ class LoadedShard(NamedTuple):
     lengths: np.ndarray  # (n,) int64: sequence length of each sample
 
 
-def shuffled_shard(samples: Sequence[Sample], seed: int, epoch: int,
-                   file_index: int) -> LoadedShard:
+def shuffled_shard(
+    samples: Sequence[Sample], seed: int, epoch: int, file_index: int
+) -> LoadedShard:
     """Samples of file `file_index` permuted by a generator seeded with (seed, epoch, file)."""
     order = np.random.default_rng([seed, epoch, file_index]).permutation(len(samples))
     picked = [samples[i] for i in order]
-    lengths = np.fromiter((s.input_ids.shape[0] for s in picked), dtype=np.int64,
-                          count=len(picked))
+    lengths = np.fromiter((s.input_ids.shape[0] for s in picked), dtype=np.int64, count=len(picked))
     return LoadedShard(picked, order.astype(np.int64), lengths)
 
 
@@ -48,8 +49,13 @@ class ShardLoader:
     requested is dropped first.
     """
 
-    def __init__(self, files: Sequence[Path], seed: int,
-                 read: Callable[[Path], list[Sample]], capacity: int = 2):
+    def __init__(
+        self,
+        files: Sequence[Path],
+        seed: int,
+        read: Callable[[Path], list[Sample]],
+        capacity: int = 2,
+    ):
         if capacity < 2:
             raise ValueError(f"ShardLoader: capacity={capacity} must be >= 2 (current + next)")
         self.files = list(files)

@@ -4,6 +4,7 @@ in which order, and the exact position to resume from.
 The shard format, its validated reader and writer are data/sources/shards.py; the shard held in
 memory and the next one read in the background, data/sources/loader.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,24 +37,41 @@ class ShardStream:
     held in memory and the next one is read in the background (data/sources/loader.py).
     """
 
-    def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
-                 seed: int, max_seq_length: int, max_predictions: int,
-                 length_range: tuple[int, int] | None = None, loader: ShardLoader | None = None,
-                 vocab_size: int | None = None):
+    def __init__(
+        self,
+        files: Sequence[str | os.PathLike],
+        rank: int,
+        world_size: int,
+        seed: int,
+        max_seq_length: int,
+        max_predictions: int,
+        length_range: tuple[int, int] | None = None,
+        loader: ShardLoader | None = None,
+        vocab_size: int | None = None,
+    ):
         self.files = [Path(p) for p in files]
         if not 0 <= rank < world_size:
             raise ValueError(f"ShardStream: rank {rank} is outside world_size {world_size}")
         if len(self.files) < world_size:
             where = self.files[0].parent if self.files else "training data"
-            raise DataError(f"{where}: {len(self.files)} training shards for {world_size} "
-                            f"ranks; every rank needs at least one shard")
+            raise DataError(
+                f"{where}: {len(self.files)} training shards for {world_size} "
+                f"ranks; every rank needs at least one shard"
+            )
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
         self.length_range = length_range
         self.loader = loader or ShardLoader(
-            self.files, seed, partial(read_samples, max_seq_length=max_seq_length,
-                                      max_predictions=max_predictions, vocab_size=vocab_size))
+            self.files,
+            seed,
+            partial(
+                read_samples,
+                max_seq_length=max_seq_length,
+                max_predictions=max_predictions,
+                vocab_size=vocab_size,
+            ),
+        )
         self.epoch = 0
         self.shard_pos = 0
         self.offset = 0
@@ -65,7 +83,7 @@ class ShardStream:
     def shards_of_epoch(self, epoch: int) -> list[int]:
         """Indices into `files` that this rank reads in `epoch`, in reading order."""
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.files))
-        return [int(k) for k in order[self.rank::self.world_size]]
+        return [int(k) for k in order[self.rank :: self.world_size]]
 
     def next_batch(self, n: int) -> list[Sample]:
         """The next n samples, crossing shard and epoch boundaries as needed."""
@@ -79,9 +97,11 @@ class ShardStream:
         while len(batch) < n:
             self._load_current()
             take = min(n - len(batch), len(self._samples) - self.offset)
-            origin[len(batch):len(batch) + take, 0] = self._file_index
-            origin[len(batch):len(batch) + take, 1] = self._index[self.offset:self.offset + take]
-            batch.extend(self._samples[self.offset:self.offset + take])
+            origin[len(batch) : len(batch) + take, 0] = self._file_index
+            origin[len(batch) : len(batch) + take, 1] = self._index[
+                self.offset : self.offset + take
+            ]
+            batch.extend(self._samples[self.offset : self.offset + take])
             self.offset += take
             empty_shards = 0 if take else empty_shards + 1
             self._check_not_starved(empty_shards)
@@ -100,15 +120,19 @@ class ShardStream:
         epoch, shard_pos, offset = (int(state[k]) for k in ("epoch", "shard_pos", "offset"))
         num_local = len(self.shards_of_epoch(epoch)) if epoch >= 0 else 0
         if epoch < 0 or not 0 <= shard_pos < num_local or offset < 0:
-            raise ValueError(f"ShardStream state {state} does not fit {num_local} shards of "
-                             f"rank {self.rank} of {self.world_size}")
+            raise ValueError(
+                f"ShardStream state {state} does not fit {num_local} shards of "
+                f"rank {self.rank} of {self.world_size}"
+            )
         self.epoch, self.shard_pos, self.offset = epoch, shard_pos, offset
         self._load_current()
         # A stratum's stream may stand at the start of a shard holding none of its lengths.
         at_end_ok = self.length_range is not None and offset == len(self._samples)
         if offset >= len(self._samples) and not at_end_ok:
-            raise ValueError(f"ShardStream state {state}: offset beyond the "
-                             f"{len(self._samples)} samples of {self.files[self._file_index]}")
+            raise ValueError(
+                f"ShardStream state {state}: offset beyond the "
+                f"{len(self._samples)} samples of {self.files[self._file_index]}"
+            )
 
     def close(self) -> None:
         self.loader.close()
@@ -141,9 +165,11 @@ class ShardStream:
         # A stratum absent from the data would otherwise loop over the shards forever.
         if empty_shards > len(self.files):
             lo, hi = self.length_range or (0, 0)
-            raise DataError(f"{self.files[0].parent}: rank {self.rank} found no sample of length "
-                            f"in ({lo}, {hi}] in {empty_shards} shards in a row; the data lacks "
-                            f"this length stratum (data.balance=stratified*)")
+            raise DataError(
+                f"{self.files[0].parent}: rank {self.rank} found no sample of length "
+                f"in ({lo}, {hi}] in {empty_shards} shards in a row; the data lacks "
+                f"this length stratum (data.balance=stratified*)"
+            )
 
     def _advance_shard(self) -> None:
         self.offset = 0

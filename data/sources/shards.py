@@ -13,6 +13,7 @@ Every bad input raises one `DataError` whose message names the file, the dataset
 offending value or sample, so a broken shard is found without a debugger. The per-rank
 training stream over these files is data/sources/shard_stream.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,12 +45,15 @@ SHARD_GLOB = "part_*.hdf5"
 # Discovery
 # --------------------------------------------------------------------------------------------
 
+
 def list_shards(train_dir: str | os.PathLike) -> list[Path]:
     """Sorted `part_*.hdf5` files of `train_dir`; DataError if the folder is missing or empty."""
     folder = Path(train_dir)
     if folder.is_file():
-        raise DataError(f"{folder}: data.train_dir is a file; it must be the folder that holds "
-                        f"the {SHARD_GLOB} training shards")
+        raise DataError(
+            f"{folder}: data.train_dir is a file; it must be the folder that holds "
+            f"the {SHARD_GLOB} training shards"
+        )
     if not folder.is_dir():
         raise DataError(f"{folder}: training data folder (data.train_dir) does not exist")
     shards = sorted(p for p in folder.glob(SHARD_GLOB) if p.is_file())
@@ -62,8 +66,14 @@ def list_shards(train_dir: str | os.PathLike) -> list[Path]:
 # Reading and validation
 # --------------------------------------------------------------------------------------------
 
-def read_samples(path: str | os.PathLike, max_seq_length: int, max_predictions: int,
-                 limit: int | None = None, vocab_size: int | None = None) -> list[Sample]:
+
+def read_samples(
+    path: str | os.PathLike,
+    max_seq_length: int,
+    max_predictions: int,
+    limit: int | None = None,
+    vocab_size: int | None = None,
+) -> list[Sample]:
     """All samples of one file (or its first `limit`), validated; with `vocab_size` (the
     model's), token ids and labels must lie below it (the embedding lookup would fail deep in
     the model otherwise, or read another row of a padded vocabulary silently).
@@ -80,8 +90,12 @@ def read_samples(path: str | os.PathLike, max_seq_length: int, max_predictions: 
     return [
         Sample(ids, seg, pos, mids, int(label))
         for ids, seg, pos, mids, label in zip(
-            columns["input_ids"], columns["segment_ids"], columns["masked_lm_positions"],
-            columns["masked_lm_ids"], columns[LABEL_FIELD])
+            columns["input_ids"],
+            columns["segment_ids"],
+            columns["masked_lm_positions"],
+            columns["masked_lm_ids"],
+            columns[LABEL_FIELD],
+        )
     ]
 
 
@@ -102,8 +116,9 @@ def _read_columns(path: Path, limit: int | None) -> dict[str, np.ndarray]:
     except (OSError, KeyError, ValueError, TypeError, RuntimeError) as err:
         # h5py reports truncated or non-HDF5 files as OSError, damaged internals (a flipped
         # byte in a heap) as RuntimeError; keep its reason in the message.
-        raise DataError(f"{path}: cannot read as HDF5 ({' '.join(str(err).split())[:200]})") \
-            from None
+        raise DataError(
+            f"{path}: cannot read as HDF5 ({' '.join(str(err).split())[:200]})"
+        ) from None
 
 
 def _check_layout(path: Path, f: h5py.File) -> None:
@@ -115,20 +130,25 @@ def _check_layout(path: Path, f: h5py.File) -> None:
             raise DataError(
                 f"{path}: dataset {name} has dtype {ds.dtype} and shape {ds.shape}, expected a "
                 f"1-D variable-length {expected} dataset; fixed-length (padded) files must be "
-                f"converted to the variable-length format first")
+                f"converted to the variable-length format first"
+            )
         if np.dtype(base) != expected:
-            raise DataError(f"{path}: dataset {name} has dtype vlen {np.dtype(base)}, "
-                            f"expected vlen {expected}")
+            raise DataError(
+                f"{path}: dataset {name} has dtype vlen {np.dtype(base)}, expected vlen {expected}"
+            )
     labels = _dataset(path, f, LABEL_FIELD)
     if labels.dtype != LABEL_DTYPE or labels.ndim != 1:
-        raise DataError(f"{path}: dataset {LABEL_FIELD} has dtype {labels.dtype} and shape "
-                        f"{labels.shape}, expected one {LABEL_DTYPE} scalar per sample")
+        raise DataError(
+            f"{path}: dataset {LABEL_FIELD} has dtype {labels.dtype} and shape "
+            f"{labels.shape}, expected one {LABEL_DTYPE} scalar per sample"
+        )
 
 
 def _dataset(path: Path, f: h5py.File, name: str) -> h5py.Dataset:
     if name not in f:
-        raise DataError(f"{path}: dataset {name} is missing (expected datasets: "
-                        f"{', '.join(ALL_FIELDS)})")
+        raise DataError(
+            f"{path}: dataset {name} is missing (expected datasets: {', '.join(ALL_FIELDS)})"
+        )
     node = f[name]
     if not isinstance(node, h5py.Dataset):
         raise DataError(f"{path}: {name} is not a dataset")
@@ -160,8 +180,13 @@ def _first_bad(bad: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def _validate_columns(path: Path, columns: dict[str, np.ndarray], max_seq_length: int,
-                      max_predictions: int, vocab_size: int | None = None) -> None:
+def _validate_columns(
+    path: Path,
+    columns: dict[str, np.ndarray],
+    max_seq_length: int,
+    max_predictions: int,
+    vocab_size: int | None = None,
+) -> None:
     """Shape and value checks, vectorized over per-sample lengths and flattened values."""
     seq_lens = _lengths(columns["input_ids"])
     _check_seq_lengths(path, seq_lens, _lengths(columns["segment_ids"]), max_seq_length)
@@ -170,66 +195,90 @@ def _validate_columns(path: Path, columns: dict[str, np.ndarray], max_seq_length
     _check_values(path, columns, seq_lens, mask_counts, vocab_size)
 
 
-def _check_seq_lengths(path: Path, seq_lens: np.ndarray, seg_lens: np.ndarray,
-                       max_seq_length: int) -> None:
+def _check_seq_lengths(
+    path: Path, seq_lens: np.ndarray, seg_lens: np.ndarray, max_seq_length: int
+) -> None:
     i = _first_bad((seq_lens < 1) | (seq_lens > max_seq_length))
     if i is not None:
-        raise DataError(f"{path}: sample {i}: input_ids length {seq_lens[i]} is outside "
-                        f"[1, max_seq_length={max_seq_length}]")
+        raise DataError(
+            f"{path}: sample {i}: input_ids length {seq_lens[i]} is outside "
+            f"[1, max_seq_length={max_seq_length}]"
+        )
     i = _first_bad(seg_lens != seq_lens)
     if i is not None:
-        raise DataError(f"{path}: sample {i}: segment_ids length {seg_lens[i]} differs from "
-                        f"input_ids length {seq_lens[i]}")
+        raise DataError(
+            f"{path}: sample {i}: segment_ids length {seg_lens[i]} differs from "
+            f"input_ids length {seq_lens[i]}"
+        )
 
 
-def _check_mask_counts(path: Path, columns: dict[str, np.ndarray],
-                       max_predictions: int) -> np.ndarray:
+def _check_mask_counts(
+    path: Path, columns: dict[str, np.ndarray], max_predictions: int
+) -> np.ndarray:
     """(n,) int64 masked-token count per sample, after checking both masked fields agree."""
     pos_counts = _lengths(columns["masked_lm_positions"])
     id_counts = _lengths(columns["masked_lm_ids"])
     i = _first_bad(pos_counts != id_counts)
     if i is not None:
-        raise DataError(f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values "
-                        f"but masked_lm_ids holds {id_counts[i]}")
+        raise DataError(
+            f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values "
+            f"but masked_lm_ids holds {id_counts[i]}"
+        )
     i = _first_bad(pos_counts > max_predictions)
     if i is not None:
-        raise DataError(f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values, "
-                        f"more than max_predictions={max_predictions}")
+        raise DataError(
+            f"{path}: sample {i}: masked_lm_positions holds {pos_counts[i]} values, "
+            f"more than max_predictions={max_predictions}"
+        )
     return pos_counts
 
 
-def _check_masked_positions(path: Path, positions: np.ndarray, seq_lens: np.ndarray,
-                            mask_counts: np.ndarray) -> None:
+def _check_masked_positions(
+    path: Path, positions: np.ndarray, seq_lens: np.ndarray, mask_counts: np.ndarray
+) -> None:
     flat = _flat(positions, np.int16).astype(np.int64)
     len_of_value = np.repeat(seq_lens, mask_counts)
     j = _first_bad((flat < 0) | (flat >= len_of_value))
     if j is not None:
         i = _sample_of_value(mask_counts, j)
-        raise DataError(f"{path}: sample {i}: masked_lm_positions value {flat[j]} is outside "
-                        f"its sequence of length {len_of_value[j]}")
+        raise DataError(
+            f"{path}: sample {i}: masked_lm_positions value {flat[j]} is outside "
+            f"its sequence of length {len_of_value[j]}"
+        )
 
 
-def _check_values(path: Path, columns: dict[str, np.ndarray], seq_lens: np.ndarray,
-                  mask_counts: np.ndarray, vocab_size: int | None = None) -> None:
+def _check_values(
+    path: Path,
+    columns: dict[str, np.ndarray],
+    seq_lens: np.ndarray,
+    mask_counts: np.ndarray,
+    vocab_size: int | None = None,
+) -> None:
     """Token ids in [0, vocab_size) (int16 wraps above 32767), segments and labels in
     {0, 1}."""
     for name, counts in (("input_ids", seq_lens), ("masked_lm_ids", mask_counts)):
         flat = _flat(columns[name], VLEN_FIELDS[name])
         j = _first_bad(flat < 0)
         if j is not None:
-            raise DataError(f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
-                            f"{flat[j]} is negative (not a token id)")
+            raise DataError(
+                f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
+                f"{flat[j]} is negative (not a token id)"
+            )
         # the max first: one pass over the ids, the search only for a file that fails
         if vocab_size is not None and flat.size and flat.max() >= vocab_size:
             j = _first_bad(flat >= vocab_size)
-            raise DataError(f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
-                            f"{flat[j]} is not below model.vocab_size={vocab_size} (data made "
-                            f"with another vocabulary?)")
+            raise DataError(
+                f"{path}: sample {_sample_of_value(counts, j)}: {name} value "
+                f"{flat[j]} is not below model.vocab_size={vocab_size} (data made "
+                f"with another vocabulary?)"
+            )
     segments = _flat(columns["segment_ids"], np.int8)
     j = _first_bad((segments != 0) & (segments != 1))
     if j is not None:
-        raise DataError(f"{path}: sample {_sample_of_value(seq_lens, j)}: segment_ids value "
-                        f"{segments[j]} is not 0 or 1")
+        raise DataError(
+            f"{path}: sample {_sample_of_value(seq_lens, j)}: segment_ids value "
+            f"{segments[j]} is not 0 or 1"
+        )
     labels = columns[LABEL_FIELD]
     i = _first_bad((labels != 0) & (labels != 1))
     if i is not None:
@@ -244,6 +293,7 @@ def _sample_of_value(counts: np.ndarray, flat_index: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
+
 
 def write_samples(path: str | os.PathLike, samples: Sequence[Sample]) -> Path:
     """Write `samples` in the variable-length format, atomically.
@@ -280,12 +330,12 @@ def _write_columns(path: Path, f: h5py.File, samples: Sequence[Sample]) -> None:
         # all arrays have the same length.
         f.create_dataset(name, data=column, dtype=h5py.vlen_dtype(base))
     labels = np.fromiter((s.nsp_label for s in samples), dtype=np.int64, count=n)
-    f.create_dataset(LABEL_FIELD, data=_cast_exactly(path, None, LABEL_FIELD, labels,
-                                                     LABEL_DTYPE))
+    f.create_dataset(LABEL_FIELD, data=_cast_exactly(path, None, LABEL_FIELD, labels, LABEL_DTYPE))
 
 
-def _cast_exactly(path: Path, sample_index: int | None, name: str, values,
-                  dtype: np.dtype) -> np.ndarray:
+def _cast_exactly(
+    path: Path, sample_index: int | None, name: str, values, dtype: np.dtype
+) -> np.ndarray:
     """`values` as a 1-D `dtype` array; DataError if the cast would change any value."""
     original = np.asarray(values)
     if original.dtype == dtype and original.ndim == 1:
@@ -294,8 +344,10 @@ def _cast_exactly(path: Path, sample_index: int | None, name: str, values,
     if cast.ndim != 1 or not np.array_equal(cast, original):
         where = "" if sample_index is None else f"sample {sample_index}: "
         bad = original[cast != original] if cast.shape == original.shape else original
-        raise DataError(f"{path}: {where}{name} values {bad.ravel()[:3].tolist()} do not fit "
-                        f"a 1-D {dtype} dataset")
+        raise DataError(
+            f"{path}: {where}{name} values {bad.ravel()[:3].tolist()} do not fit "
+            f"a 1-D {dtype} dataset"
+        )
     return cast
 
 
@@ -303,9 +355,16 @@ def _cast_exactly(path: Path, sample_index: int | None, name: str, values,
 # Eval
 # --------------------------------------------------------------------------------------------
 
-def read_eval_samples(path: str | os.PathLike, rank: int, world_size: int, limit: int,
-                      max_seq_length: int, max_predictions: int,
-                      vocab_size: int | None = None) -> list[Sample]:
+
+def read_eval_samples(
+    path: str | os.PathLike,
+    rank: int,
+    world_size: int,
+    limit: int,
+    max_seq_length: int,
+    max_predictions: int,
+    vocab_size: int | None = None,
+) -> list[Sample]:
     """This rank's share (samples r::world_size) of the first `limit` eval samples (0 = all).
 
     A file with fewer than `limit` samples is an error: an eval on a silently smaller set would
@@ -315,9 +374,11 @@ def read_eval_samples(path: str | os.PathLike, rank: int, world_size: int, limit
         raise ValueError(f"read_eval_samples: rank {rank} is outside world_size {world_size}")
     if limit < 0:
         raise ValueError(f"read_eval_samples: limit={limit} must be >= 0 (0 = all)")
-    samples = read_samples(path, max_seq_length, max_predictions, limit=limit or None,
-                           vocab_size=vocab_size)
+    samples = read_samples(
+        path, max_seq_length, max_predictions, limit=limit or None, vocab_size=vocab_size
+    )
     if limit and len(samples) < limit:
-        raise DataError(f"{path}: eval file holds {len(samples)} samples, fewer than the "
-                        f"{limit} asked for")
+        raise DataError(
+            f"{path}: eval file holds {len(samples)} samples, fewer than the {limit} asked for"
+        )
     return samples[rank::world_size]

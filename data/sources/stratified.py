@@ -19,6 +19,7 @@ Properties and costs:
 - The shares `fracs` default to REFERENCE 2's length histogram scaled to max_seq_length, the
   same on every rank without reading any data (all ranks must use the same counts).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,23 +39,43 @@ from data.sources.shards import read_samples
 class StratifiedStream:
     """Drop-in for ShardStream.next_batch_tagged whose batches have fixed per-stratum counts."""
 
-    def __init__(self, files: Sequence[str | os.PathLike], rank: int, world_size: int,
-                 seed: int, max_seq_length: int, max_predictions: int,
-                 fracs: Sequence[float] | None = None, vocab_size: int | None = None):
+    def __init__(
+        self,
+        files: Sequence[str | os.PathLike],
+        rank: int,
+        world_size: int,
+        seed: int,
+        max_seq_length: int,
+        max_predictions: int,
+        fracs: Sequence[float] | None = None,
+        vocab_size: int | None = None,
+    ):
         files = [Path(p) for p in files]
         self.edges = strata_edges(max_seq_length)
         if fracs is None:
             fracs = strata_fractions(length_pmf(max_seq_length), self.edges)
         self.fracs = np.asarray(fracs, dtype=np.float64)
-        read = partial(read_samples, max_seq_length=max_seq_length,
-                       max_predictions=max_predictions, vocab_size=vocab_size)
+        read = partial(
+            read_samples,
+            max_seq_length=max_seq_length,
+            max_predictions=max_predictions,
+            vocab_size=vocab_size,
+        )
         num_strata = len(self.edges) - 1
         self.loader = ShardLoader(files, seed, read, capacity=2 * num_strata)
         self.streams = [
-            ShardStream(files, rank, world_size, seed, max_seq_length, max_predictions,
-                        length_range=(int(self.edges[s]), int(self.edges[s + 1])),
-                        loader=self.loader)
-            for s in range(num_strata)]
+            ShardStream(
+                files,
+                rank,
+                world_size,
+                seed,
+                max_seq_length,
+                max_predictions,
+                length_range=(int(self.edges[s]), int(self.edges[s + 1])),
+                loader=self.loader,
+            )
+            for s in range(num_strata)
+        ]
 
     def counts(self, n: int) -> np.ndarray:
         """(S,) samples of each stratum in a batch of n (the same on every rank)."""
@@ -80,8 +101,10 @@ class StratifiedStream:
     def load_state_dict(self, state: dict) -> None:
         strata = state.get("strata")
         if not isinstance(strata, list) or len(strata) != len(self.streams):
-            raise ValueError(f"StratifiedStream state needs {len(self.streams)} stratum "
-                             f"positions under 'strata': {state}")
+            raise ValueError(
+                f"StratifiedStream state needs {len(self.streams)} stratum "
+                f"positions under 'strata': {state}"
+            )
         for stream, position in zip(self.streams, strata):
             stream.load_state_dict(position)
 

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/kernel_bench/bias_dropout_residual_layernorm.py (`--help`).
 """
+
 from bert.tools.kernel_bench.bias_dropout_residual_layernorm import main
 
 if __name__ == "__main__":

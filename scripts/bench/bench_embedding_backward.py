@@ -3,6 +3,7 @@
 
 The command line of bert/tools/kernel_bench/embedding_backward.py (`--help`).
 """
+
 from bert.tools.kernel_bench.embedding_backward import main
 
 if __name__ == "__main__":

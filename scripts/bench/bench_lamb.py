@@ -3,6 +3,7 @@
 
 The command line of bert/tools/kernel_bench/lamb.py (`--help`).
 """
+
 from bert.tools.kernel_bench.lamb import main
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ a WordPiece vocabulary on that text with `tokenizers`. The projection for the fu
 scales the measured seconds per token to its 156.7M sequences of 254 tokens (REFERENCE 2) and
 adds the once-per-worker costs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare import bert_text  # noqa: E402
 from data.prepare.create_examples import ShardJob, create_examples_file  # noqa: E402
 from data.prepare.fixed import CHUNK_ROWS, write_fixed  # noqa: E402
-from data.prepare.instances import (ExampleParams, create_instances,  # noqa: E402
-                                    load_compiled_code)
+from data.prepare.instances import (
+    ExampleParams,
+    create_instances,  # noqa: E402
+    load_compiled_code,
+)
 from data.prepare.wordpiece import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
 from bert.tools.common import cpu_model, git_commit  # noqa: E402
 import reference_instances  # noqa: E402
@@ -110,8 +114,9 @@ def train_vocab(text: Path, folder: Path) -> Path:
 
     tokenizer = BertWordPieceTokenizer(lowercase=True)
     lines = [line for line in text.read_text(encoding="utf-8").splitlines() if line]
-    tokenizer.train_from_iterator(lines, vocab_size=30522, special_tokens=list(SPECIAL_TOKENS),
-                                  show_progress=False)
+    tokenizer.train_from_iterator(
+        lines, vocab_size=30522, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+    )
     tokenizer.save_model(str(folder))
     return folder / "vocab.txt"
 
@@ -123,15 +128,26 @@ def run_reference(text: Path, vocab_file: Path, out: Path, params: ExampleParams
     tokenizer = oracle.Tokenizer(oracle.load_vocab(vocab_file.read_bytes()))
     docs = oracle.token_documents(text.read_bytes(), tokenizer)
     tokenized = time.process_time()
-    instances = reference_instances.create_instances(docs, params, list(tokenizer.vocab),
-                                                     random.Random(params.random_seed))
+    instances = reference_instances.create_instances(
+        docs, params, list(tokenizer.vocab), random.Random(params.random_seed)
+    )
     made = time.process_time()
-    count = reference_writer.write_instances(out, instances, tokenizer.vocab,
-                                             params.max_seq_length, params.max_predictions)
+    count = reference_writer.write_instances(
+        out, instances, tokenizer.vocab, params.max_seq_length, params.max_predictions
+    )
     done = time.process_time()
-    return {"tokenize_s": tokenized - start, "instances_s": made - tokenized,
-            "write_s": done - made, "instances_and_write_s": done - tokenized,
-            "total_s": done - start, "instances": count}, docs, tokenizer.vocab
+    return (
+        {
+            "tokenize_s": tokenized - start,
+            "instances_s": made - tokenized,
+            "write_s": done - made,
+            "instances_and_write_s": done - tokenized,
+            "total_s": done - start,
+            "instances": count,
+        },
+        docs,
+        tokenizer.vocab,
+    )
 
 
 def run_project(text: Path, vocab_file: Path, out: Path, params: ExampleParams) -> dict:
@@ -147,9 +163,12 @@ def run_project(text: Path, vocab_file: Path, out: Path, params: ExampleParams) 
     compiled_s = time.process_time() - start
     start = time.process_time()
     _, count, _ = create_examples_file(ShardJob(text, out, vocab_file, params))
-    return {"tables_once_per_process_s": tables_s,
-            "compiled_code_once_per_process_s": compiled_s,
-            "total_s": time.process_time() - start, "instances": count}
+    return {
+        "tables_once_per_process_s": tables_s,
+        "compiled_code_once_per_process_s": compiled_s,
+        "total_s": time.process_time() - start,
+        "instances": count,
+    }
 
 
 def project_tokenize_s(text: Path, vocab_file: Path) -> tuple[float, float, list]:
@@ -177,14 +196,21 @@ def project_stages_s(text: Path, vocab_file: Path, params: ExampleParams, out: P
     instances = create_instances(documents, params, vocab, random.Random(params.random_seed))
     made = time.process_time()
     for row in range(0, len(instances), CHUNK_ROWS):
-        instances.padded(row, min(len(instances), row + CHUNK_ROWS), params.max_seq_length,
-                         params.max_predictions)
+        instances.padded(
+            row,
+            min(len(instances), row + CHUNK_ROWS),
+            params.max_seq_length,
+            params.max_predictions,
+        )
     padded = time.process_time()
     write_fixed(out, instances, params.max_seq_length, params.max_predictions)
     written = time.process_time()
     out.unlink()
-    return {"stage_instances_s": made - start, "stage_pad_rows_s": padded - made,
-            "stage_hdf5_gzip_write_s": (written - padded) - (padded - made)}
+    return {
+        "stage_instances_s": made - start,
+        "stage_pad_rows_s": padded - made,
+        "stage_hdf5_gzip_write_s": (written - padded) - (padded - made),
+    }
 
 
 def same_output(records: Path, hdf5: Path, params: ExampleParams) -> bool:
@@ -215,8 +241,10 @@ def project_hours(side: dict, text_tokens: int, inst_tokens: int) -> float:
     """Wall hours for the full MLPerf data on 16 cores: tokenizing scales with the text's
     tokens, making and writing instances with theirs (the mask shuffle is per token); each
     worker pays its once-per-process costs once."""
-    core_s = (side["tokenize_s"] / text_tokens * MLPERF_TEXT_TOKENS
-              + side["instances_and_write_s"] / inst_tokens * MLPERF_INSTANCE_TOKENS)
+    core_s = (
+        side["tokenize_s"] / text_tokens * MLPERF_TEXT_TOKENS
+        + side["instances_and_write_s"] / inst_tokens * MLPERF_INSTANCE_TOKENS
+    )
     once_s = sum(v for k, v in side.items() if k.endswith("once_per_process_s"))
     return (core_s / MACHINE_CORES + once_s) / 3600
 
@@ -238,15 +266,16 @@ def compile_once() -> None:
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
-def measure(text: Path, vocab_file: Path, params: ExampleParams, work: Path,
-            repeats: int) -> dict:
+def measure(text: Path, vocab_file: Path, params: ExampleParams, work: Path, repeats: int) -> dict:
     references, projects = [], []
     for _ in range(repeats):
-        reference, ref_docs, ids = run_reference(text, vocab_file, work / "reference.tfrecord",
-                                                 params)
+        reference, ref_docs, ids = run_reference(
+            text, vocab_file, work / "reference.tfrecord", params
+        )
         project = run_project(text, vocab_file, work / "project.hdf5", params)
         project["tokenize_s"], project["tokenize_warm_caches_s"], docs = project_tokenize_s(
-            text, vocab_file)
+            text, vocab_file
+        )
         project["instances_and_write_s"] = project["total_s"] - project["tokenize_s"]
         project.update(project_stages_s(text, vocab_file, params, work / "stages.hdf5"))
         references.append(reference)
@@ -257,8 +286,9 @@ def measure(text: Path, vocab_file: Path, params: ExampleParams, work: Path,
     project["compiled_code_once_per_process_s"] = projects[0]["compiled_code_once_per_process_s"]
     create_examples_file(ShardJob(text, work / "project.hdf5", vocab_file, params))
     same_tokens = docs == [[[ids[t] for t in s] for s in doc] for doc in ref_docs]
-    identical = same_tokens and same_output(work / "reference.tfrecord", work / "project.hdf5",
-                                            params)
+    identical = same_tokens and same_output(
+        work / "reference.tfrecord", work / "project.hdf5", params
+    )
     sentences = sum(map(len, ref_docs))
     text_tokens = int(sum(len(s) for d in ref_docs for s in d))
     inst_tokens = instance_tokens(work / "project.hdf5")
@@ -266,17 +296,22 @@ def measure(text: Path, vocab_file: Path, params: ExampleParams, work: Path,
     for side in (reference, project):
         side["tokenize_sentences_per_s"] = sentences / side["tokenize_s"]
         side["end_to_end_sentences_per_s"] = sentences / side["total_s"]
-        side["projected_full_mlperf_hours_16_cores"] = project_hours(side, text_tokens,
-                                                                     inst_tokens)
+        side["projected_full_mlperf_hours_16_cores"] = project_hours(side, text_tokens, inst_tokens)
     warm_total = project["total_s"] - project["tokenize_s"] + project["tokenize_warm_caches_s"]
     return {
-        "sentences": sentences, "documents": len(ref_docs), "text_tokens": text_tokens,
-        "instance_tokens": inst_tokens, "identical_output": identical, "repeats": repeats,
-        "reference": reference, "project": project,
+        "sentences": sentences,
+        "documents": len(ref_docs),
+        "text_tokens": text_tokens,
+        "instance_tokens": inst_tokens,
+        "identical_output": identical,
+        "repeats": repeats,
+        "reference": reference,
+        "project": project,
         "ratio_tokenize": reference["tokenize_s"] / project["tokenize_s"],
         "ratio_tokenize_warm_caches": reference["tokenize_s"] / project["tokenize_warm_caches_s"],
-        "ratio_instances_and_write": (reference["instances_and_write_s"]
-                                      / project["instances_and_write_s"]),
+        "ratio_instances_and_write": (
+            reference["instances_and_write_s"] / project["instances_and_write_s"]
+        ),
         "ratio_end_to_end": reference["total_s"] / project["total_s"],
         "ratio_end_to_end_warm_caches": reference["total_s"] / warm_total,
     }
@@ -296,44 +331,59 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         texts = args.text or [stand_in_text(work)]
         vocab_file = args.vocab or train_vocab(texts[0], work)
-        runs = [{"text": str(t) if args.text else "stand-in (pydoc topics + stdlib docstrings)",
-                 "text_bytes": t.stat().st_size, "text_sha256": sha256(t),
-                 **measure(t, vocab_file, params, work, args.repeats)} for t in texts]
+        runs = [
+            {
+                "text": str(t) if args.text else "stand-in (pydoc topics + stdlib docstrings)",
+                "text_bytes": t.stat().st_size,
+                "text_sha256": sha256(t),
+                **measure(t, vocab_file, params, work, args.repeats),
+            }
+            for t in texts
+        ]
         vocab_lines = vocab_file.read_bytes().count(b"\n")
         vocab_sha = sha256(vocab_file)
     record = {
         "benchmark": "bench_prepare",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'}), "
-                   f"{os.cpu_count()} cores",
+        "machine": f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
         "commit": git_commit(),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "python": platform.python_version(), "unicodedata": unicodedata.unidata_version,
-        "vocab": {"path": str(args.vocab) if args.vocab else "trained on the text",
-                  "lines": vocab_lines, "sha256": vocab_sha},
-        "params": vars(params), "cores_per_side": 1, "clock": "time.process_time (CPU s)",
+        "python": platform.python_version(),
+        "unicodedata": unicodedata.unidata_version,
+        "vocab": {
+            "path": str(args.vocab) if args.vocab else "trained on the text",
+            "lines": vocab_lines,
+            "sha256": vocab_sha,
+        },
+        "params": vars(params),
+        "cores_per_side": 1,
+        "clock": "time.process_time (CPU s)",
         "projection": {
-            "cores": MACHINE_CORES, "sequences": MLPERF_SEQUENCES,
-            "text_tokens": MLPERF_TEXT_TOKENS, "instance_tokens": MLPERF_INSTANCE_TOKENS,
+            "cores": MACHINE_CORES,
+            "sequences": MLPERF_SEQUENCES,
+            "text_tokens": MLPERF_TEXT_TOKENS,
+            "instance_tokens": MLPERF_INSTANCE_TOKENS,
             "method": "measured tokenize seconds per text token and instance+write seconds per "
-                      "instance token, scaled to the full data (REFERENCE 2: 156.7M sequences, "
-                      "254 tokens mean), divided by the cores, plus each worker's "
-                      "once-per-process seconds"},
+            "instance token, scaled to the full data (REFERENCE 2: 156.7M sequences, "
+            "254 tokens mean), divided by the cores, plus each worker's "
+            "once-per-process seconds",
+        },
         "method": {
             "reference": "create_pretraining_data.py's algorithm in plain Python, without "
-                         "TensorFlow: tests/tokenization_oracle.py (its tokenizer, one character "
-                         "at a time), tests/reference_instances.py (instances from lists of "
-                         "token strings, one random draw at a time; slices where the reference "
-                         "appends and deletes token by token), tests/reference_writer.py (per "
-                         "instance: ids, padded int lists, an Example of tf.train.Example's "
-                         "schema built and serialized with protobuf as a stand-in for "
-                         "TensorFlow's, TFRecord framing with zlib CRC-32 for CRC-32C; "
-                         "uncompressed, as the reference writes)",
+            "TensorFlow: tests/tokenization_oracle.py (its tokenizer, one character "
+            "at a time), tests/reference_instances.py (instances from lists of "
+            "token strings, one random draw at a time; slices where the reference "
+            "appends and deletes token by token), tests/reference_writer.py (per "
+            "instance: ids, padded int lists, an Example of tf.train.Example's "
+            "schema built and serialized with protobuf as a stand-in for "
+            "TensorFlow's, TFRecord framing with zlib CRC-32 for CRC-32C; "
+            "uncompressed, as the reference writes)",
             "project": "create_examples_file (prepare_data.py examples, one shard): exact "
-                       "tokenizer, instances in one numba loop carrying Python's random "
-                       "stream, padded rows laid out by numba, gzip HDF5 in 16384-row slabs",
+            "tokenizer, instances in one numba loop carrying Python's random "
+            "stream, padded rows laid out by numba, gzip HDF5 in 16384-row slabs",
             "identical": "the reference's records parsed back equal the HDF5 datasets "
-                         "feature by feature; token ids of every sentence equal"},
+            "feature by feature; token ids of every sentence equal",
+        },
         "runs": runs,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -342,15 +392,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run['text']}: {run['sentences']} sentences, identical={run['identical_output']}")
         for side in ("reference", "project"):
             r = run[side]
-            print(f"  {side:9s} tokenize {r['tokenize_sentences_per_s']:9.0f} sentences/s, "
-                  f"end to end {r['total_s']:7.2f} s for {r['instances']} instances; full "
-                  f"MLPerf on {MACHINE_CORES} cores: "
-                  f"{r['projected_full_mlperf_hours_16_cores']:.2f} h")
-        print(f"  ratio: tokenize {run['ratio_tokenize']:.1f}x (warm caches "
-              f"{run['ratio_tokenize_warm_caches']:.1f}x), instances and write "
-              f"{run['ratio_instances_and_write']:.1f}x, end to end "
-              f"{run['ratio_end_to_end']:.1f}x (warm caches "
-              f"{run['ratio_end_to_end_warm_caches']:.1f}x)")
+            print(
+                f"  {side:9s} tokenize {r['tokenize_sentences_per_s']:9.0f} sentences/s, "
+                f"end to end {r['total_s']:7.2f} s for {r['instances']} instances; full "
+                f"MLPerf on {MACHINE_CORES} cores: "
+                f"{r['projected_full_mlperf_hours_16_cores']:.2f} h"
+            )
+        print(
+            f"  ratio: tokenize {run['ratio_tokenize']:.1f}x (warm caches "
+            f"{run['ratio_tokenize_warm_caches']:.1f}x), instances and write "
+            f"{run['ratio_instances_and_write']:.1f}x, end to end "
+            f"{run['ratio_end_to_end']:.1f}x (warm caches "
+            f"{run['ratio_end_to_end_warm_caches']:.1f}x)"
+        )
     print(f"wrote {args.out}")
     return 0 if all(r["identical_output"] for r in runs) else 1
 

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/kernel_bench/softmax_cross_entropy.py (`--help`).
 """
+
 from bert.tools.kernel_bench.softmax_cross_entropy import main
 
 if __name__ == "__main__":

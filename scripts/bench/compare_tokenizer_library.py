@@ -16,6 +16,7 @@ characters (by code point) that the oracle produces for a code point alone, each
 continuation, so that most differences show as different ids rather than vanishing into
 [UNK] (the vocabulary must stay within int16 ids).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,22 @@ import tokenization_oracle as oracle  # noqa: E402
 
 RANDOM_LINES = 20_000
 VOCAB_CHARS = 16_000
-SCRIPTS = [(0x41, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF), (0x900, 0x9FF),
-           (0xE00, 0xEFF), (0x1100, 0x11FF), (0x3040, 0x30FF), (0x4E00, 0x4E80), (0xAC00, 0xAD00),
-           (0x1F300, 0x1F64F), (0x300, 0x36F), (0x2000, 0x206F), (0xFF00, 0xFFEF)]
+SCRIPTS = [
+    (0x41, 0x24F),
+    (0x370, 0x3FF),
+    (0x400, 0x4FF),
+    (0x590, 0x6FF),
+    (0x900, 0x9FF),
+    (0xE00, 0xEFF),
+    (0x1100, 0x11FF),
+    (0x3040, 0x30FF),
+    (0x4E00, 0x4E80),
+    (0xAC00, 0xAD00),
+    (0x1F300, 0x1F64F),
+    (0x300, 0x36F),
+    (0x2000, 0x206F),
+    (0xFF00, 0xFFEF),
+]
 SEPARATORS = [" ", "\t", "\u00a0", "\u2028", "\u3000", "\u200b", "\x00", "  "]
 
 
@@ -50,8 +64,10 @@ def code_points() -> list[int]:
 
 def inputs(rng: random.Random) -> dict[str, list[str]]:
     points = code_points()
-    any_line = ["".join(chr(rng.choice(points)) for _ in range(rng.randint(1, 40)))
-                for _ in range(RANDOM_LINES)]
+    any_line = [
+        "".join(chr(rng.choice(points)) for _ in range(rng.randint(1, 40)))
+        for _ in range(RANDOM_LINES)
+    ]
     mixed = []
     for _ in range(RANDOM_LINES):
         words = []
@@ -59,9 +75,12 @@ def inputs(rng: random.Random) -> dict[str, list[str]]:
             lo, hi = rng.choice(SCRIPTS)
             words.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 10))))
         mixed.append("".join(w + rng.choice(SEPARATORS) for w in words))
-    return {"code_point_alone": [chr(c) for c in points],
-            "code_point_inside_word": [f"a{chr(c)}b" for c in points],
-            "random_any_category": any_line, "random_mixed_scripts": mixed}
+    return {
+        "code_point_alone": [chr(c) for c in points],
+        "code_point_inside_word": [f"a{chr(c)}b" for c in points],
+        "random_any_category": any_line,
+        "random_mixed_scripts": mixed,
+    }
 
 
 def write_vocab(folder: Path) -> Path:
@@ -103,8 +122,11 @@ def compare(vocab: Path, sets: dict[str, list[str]]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "results" / "bench" / "tokenizer_library_vs_reference.json")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "results" / "bench" / "tokenizer_library_vs_reference.json",
+    )
     args = p.parse_args(argv)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,18 +136,23 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "compare_tokenizer_library",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'})", "commit": git_commit(),
+        "machine": f"cpu ({cpu_model() or 'unknown model'})",
+        "commit": git_commit(),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "python": platform.python_version(), "unicodedata": unicodedata.unidata_version,
-        "tokenizers": tokenizers.__version__, "sets": sets,
+        "python": platform.python_version(),
+        "unicodedata": unicodedata.unidata_version,
+        "tokenizers": tokenizers.__version__,
+        "sets": sets,
         "library_differing_total": sum(s["library_differing"] for s in sets.values()),
         "project_differing_total": sum(s["project_differing"] for s in sets.values()),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2, ensure_ascii=True) + "\n")
     for name, row in sets.items():
-        print(f"{name:24s} {row['inputs']:8d} inputs: library differs on "
-              f"{row['library_differing']}, project on {row['project_differing']}")
+        print(
+            f"{name:24s} {row['inputs']:8d} inputs: library differs on "
+            f"{row['library_differing']}, project on {row['project_differing']}"
+        )
     print(f"wrote {args.out}")
     return 0 if record["project_differing_total"] == 0 else 1
 

@@ -7,6 +7,7 @@ Runs `examples` (MLPerf parameters) on the stand-in text of bench_prepare.py, co
 result to the variable-length format, and records the sizes of the text, the fixed-length gzip
 HDF5 and the variable-length HDF5, plus the variable-length bytes of full-length samples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,9 @@ def full_length_bytes(folder: Path, length: int, predictions: int, count: int = 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path,
-                   default=ROOT / "benchmarks" / "results" / "prepare_sizes_stand_in.json")
+    p.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "prepare_sizes_stand_in.json"
+    )
     args = p.parse_args(argv)
     params = ExampleParams()
     with tempfile.TemporaryDirectory() as tmp:
@@ -53,19 +55,28 @@ def main(argv: list[str] | None = None) -> int:
         samples = read_fixed(fixed, params.max_seq_length, params.max_predictions)
         varlen = write_samples(work / "varlen.hdf5", samples)
         tokens = sum(len(s[0]) for s in samples)
-        sizes = {"text_bytes": text.stat().st_size, "fixed_bytes": fixed.stat().st_size,
-                 "varlen_bytes": varlen.stat().st_size, "samples": count,
-                 "mean_tokens": tokens / count,
-                 "varlen_bytes_per_full_length_sample": full_length_bytes(
-                     work, params.max_seq_length, params.max_predictions)}
+        sizes = {
+            "text_bytes": text.stat().st_size,
+            "fixed_bytes": fixed.stat().st_size,
+            "varlen_bytes": varlen.stat().st_size,
+            "samples": count,
+            "mean_tokens": tokens / count,
+            "varlen_bytes_per_full_length_sample": full_length_bytes(
+                work, params.max_seq_length, params.max_predictions
+            ),
+        }
     sizes["fixed_per_text_byte"] = sizes["fixed_bytes"] / sizes["text_bytes"]
     sizes["varlen_per_text_byte"] = sizes["varlen_bytes"] / sizes["text_bytes"]
-    record = {"benchmark": "measure_prepare_sizes",
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
-              "commit": git_commit(), "command": shlex.join([sys.executable, *sys.argv]),
-              "text": "stand-in (pydoc topics + stdlib docstrings)", "params": vars(params),
-              **sizes}
+    record = {
+        "benchmark": "measure_prepare_sizes",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
+        "commit": git_commit(),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "text": "stand-in (pydoc topics + stdlib docstrings)",
+        "params": vars(params),
+        **sizes,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(sizes, indent=1))

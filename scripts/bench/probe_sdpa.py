@@ -3,6 +3,7 @@
 
 The command line of bert/tools/gpu/probe_sdpa.py (`--help`).
 """
+
 import sys
 
 from bert.tools.gpu.probe_sdpa import main

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/gpu/pytest_without.py (`--help`).
 """
+
 import sys
 
 from bert.tools.gpu.pytest_without import main

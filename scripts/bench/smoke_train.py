@@ -3,6 +3,7 @@
 
 The command line of bert/tools/gpu/smoke_train.py (`--help`).
 """
+
 import sys
 
 from bert.tools.gpu.smoke_train import main

@@ -3,6 +3,7 @@
 
 The command line of bert/tools/gpu/train_compare.py (`--help`).
 """
+
 import sys
 
 from bert.tools.gpu.train_compare import main

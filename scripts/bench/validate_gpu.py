@@ -3,6 +3,7 @@
 
 The command line of bert/tools/gpu/validate.py (`--help`).
 """
+
 import sys
 
 from bert.tools.gpu.validate import main

@@ -7,6 +7,7 @@ exact resume from `state_dict()`, and the loss feedback: losses posted per rank,
 the ranks, reaching loss_controlled and exp3s identically everywhere. Then the config checks,
 and the whole program (`run_pretraining.py`) for a few steps with a curriculum.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,16 @@ from data.order.loss_feedback import LossFeedback
 from data.sources.bucket_queues import BucketStream
 from data.sources.shards import DataError, list_shards
 
-from bucket_data import (BOUNDARIES, EDGES, MAX_PRED, MAX_SEQ, check_epochs, sample_buckets,
-                         step_buckets, write_bucketed_shards)
+from bucket_data import (
+    BOUNDARIES,
+    EDGES,
+    MAX_PRED,
+    MAX_SEQ,
+    check_epochs,
+    sample_buckets,
+    step_buckets,
+    write_bucketed_shards,
+)
 from data_audit import read_rank_files
 from test_pipeline import open_pipeline
 from thread_comm import run_thread_ranks
@@ -41,15 +50,27 @@ def data_dir(tmp_path_factory) -> Path:
     return write_bucketed_shards(tmp_path_factory.mktemp("bucketed"))
 
 
-def config(data_dir: Path, curriculum: str, *extra: str, global_batch: int = 8,
-           strategy: str = "none"):
-    return load_config(None, [
-        f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
-        f"data.max_predictions_per_seq={MAX_PRED}", f"model.max_position_embeddings={MAX_SEQ}",
-        f"data.balance={strategy}", f"run.global_batch_size={global_batch}",
-        f"data.curriculum.name={curriculum}", f"data.curriculum.bucket_boundaries={BOUNDARIES}",
-        "data.curriculum.round_batches=8", "data.curriculum.loss_targets=5.5",
-        "data.curriculum.loss_window=2", "submission.division=open", *extra])
+def config(
+    data_dir: Path, curriculum: str, *extra: str, global_batch: int = 8, strategy: str = "none"
+):
+    return load_config(
+        None,
+        [
+            f"data.train_dir={data_dir}",
+            f"data.max_seq_length={MAX_SEQ}",
+            f"data.max_predictions_per_seq={MAX_PRED}",
+            f"model.max_position_embeddings={MAX_SEQ}",
+            f"data.balance={strategy}",
+            f"run.global_batch_size={global_batch}",
+            f"data.curriculum.name={curriculum}",
+            f"data.curriculum.bucket_boundaries={BOUNDARIES}",
+            "data.curriculum.round_batches=8",
+            "data.curriculum.loss_targets=5.5",
+            "data.curriculum.loss_window=2",
+            "submission.division=open",
+            *extra,
+        ],
+    )
 
 
 def fake_loss(step: int, rank: int) -> float:
@@ -58,16 +79,21 @@ def fake_loss(step: int, rank: int) -> float:
     return 4.0 + 2.0 * rank + 0.1 * np.sin(step)
 
 
-def run_ranks(cfg, world: int, steps: int, record_dir: Path, states_at: int = -1,
-              resume: list[dict] | None = None) -> list[dict]:
+def run_ranks(
+    cfg,
+    world: int,
+    steps: int,
+    record_dir: Path,
+    states_at: int = -1,
+    resume: list[dict] | None = None,
+) -> list[dict]:
     """Steps up to `steps` on `world` thread ranks (from resume[rank]'s step, if given),
     posting fake_loss after each; returns each rank's pipeline.state_dict() after step
     `states_at` (or the last step)."""
     states: list[dict] = [{} for _ in range(world)]
 
     def rank_main(rank: int, comm) -> None:
-        with open_pipeline(cfg, rank, world, SEED, comm,
-                           record_dir=record_dir) as pipeline:
+        with open_pipeline(cfg, rank, world, SEED, comm, record_dir=record_dir) as pipeline:
             if resume:
                 pipeline.load_state_dict(json.loads(json.dumps(resume[rank])))
             for step in range(resume[rank]["step"] if resume else 0, steps):
@@ -87,6 +113,7 @@ def fingerprint(state: dict) -> int:
 # --------------------------------------------------------------------------------------------
 # Coverage, agreement, determinism
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("strategy", ["none", "serpentine", "node_swap"])
 @pytest.mark.parametrize("curriculum", CURRICULA)
@@ -132,8 +159,7 @@ def test_same_seed_same_batches_other_seed_other_order(data_dir, tmp_path, curri
     cfg = config(data_dir, curriculum)
     runs = {}
     for name, seed in (("a", SEED), ("b", SEED), ("c", SEED + 1)):
-        with open_pipeline(cfg, 0, 1, seed,
-                           record_dir=tmp_path / name) as pipeline:
+        with open_pipeline(cfg, 0, 1, seed, record_dir=tmp_path / name) as pipeline:
             for step in range(16):
                 pipeline.next_step()
                 pipeline.observe_loss(torch.tensor(fake_loss(step, 0)))
@@ -154,6 +180,7 @@ def test_one_rank_covers_each_bucket_per_epoch_with_accumulation(data_dir, tmp_p
 # --------------------------------------------------------------------------------------------
 # Resume
 # --------------------------------------------------------------------------------------------
+
 
 def _take(pipeline, start: int, n: int) -> list[list[np.ndarray]]:
     out = []
@@ -205,9 +232,15 @@ def test_state_needs_the_last_loss_and_matching_settings(data_dir):
     with open_pipeline(other, 0, 1, SEED) as pipeline:
         with pytest.raises(ValueError, match="loss lag of 3 steps"):
             pipeline.load_state_dict(state)
-    plain = load_config(None, [f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
-                               f"data.max_predictions_per_seq={MAX_PRED}",
-                               f"model.max_position_embeddings={MAX_SEQ}"])
+    plain = load_config(
+        None,
+        [
+            f"data.train_dir={data_dir}",
+            f"data.max_seq_length={MAX_SEQ}",
+            f"data.max_predictions_per_seq={MAX_PRED}",
+            f"model.max_position_embeddings={MAX_SEQ}",
+        ],
+    )
     with open_pipeline(plain, 0, 1, SEED) as pipeline:
         plain_state = pipeline.state_dict()
     with open_pipeline(cfg, 0, 1, SEED) as pipeline:
@@ -218,6 +251,7 @@ def test_state_needs_the_last_loss_and_matching_settings(data_dir):
 # --------------------------------------------------------------------------------------------
 # Loss feedback
 # --------------------------------------------------------------------------------------------
+
 
 def test_loss_feedback_waits_for_the_loss_and_gives_up_when_closed():
     feedback = LossFeedback("cpu", lag=2)
@@ -264,6 +298,7 @@ def test_cuda_loss_is_posted_without_a_host_sync():
 # Bucket queues
 # --------------------------------------------------------------------------------------------
 
+
 def test_a_batch_across_an_epoch_end_never_repeats_a_sample(data_dir):
     """32 samples per bucket and epoch (one rank), batches of 6: batches straddle epoch ends;
     a sample of the new epoch already in the batch waits for the next batch, also across a
@@ -279,12 +314,12 @@ def test_a_batch_across_an_epoch_end_never_repeats_a_sample(data_dir):
             saved = (batch + 1, json.loads(json.dumps(stream.state_dict())))
     assert saved is not None  # the case this test is about did occur
     for epoch in range(3):
-        assert len(set(drawn[32 * epoch:32 * (epoch + 1)])) == 32, epoch
+        assert len(set(drawn[32 * epoch : 32 * (epoch + 1)])) == 32, epoch
     done, state = saved
     again = BucketStream(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED, EDGES)
     again.load_state_dict(state)
     rest = [tuple(o) for _ in range(done, 16) for o in again.next_batch_tagged(6, 2)[1].tolist()]
-    assert rest == drawn[6 * done:]
+    assert rest == drawn[6 * done :]
     stream.close()
     again.close()
 
@@ -308,30 +343,52 @@ def test_an_empty_bucket_is_a_clear_error(data_dir):
 # Config
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data.curriculum.name=sorted"], "data.curriculum.name='sorted': expected none or one of"),
-    (["data.curriculum.bucket_boundaries=128,512"], "needs a data.curriculum.name"),
-    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,x,512"],
-     "expected comma-separated integers"),
-    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=256,128,512"],
-     "strictly increasing"),
-    (["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,256"],
-     "the last edge must equal data.max_seq_length=512"),
-    (["data.curriculum.name=shuffled", "data.balance=stratified_local_snake"],
-     "use data.balance none, global_presort, serpentine or node_swap"),
-    (["data.curriculum.name=random", "data.curriculum.round_batches=3"],
-     "must be >= the 4 buckets"),
-    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=3,2"],
-     "expected one positive loss or 4"),
-    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=high"],
-     "expected comma-separated numbers"),
-    (["data.curriculum.name=loss_controlled", "data.curriculum.loss_window=0"],
-     "data.curriculum.loss_window=0 must be >= 1"),
-    (["data.curriculum.name=exp3s", "data.curriculum.gamma=0"], "in \\(0, 1\\]"),
-    (["data.curriculum.name=exp3s", "data.curriculum.alpha=1/2"], "expected a number or 1/t"),
-    (["data.curriculum.name=exp3s", "data.curriculum.reward=prediction_gain"],
-     "needs a second forward"),
-])
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.curriculum.name=sorted"], "data.curriculum.name='sorted': expected none or one of"),
+        (["data.curriculum.bucket_boundaries=128,512"], "needs a data.curriculum.name"),
+        (
+            ["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,x,512"],
+            "expected comma-separated integers",
+        ),
+        (
+            ["data.curriculum.name=random", "data.curriculum.bucket_boundaries=256,128,512"],
+            "strictly increasing",
+        ),
+        (
+            ["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,256"],
+            "the last edge must equal data.max_seq_length=512",
+        ),
+        (
+            ["data.curriculum.name=shuffled", "data.balance=stratified_local_snake"],
+            "use data.balance none, global_presort, serpentine or node_swap",
+        ),
+        (
+            ["data.curriculum.name=random", "data.curriculum.round_batches=3"],
+            "must be >= the 4 buckets",
+        ),
+        (
+            ["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=3,2"],
+            "expected one positive loss or 4",
+        ),
+        (
+            ["data.curriculum.name=loss_controlled", "data.curriculum.loss_targets=high"],
+            "expected comma-separated numbers",
+        ),
+        (
+            ["data.curriculum.name=loss_controlled", "data.curriculum.loss_window=0"],
+            "data.curriculum.loss_window=0 must be >= 1",
+        ),
+        (["data.curriculum.name=exp3s", "data.curriculum.gamma=0"], "in \\(0, 1\\]"),
+        (["data.curriculum.name=exp3s", "data.curriculum.alpha=1/2"], "expected a number or 1/t"),
+        (
+            ["data.curriculum.name=exp3s", "data.curriculum.reward=prediction_gain"],
+            "needs a second forward",
+        ),
+    ],
+)
 def test_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, overrides)
@@ -340,13 +397,21 @@ def test_config_errors(overrides, message):
 def test_config_defaults_keep_bucketing_off_and_parse_settings():
     d = load_config(None, []).data
     assert d.curriculum.name == "none" and d.curriculum.bucket_boundaries == []
-    d = load_config(None, ["data.curriculum.name=exp3s", "data.curriculum.alpha=1/t",
-                           "submission.division=open"]).data
+    d = load_config(
+        None,
+        ["data.curriculum.name=exp3s", "data.curriculum.alpha=1/t", "submission.division=open"],
+    ).data
     assert d.curriculum.bucket_boundaries == [128, 256, 384, 512]  # [Kim]'s strata
-    d = load_config(None, ["data.curriculum.name=loss_controlled", "data.max_seq_length=128",
-                           "data.curriculum.bucket_boundaries=16, 64,128",
-                           "data.curriculum.loss_targets=4,3.5,3",
-                           "submission.division=open"]).data
+    d = load_config(
+        None,
+        [
+            "data.curriculum.name=loss_controlled",
+            "data.max_seq_length=128",
+            "data.curriculum.bucket_boundaries=16, 64,128",
+            "data.curriculum.loss_targets=4,3.5,3",
+            "submission.division=open",
+        ],
+    ).data
     assert d.curriculum.bucket_boundaries == [16, 64, 128]
     assert d.curriculum.loss_targets == [4.0, 3.5, 3.0]
 
@@ -361,19 +426,33 @@ def test_closed_division_refuses_a_curriculum(data_dir):
 # The whole program
 # --------------------------------------------------------------------------------------------
 
+
 def run_main(data_dir: Path, out: Path, *settings: str) -> subprocess.CompletedProcess:
-    base = {"data.synthetic.enabled": "false", "data.train_dir": data_dir,
-            "data.eval_file": data_dir / "eval.hdf5", "data.max_seq_length": MAX_SEQ,
-            "data.max_predictions_per_seq": MAX_PRED, "model.vocab_size": 256,
-            "model.hidden_size": 32, "model.num_hidden_layers": 1,
-            "model.num_attention_heads": 2, "model.intermediate_size": 64,
-            "model.max_position_embeddings": MAX_SEQ, "run.global_batch_size": 8,
-            "run.max_steps": 10, "eval.interval_samples": 40, "eval.samples": 16,
-            "run.device": "cpu", "run.threads": 1, "run.seed": SEED, "run.output_dir": out,
-            "log.interval_s": 1000, "data.curriculum.bucket_boundaries": BOUNDARIES,
-            "submission.division": "open"}
-    args = [sys.executable, str(ROOT / "run_pretraining.py"), "--record-samples",
-            str(out / "rec")]
+    base = {
+        "data.synthetic.enabled": "false",
+        "data.train_dir": data_dir,
+        "data.eval_file": data_dir / "eval.hdf5",
+        "data.max_seq_length": MAX_SEQ,
+        "data.max_predictions_per_seq": MAX_PRED,
+        "model.vocab_size": 256,
+        "model.hidden_size": 32,
+        "model.num_hidden_layers": 1,
+        "model.num_attention_heads": 2,
+        "model.intermediate_size": 64,
+        "model.max_position_embeddings": MAX_SEQ,
+        "run.global_batch_size": 8,
+        "run.max_steps": 10,
+        "eval.interval_samples": 40,
+        "eval.samples": 16,
+        "run.device": "cpu",
+        "run.threads": 1,
+        "run.seed": SEED,
+        "run.output_dir": out,
+        "log.interval_s": 1000,
+        "data.curriculum.bucket_boundaries": BOUNDARIES,
+        "submission.division": "open",
+    }
+    args = [sys.executable, str(ROOT / "run_pretraining.py"), "--record-samples", str(out / "rec")]
     for key, value in base.items():
         args += ["--set", f"{key}={value}"]
     for item in settings:
@@ -383,8 +462,13 @@ def run_main(data_dir: Path, out: Path, *settings: str) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_run_pretraining_with_a_curriculum(data_dir, tmp_path):
-    proc = run_main(data_dir, tmp_path, "data.curriculum.name=loss_controlled",
-                    "data.curriculum.loss_targets=9", "data.curriculum.loss_window=1")
+    proc = run_main(
+        data_dir,
+        tmp_path,
+        "data.curriculum.name=loss_controlled",
+        "data.curriculum.loss_targets=9",
+        "data.curriculum.loss_window=1",
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]  # budget, not target
     assert "curriculum loss_controlled(" in proc.stdout and "global loss of step t-3" in proc.stdout
     log = (tmp_path / "mlperf.log").read_text()
@@ -393,16 +477,22 @@ def test_run_pretraining_with_a_curriculum(data_dir, tmp_path):
     per_step = check_epochs(read_rank_files(tmp_path / "rec", 1), sample_buckets(data_dir))
     # the real losses (about 5.6) are below 9: the curriculum moves on after every window
     assert len(per_step) == 10 and len(set(per_step)) > 1
-    checked = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                              str(tmp_path / "mlperf.log")], capture_output=True, text=True,
-                             timeout=120)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "check_compliance.py"),
+            str(tmp_path / "mlperf.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 @pytest.mark.slow
 def test_run_pretraining_refuses_a_curriculum_in_the_closed_division(data_dir, tmp_path):
-    proc = run_main(data_dir, tmp_path, "data.curriculum.name=random",
-                    "submission.division=closed")
+    proc = run_main(data_dir, tmp_path, "data.curriculum.name=random", "submission.division=closed")
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: data.curriculum.name='random' is open division only")
     assert "Traceback" not in proc.stderr

@@ -14,6 +14,7 @@ strategy also runs with 2 and 4 thread-ranks in tests/unit/test_pipeline.py.
 A rank that fails (BERT_TEST_CRASH_RANK, injected by tests/faults.py) must end the whole job
 with its message and a non-zero status, while its peers wait in a host collective: no hang.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,15 @@ import pytest
 
 from data.synthetic import generate
 
-from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
-                        read_rank_files, stratified, trained)
+from data_audit import (
+    all_samples,
+    check_trail,
+    expected_assignment,
+    first_pass_steps,
+    read_rank_files,
+    stratified,
+    trained,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parents[1] / "faults.py"  # run_pretraining.py with faults
@@ -48,24 +56,46 @@ pytestmark = pytest.mark.distributed
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("dist_data")
-    generate(folder, num_shards=SHARDS, samples_per_shard=PER_SHARD, eval_samples=16,
-             max_seq_length=MAX_SEQ, max_predictions=MAX_PRED, vocab_size=256, seed=3)
+    generate(
+        folder,
+        num_shards=SHARDS,
+        samples_per_shard=PER_SHARD,
+        eval_samples=16,
+        max_seq_length=MAX_SEQ,
+        max_predictions=MAX_PRED,
+        vocab_size=256,
+        seed=3,
+    )
     return folder
 
 
-def tiny_args(data: Path, out: Path, strategy: str, world: int, steps: int,
-              ranks_per_node: int = 2) -> list[str]:
+def tiny_args(
+    data: Path, out: Path, strategy: str, world: int, steps: int, ranks_per_node: int = 2
+) -> list[str]:
     settings = {
-        "data.synthetic.enabled": "false", "data.train_dir": data,
-        "data.eval_file": data / "eval.hdf5", "data.max_seq_length": MAX_SEQ,
-        "data.max_predictions_per_seq": MAX_PRED, "data.balance": strategy,
-        "data.ranks_per_node": ranks_per_node, "model.vocab_size": 256, "model.hidden_size": 32,
-        "model.num_hidden_layers": 1, "model.num_attention_heads": 2,
-        "model.intermediate_size": 64, "model.max_position_embeddings": MAX_SEQ,
-        "run.global_batch_size": world * LOCAL, "run.max_steps": steps,
-        "eval.interval_samples": 100000, "eval.samples": 16, "run.device": "cpu",
-        "run.seed": SEED, "run.output_dir": out, "submission.division": "open",
-        "log.interval_s": 1000}
+        "data.synthetic.enabled": "false",
+        "data.train_dir": data,
+        "data.eval_file": data / "eval.hdf5",
+        "data.max_seq_length": MAX_SEQ,
+        "data.max_predictions_per_seq": MAX_PRED,
+        "data.balance": strategy,
+        "data.ranks_per_node": ranks_per_node,
+        "model.vocab_size": 256,
+        "model.hidden_size": 32,
+        "model.num_hidden_layers": 1,
+        "model.num_attention_heads": 2,
+        "model.intermediate_size": 64,
+        "model.max_position_embeddings": MAX_SEQ,
+        "run.global_batch_size": world * LOCAL,
+        "run.max_steps": steps,
+        "eval.interval_samples": 100000,
+        "eval.samples": 16,
+        "run.device": "cpu",
+        "run.seed": SEED,
+        "run.output_dir": out,
+        "submission.division": "open",
+        "log.interval_s": 1000,
+    }
     args = [str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec")]
     for key, value in settings.items():
         args += ["--set", f"{key}={value}"]
@@ -81,13 +111,29 @@ def launch(launcher: str, world: int, args: list[str], **env: str):
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         cmd = [str(MPIEXEC), *root, "--oversubscribe", "-n", str(world), sys.executable, *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={world}", *args]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")},
-           "OMP_NUM_THREADS": "1", **env}
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={world}",
+            *args,
+        ]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")},
+        "OMP_NUM_THREADS": "1",
+        **env,
+    }
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -106,30 +152,36 @@ def run_steps(data: Path, strategy: str, world: int) -> int:
     return steps
 
 
-@pytest.mark.parametrize("launcher, world, strategy, ranks_per_node", [
-    ("torchrun", 2, "none", 2),
-    ("torchrun", 4, "stratified_local_presort", 2),
-    ("mpiexec", 2, "stratified", 2),
-    ("mpiexec", 4, "stratified_local_snake", 2),
-    # the sparse transport (issue 15), two nodes each: both strategies under both launchers,
-    # both launchers at both sizes
-    ("torchrun", 2, "node_swap", 1),
-    ("torchrun", 4, "stratified_node_swap", 2),
-    ("mpiexec", 2, "stratified_node_swap", 1),
-    ("mpiexec", 4, "node_swap", 2),
-])
-def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, strategy,
-                                           ranks_per_node):
+@pytest.mark.parametrize(
+    "launcher, world, strategy, ranks_per_node",
+    [
+        ("torchrun", 2, "none", 2),
+        ("torchrun", 4, "stratified_local_presort", 2),
+        ("mpiexec", 2, "stratified", 2),
+        ("mpiexec", 4, "stratified_local_snake", 2),
+        # the sparse transport (issue 15), two nodes each: both strategies under both launchers,
+        # both launchers at both sizes
+        ("torchrun", 2, "node_swap", 1),
+        ("torchrun", 4, "stratified_node_swap", 2),
+        ("mpiexec", 2, "stratified_node_swap", 1),
+        ("mpiexec", 4, "node_swap", 2),
+    ],
+)
+def test_every_sample_trained_exactly_once(
+    data_dir, tmp_path, launcher, world, strategy, ranks_per_node
+):
     steps = run_steps(data_dir, strategy, world)
-    code, output, _ = launch(launcher, world, tiny_args(data_dir, tmp_path, strategy, world,
-                                                        steps, ranks_per_node))
+    code, output, _ = launch(
+        launcher, world, tiny_args(data_dir, tmp_path, strategy, world, steps, ranks_per_node)
+    )
     # The tiny budget cannot reach the target accuracy: status 1 (torchrun then prints its
     # ChildFailedError report), an MLPerf log closed as aborted.
     assert code == 1, output[-3000:]
     assert '"status": "aborted"' in (tmp_path / "mlperf.log").read_text().splitlines()[-1]
     recorded = read_rank_files(tmp_path / "rec", world)
-    expected = expected_assignment(data_dir, strategy, world, world * LOCAL, SEED, MAX_SEQ,
-                                   MAX_PRED, ranks_per_node, steps)
+    expected = expected_assignment(
+        data_dir, strategy, world, world * LOCAL, SEED, MAX_SEQ, MAX_PRED, ranks_per_node, steps
+    )
     check_trail(recorded, expected, steps)
     assert {len(samples) for rank in recorded for samples in rank.values()} == {LOCAL}
     counts = Counter(trained(recorded))
@@ -138,8 +190,9 @@ def test_every_sample_trained_exactly_once(data_dir, tmp_path, launcher, world, 
         assert sorted(counts) == sorted(all_samples(data_dir))
 
 
-@pytest.mark.parametrize("launcher, strategy", [("torchrun", "serpentine"),
-                                                ("mpiexec", "global_presort")])
+@pytest.mark.parametrize(
+    "launcher, strategy", [("torchrun", "serpentine"), ("mpiexec", "global_presort")]
+)
 def test_a_failing_rank_ends_the_job(data_dir, tmp_path, launcher, strategy):
     """Rank 1 fails preparing step 2 while rank 0 waits for it in the step-2 all-gather."""
     args = [str(FAULTS), *tiny_args(data_dir, tmp_path, strategy, 2, 6)[1:]]
@@ -154,6 +207,7 @@ def test_a_failing_rank_ends_the_job(data_dir, tmp_path, launcher, strategy):
     recorded = read_rank_files(tmp_path / "rec", 2)
     assert all(max(rank, default=-1) < 2 for rank in recorded)
     done = min(len(rank) for rank in recorded)
-    expected = expected_assignment(data_dir, strategy, 2, 2 * LOCAL, SEED, MAX_SEQ, MAX_PRED,
-                                   2, done)
+    expected = expected_assignment(
+        data_dir, strategy, 2, 2 * LOCAL, SEED, MAX_SEQ, MAX_PRED, 2, done
+    )
     check_trail(recorded, expected, done, complete=False)

@@ -11,6 +11,7 @@ a per-sample mean and the average of equal slices' gradients is the whole batch'
 any number of ranks. Multi-process tests spawn gloo ranks once per world size and run several
 scenarios in each (process start-up dominates their cost).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,9 +44,16 @@ TOL = dict(rtol=1e-5, atol=2e-6)  # fp32: the two sides differ only in summation
 # zero true gradient (softmax ignores it), so its gradient is rounding noise that follows the
 # weights chaotically and that Adam's per-element scaling blows up to ~1e-5 differences.
 ADAM_TOL = dict(rtol=1e-4, atol=2e-5)
-MODEL = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-             intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-             attention_probs_dropout_prob=0.0)
+MODEL = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=32,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -59,14 +67,16 @@ def one_thread():
 
 # ----------------------------------------------------------------------------- model and data
 
+
 def make_model(seed: int = 0) -> BertForPretraining:
     torch.manual_seed(seed)
     return BertForPretraining(ModelConfig(**MODEL))
 
 
 def make_opt(model: torch.nn.Module, **kwargs) -> ShardedOptimizer:
-    args = dict(lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, max_grad_norm=MAX_NORM,
-                bucket_cap_mb=CAP_MB)
+    args = dict(
+        lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, max_grad_norm=MAX_NORM, bucket_cap_mb=CAP_MB
+    )
     args.update(kwargs)
     return ShardedOptimizer(param_groups(model, WD), **args)
 
@@ -77,10 +87,15 @@ def global_batch(step: int) -> list[Sample]:
     samples = []
     for _ in range(GLOBAL_BATCH):
         n = int(rng.integers(6, 17))
-        samples.append(Sample(rng.integers(5, VOCAB, n).astype(np.int16),
-                              (np.arange(n) >= n // 2).astype(np.int8),
-                              rng.integers(1, n - 1, 1).astype(np.int16),
-                              rng.integers(0, VOCAB, 1).astype(np.int16), int(rng.integers(0, 2))))
+        samples.append(
+            Sample(
+                rng.integers(5, VOCAB, n).astype(np.int16),
+                (np.arange(n) >= n // 2).astype(np.int8),
+                rng.integers(1, n - 1, 1).astype(np.int16),
+                rng.integers(0, VOCAB, 1).astype(np.int16),
+                int(rng.integers(0, 2)),
+            )
+        )
     return samples
 
 
@@ -88,7 +103,7 @@ def local_batch(step: int, rank: int, world: int, micro: int = 0, micros: int = 
     """Rank `rank`'s slice of the step's global batch, optionally one of `micros` parts of it."""
     size = GLOBAL_BATCH // (world * micros)
     start = (rank * micros + micro) * size
-    return pack_samples(global_batch(step)[start:start + size]).to("cpu")
+    return pack_samples(global_batch(step)[start : start + size]).to("cpu")
 
 
 def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -111,6 +126,7 @@ def assert_params_close(actual: dict, expected: dict, what: str, tol=TOL) -> Non
 
 
 # ----------------------------------------------------------------------------- references
+
 
 def rank_grads(model, step: int, world: int) -> list[dict[str, torch.Tensor]]:
     """Each rank's local gradient at the model's current weights."""
@@ -136,12 +152,25 @@ def reference_run(mode: str, world: int, buckets=None, lr_of=lambda k: LR, steps
     model = make_model()
     names = names_in_order(model)
     if mode == "adam":
-        opt = torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
-                                 for g in param_groups(model, WD)], lr=LR, betas=BETAS, eps=EPS)
+        opt = torch.optim.AdamW(
+            [
+                {"params": g["params"], "weight_decay": g["weight_decay"]}
+                for g in param_groups(model, WD)
+            ],
+            lr=LR,
+            betas=BETAS,
+            eps=EPS,
+        )
     else:
         clip_norm = MAX_NORM if mode == "after_allreduce" else 0.0
-        opt = LAMB(param_groups(model, WD), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD,
-                   max_grad_norm=clip_norm)
+        opt = LAMB(
+            param_groups(model, WD),
+            lr=LR,
+            betas=BETAS,
+            eps=EPS,
+            weight_decay=WD,
+            max_grad_norm=clip_norm,
+        )
     clipped = []
     for k in range(steps):
         per_rank = rank_grads(model, k, world)
@@ -149,13 +178,14 @@ def reference_run(mode: str, world: int, buckets=None, lr_of=lambda k: LR, steps
             if mode == "before_allreduce":
                 clipped.append(clip_(grads, names, MAX_NORM))
             if mode == "bucketwise":
-                clipped += [clip_(grads, [names[i] for i in bucket],
-                                  MAX_NORM / math.sqrt(len(buckets))) for bucket in buckets]
+                clipped += [
+                    clip_(grads, [names[i] for i in bucket], MAX_NORM / math.sqrt(len(buckets)))
+                    for bucket in buckets
+                ]
         for name, p in model.named_parameters():
             p.grad = sum(g[name] for g in per_rank) / world
         if mode == "adam":
-            clipped.append(clip_({n: p.grad for n, p in model.named_parameters()}, names,
-                                 MAX_NORM))
+            clipped.append(clip_({n: p.grad for n, p in model.named_parameters()}, names, MAX_NORM))
         for group in opt.param_groups:
             group["lr"] = lr_of(k)
         opt.step()
@@ -166,9 +196,15 @@ def reference_run(mode: str, world: int, buckets=None, lr_of=lambda k: LR, steps
 
 # ----------------------------------------------------------------------------- layout
 
-SPECS = [((7, 5), torch.float32), ((300,), torch.float32), ((3,), torch.float16),
-         ((64, 40), torch.float32), ((1,), torch.float32), ((129,), torch.float16),
-         ((2, 2, 2), torch.float32)]
+SPECS = [
+    ((7, 5), torch.float32),
+    ((300,), torch.float32),
+    ((3,), torch.float16),
+    ((64, 40), torch.float32),
+    ((1,), torch.float32),
+    ((129,), torch.float16),
+    ((2, 2, 2), torch.float32),
+]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -185,7 +221,7 @@ def test_layout_is_aligned_and_shards_cover_each_param_once(world):
     for rank in range(world):
         for segments in layout.segments(rank).values():
             for seg in segments:
-                covered[seg.index][seg.param_start:seg.param_start + seg.length] += 1
+                covered[seg.index][seg.param_start : seg.param_start + seg.length] += 1
     assert all(bool((c == 1).all()) for c in covered.values())
 
 
@@ -208,12 +244,14 @@ def test_unshard_inverts_sharding():
         for bucket in (b for b in layout.buckets if b.dtype == dtype):
             for rank in range(world):
                 lo = bucket.chunk_start(rank)
-                shards[rank][bucket.shard_start:bucket.shard_start + bucket.chunk] = \
-                    flat[lo:lo + bucket.chunk]
+                shards[rank][bucket.shard_start : bucket.shard_start + bucket.chunk] = flat[
+                    lo : lo + bucket.chunk
+                ]
         assert torch.equal(layout.unshard(dtype, shards), flat)
 
 
 # ----------------------------------------------------------------------------- one process
+
 
 def test_params_and_grads_are_views_into_flat_buffers():
     model = make_model()
@@ -258,7 +296,7 @@ def test_four_rank_layout_cuts_parameters_across_shards():
     """So the 4-rank runs check trust ratios whose norms span several ranks."""
     model = make_model()
     params = [p for g in param_groups(model, WD) for p in g["params"]]
-    layout = FlatLayout([(p.shape, p.dtype) for p in params], 4, int(CAP_MB * 2 ** 20))
+    layout = FlatLayout([(p.shape, p.dtype) for p in params], 4, int(CAP_MB * 2**20))
     owners: dict[int, set[int]] = {}
     for rank in range(4):
         for seg in layout.segments(rank)[torch.float32]:
@@ -352,12 +390,19 @@ def test_loss_scale_grows_after_a_streak_and_backs_off():
 
 def test_step_has_no_host_sync(monkeypatch):
     """No .item()/float()/bool() on tensors in backward hooks or step(): GPU syncs."""
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16),
-                                torch.nn.Linear(16, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+    )
     scaler = DynamicLossScaler(init_scale=4.0)
     schedule = functools.partial(lr_at, total_steps=10, warmup_steps=2)
-    opt = ShardedOptimizer(param_groups(model, WD), lr=0.1, bucket_cap_mb=0.001,
-                               clip_mode="bucketwise", loss_scaler=scaler, lr_schedule=schedule)
+    opt = ShardedOptimizer(
+        param_groups(model, WD),
+        lr=0.1,
+        bucket_cap_mb=0.001,
+        clip_mode="bucketwise",
+        loss_scaler=scaler,
+        lr_schedule=schedule,
+    )
     x = torch.randn(3, 8)
 
     def forbidden(*_args, **_kwargs):
@@ -384,6 +429,7 @@ def test_bad_arguments_are_rejected():
 
 
 # ----------------------------------------------------------------------------- gloo ranks
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -436,8 +482,13 @@ def _scenario_two_by_two(rank, world, out_dir, ckpt):
     """4 ranks as 2 'nodes' x 2: shard within {0,1} / {2,3}, replicas across {0,2} / {1,3}."""
     shard_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
     replica_groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
-    model, opt = _train(rank, world, range(STEPS), shard_group=shard_groups[rank // 2],
-                        replica_group=replica_groups[rank % 2])
+    model, opt = _train(
+        rank,
+        world,
+        range(STEPS),
+        shard_group=shard_groups[rank // 2],
+        replica_group=replica_groups[rank % 2],
+    )
     return _result(model, opt)
 
 
@@ -450,22 +501,36 @@ SCENARIOS = {
     "resume": _scenario_resume,
     "two_by_two": _scenario_two_by_two,
     # reduce_scatter_tensor / all_gather_into_tensor (the NCCL path) on gloo, 2 micro-batches
-    "after_tensor_accum": lambda r, w, o, c: _result(*_train(r, w, range(STEPS), accum=2,
-                                                             tensor_collectives=True)),
-    "before_allreduce": lambda r, w, o, c: _result(*_train(
-        r, w, range(STEPS), clip_mode="before_allreduce")),
-    "bucketwise": lambda r, w, o, c: _result(*_train(
-        r, w, range(STEPS), clip_mode="bucketwise",
-        lr_schedule=functools.partial(lr_at, total_steps=20, warmup_steps=3))),
-    "adam": lambda r, w, o, c: _result(*_train(r, w, range(STEPS), trust_ratio=False,
-                                               overlap=False)),
+    "after_tensor_accum": lambda r, w, o, c: _result(
+        *_train(r, w, range(STEPS), accum=2, tensor_collectives=True)
+    ),
+    "before_allreduce": lambda r, w, o, c: _result(
+        *_train(r, w, range(STEPS), clip_mode="before_allreduce")
+    ),
+    "bucketwise": lambda r, w, o, c: _result(
+        *_train(
+            r,
+            w,
+            range(STEPS),
+            clip_mode="bucketwise",
+            lr_schedule=functools.partial(lr_at, total_steps=20, warmup_steps=3),
+        )
+    ),
+    "adam": lambda r, w, o, c: _result(
+        *_train(r, w, range(STEPS), trust_ratio=False, overlap=False)
+    ),
 }
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str, scenarios: list[str], ckpt) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
     try:
         results = {name: SCENARIOS[name](rank, world, out_dir, ckpt) for name in scenarios}
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
@@ -479,8 +544,13 @@ def launch(world: int, scenarios: list[str], out_dir: Path, ckpt=None) -> list[d
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"  # children inherit it; 4 ranks share 2 cores
     try:
-        mp.start_processes(_worker, args=(world, _free_port(), str(out_dir), scenarios, ckpt),
-                           nprocs=world, start_method="spawn", join=True)
+        mp.start_processes(
+            _worker,
+            args=(world, _free_port(), str(out_dir), scenarios, ckpt),
+            nprocs=world,
+            start_method="spawn",
+            join=True,
+        )
     finally:
         if previous is None:
             os.environ.pop("OMP_NUM_THREADS")
@@ -492,12 +562,16 @@ def launch(world: int, scenarios: list[str], out_dir: Path, ckpt=None) -> list[d
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[int, list[dict]]:
     base = tmp_path_factory.mktemp("distributed_lamb")
-    out = {2: launch(2, ["after_allreduce", "after_tensor_accum", "before_allreduce",
-                         "bucketwise", "adam"], base / "w2")}
+    out = {
+        2: launch(
+            2,
+            ["after_allreduce", "after_tensor_accum", "before_allreduce", "bucketwise", "adam"],
+            base / "w2",
+        )
+    }
     ckpt = str(base / "w2" / "ckpt.pt")
     out[1] = launch(1, ["after_allreduce", "resume"], base / "w1", ckpt)
-    out[4] = launch(4, ["after_allreduce", "bucketwise", "two_by_two", "resume"], base / "w4",
-                    ckpt)
+    out[4] = launch(4, ["after_allreduce", "bucketwise", "two_by_two", "resume"], base / "w4", ckpt)
     return out
 
 
@@ -517,8 +591,7 @@ def after_reference() -> dict:
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_after_allreduce_equals_lamb_on_the_whole_batch(runs, after_reference, world):
-    assert_params_close(_agreed(runs[world], "after_allreduce"), after_reference,
-                        f"{world} ranks")
+    assert_params_close(_agreed(runs[world], "after_allreduce"), after_reference, f"{world} ranks")
 
 
 @pytest.mark.distributed
@@ -533,8 +606,9 @@ def test_node_sharding_with_replicas_equals_lamb(runs, after_reference):
 
 @pytest.mark.distributed
 def test_before_allreduce_clips_each_rank_locally(runs):
-    assert_params_close(_agreed(runs[2], "before_allreduce"),
-                        reference_run("before_allreduce", 2), "before")
+    assert_params_close(
+        _agreed(runs[2], "before_allreduce"), reference_run("before_allreduce", 2), "before"
+    )
 
 
 @pytest.mark.distributed
@@ -560,5 +634,6 @@ def test_checkpoint_from_2_ranks_loads_and_continues(runs, world):
             assert torch.equal(resumed["resaved"]["state"][i][key], value), (i, key)
     assert torch.equal(resumed["resaved"]["step"], resumed["saved"]["step"])
     assert int(resumed["saved"]["step"]) == 5
-    assert_params_close(_agreed(runs[world], "resume"), _agreed(runs[2], "after_allreduce"),
-                        f"resume at {world}")
+    assert_params_close(
+        _agreed(runs[world], "resume"), _agreed(runs[2], "after_allreduce"), f"resume at {world}"
+    )

@@ -6,6 +6,7 @@
   half-written;
 - the same program under torchrun with 2 gloo ranks.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -24,13 +25,23 @@ TINY = ["--set", "log.interval_s=1000"]
 
 
 def run_main(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "run_pretraining.py"), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "run_pretraining.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def check_log(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                           str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -38,16 +49,20 @@ def test_default_run_reaches_target_and_passes_checker(tmp_path):
     """`python run_pretraining.py` with only its data cache and output redirected into
     tmp_path."""
     out = tmp_path / "out"
-    proc = run_main("--set", f"data.synthetic.cache_dir={tmp_path / 'cache'}",
-                    "--set", f"run.output_dir={out}")
+    proc = run_main(
+        "--set", f"data.synthetic.cache_dir={tmp_path / 'cache'}", "--set", f"run.output_dir={out}"
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "run_stop success" in proc.stdout
     assert len(list((tmp_path / "cache").glob("*/synthetic.json"))) == 1
     log = out / "mlperf.log"
     checked = check_log(log)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    accuracies = [float(line.split('"value": ')[1].split(",")[0])
-                  for line in log.read_text().splitlines() if '"key": "eval_accuracy"' in line]
+    accuracies = [
+        float(line.split('"value": ')[1].split(",")[0])
+        for line in log.read_text().splitlines()
+        if '"key": "eval_accuracy"' in line
+    ]
     assert accuracies[-1] >= 0.720 > max(accuracies[:-1], default=0.0)
     # beside the log: the metrics stream and the run record (read by
     # tests/integration/test_obs.py)
@@ -56,18 +71,40 @@ def test_default_run_reaches_target_and_passes_checker(tmp_path):
 
 # -- bad input ----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("small")
-    generate(folder, num_shards=2, samples_per_shard=64, eval_samples=64, max_seq_length=128,
-             max_predictions=20, vocab_size=1024, seed=3)
+    generate(
+        folder,
+        num_shards=2,
+        samples_per_shard=64,
+        eval_samples=64,
+        max_seq_length=128,
+        max_predictions=20,
+        vocab_size=1024,
+        seed=3,
+    )
     return folder
 
 
 def tiny_args(data: Path, out: Path, *extra: str) -> list[str]:
-    return ["--set", "data.synthetic.enabled=false", "--set", f"data.train_dir={data}",
-            "--set", f"data.eval_file={data / 'eval.hdf5'}", "--set", f"run.output_dir={out}",
-            "--set", "eval.samples=64", "--set", "run.max_steps=3", *TINY, *extra]
+    return [
+        "--set",
+        "data.synthetic.enabled=false",
+        "--set",
+        f"data.train_dir={data}",
+        "--set",
+        f"data.eval_file={data / 'eval.hdf5'}",
+        "--set",
+        f"run.output_dir={out}",
+        "--set",
+        "eval.samples=64",
+        "--set",
+        "run.max_steps=3",
+        *TINY,
+        *extra,
+    ]
 
 
 def assert_one_clear_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -106,14 +143,22 @@ def test_default_config_never_writes_into_a_prepared_train_dir(tmp_path, small_d
     prepared = tmp_path / "prepared"
     prepared.mkdir()
     for k in range(4):  # the default's own shard names, with other contents
-        shutil.copy(small_data / "part_00000_of_00002.hdf5",
-                    prepared / f"part_{k:05d}_of_00004.hdf5")
+        shutil.copy(
+            small_data / "part_00000_of_00002.hdf5", prepared / f"part_{k:05d}_of_00004.hdf5"
+        )
     before = snapshot(prepared)
     out = tmp_path / "out"
-    proc = run_main("--set", f"data.train_dir={prepared}", "--set", f"run.output_dir={out}",
-                    "--set", f"data.synthetic.cache_dir={tmp_path / 'cache'}")
-    assert_one_clear_error(proc, f"data.train_dir={prepared}", "did not write",
-                           "data.synthetic.enabled=false")
+    proc = run_main(
+        "--set",
+        f"data.train_dir={prepared}",
+        "--set",
+        f"run.output_dir={out}",
+        "--set",
+        f"data.synthetic.cache_dir={tmp_path / 'cache'}",
+    )
+    assert_one_clear_error(
+        proc, f"data.train_dir={prepared}", "did not write", "data.synthetic.enabled=false"
+    )
     assert snapshot(prepared) == before
     assert not out.exists() and not (tmp_path / "cache").exists()
 
@@ -156,11 +201,15 @@ def _position_outside(f):
     f.create_dataset("masked_lm_positions", data=positions, dtype=dt)
 
 
-@pytest.mark.parametrize("edit, fragments", [
-    (_drop_dataset, ("_of_00002.hdf5", "masked_lm_ids", "missing")),
-    (_wrong_dtype, ("_of_00002.hdf5", "next_sentence_labels", "float32")),
-    (_position_outside, ("_of_00002.hdf5", "sample 5", "masked_lm_positions", "outside")),
-], ids=["missing_dataset", "wrong_dtype", "masked_position_outside"])
+@pytest.mark.parametrize(
+    "edit, fragments",
+    [
+        (_drop_dataset, ("_of_00002.hdf5", "masked_lm_ids", "missing")),
+        (_wrong_dtype, ("_of_00002.hdf5", "next_sentence_labels", "float32")),
+        (_position_outside, ("_of_00002.hdf5", "sample 5", "masked_lm_positions", "outside")),
+    ],
+    ids=["missing_dataset", "wrong_dtype", "masked_position_outside"],
+)
 def test_bad_shard(tmp_path, small_data, edit, fragments):
     data = corrupt_copy(small_data, tmp_path / "data", edit)
     out = tmp_path / "out"
@@ -193,19 +242,41 @@ def assert_run_stop_aborted(log: Path) -> None:
 
 # -- torchrun -------------------------------------------------------------------------------
 
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("sharded", [False, True], ids=["ddp_lamb", "sharded_lamb"])
 def test_torchrun_two_ranks(tmp_path, small_data, sharded):
     """2 gloo ranks: one log (rank 0 only), a complete run, structure accepted by the checker."""
     out = tmp_path / "out"
-    args = tiny_args(small_data, out, "--set", f"optim.sharded={sharded}",
-                     "--set", "run.global_batch_size=8",
-                     "--set", "run.max_steps=6", "--set", "eval.interval_samples=24",
-                     "--set", "submission.division=open")
+    args = tiny_args(
+        small_data,
+        out,
+        "--set",
+        f"optim.sharded={sharded}",
+        "--set",
+        "run.global_batch_size=8",
+        "--set",
+        "run.max_steps=6",
+        "--set",
+        "eval.interval_samples=24",
+        "--set",
+        "submission.division=open",
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(ROOT / "run_pretraining.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(ROOT / "run_pretraining.py"),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     # The tiny budget cannot reach the target: exit status 1, a run_stop "aborted" log.
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 rank(s)" in proc.stdout and "global batch 8 = 2 x 4 x 1" in proc.stdout

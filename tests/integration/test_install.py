@@ -9,6 +9,7 @@ come from the checkout: each console command answers --help, `open-bert-train` t
 shipped default config and writes its results under the current folder, and the installed
 `bert` is the venv's. An editable install of the same copy finds the same configs in configs/.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,31 @@ from bert.mlperf.reader import mllog_records
 
 ROOT = Path(__file__).resolve().parents[2]
 # The console commands ([project.scripts]), one family; a new one is a decision, made here too.
-COMMANDS = ["open-bert-check", "open-bert-convert", "open-bert-download", "open-bert-package",
-            "open-bert-plan", "open-bert-plot", "open-bert-prepare", "open-bert-train"]
+COMMANDS = [
+    "open-bert-check",
+    "open-bert-convert",
+    "open-bert-download",
+    "open-bert-package",
+    "open-bert-plan",
+    "open-bert-plot",
+    "open-bert-prepare",
+    "open-bert-train",
+]
 SKIP_DIRS = {".git", "build", "results", "__pycache__", ".pytest_cache", ".hypothesis"}
 # a run that stops after two steps, on synthetic data small enough to write in a second
-TINY_RUN = ["--quiet", "--set", "run.max_steps=2", "--set", "data.synthetic.num_shards=2",
-            "--set", "data.synthetic.samples_per_shard=128", "--set",
-            "data.synthetic.eval_samples=64", "--set", "eval.samples=64"]
+TINY_RUN = [
+    "--quiet",
+    "--set",
+    "run.max_steps=2",
+    "--set",
+    "data.synthetic.num_shards=2",
+    "--set",
+    "data.synthetic.samples_per_shard=128",
+    "--set",
+    "data.synthetic.eval_samples=64",
+    "--set",
+    "eval.samples=64",
+]
 TIMEOUT_S = 300
 
 
@@ -39,14 +58,26 @@ def copy_checkout(dest: Path) -> None:
     """The files git sees (tracked or new, not ignored); without git, all but build output,
     results, caches and hidden folders (virtualenvs)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                 "--exclude-standard"], cwd=ROOT, capture_output=True,
-                                check=True).stdout.decode().split("\0")
+        listed = (
+            subprocess.run(
+                ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                cwd=ROOT,
+                capture_output=True,
+                check=True,
+            )
+            .stdout.decode()
+            .split("\0")
+        )
         names = [n for n in listed if n and (ROOT / n).is_file()]
     except (OSError, subprocess.CalledProcessError):
-        names = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file()
-                 and not any(part in SKIP_DIRS or part.startswith(".")
-                             for part in p.relative_to(ROOT).parts[:-1])]
+        names = [
+            p.relative_to(ROOT).as_posix()
+            for p in ROOT.rglob("*")
+            if p.is_file()
+            and not any(
+                part in SKIP_DIRS or part.startswith(".") for part in p.relative_to(ROOT).parts[:-1]
+            )
+        ]
     for name in names:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, dest / name)
@@ -56,9 +87,12 @@ def make_venv(folder: Path) -> Path:
     """A new venv whose dependencies resolve to this interpreter's site-packages."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = folder / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
-                              "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(purelib) / "_test_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     return python
 
@@ -66,9 +100,24 @@ def make_venv(folder: Path) -> Path:
 def pip_install(python: Path, *args: str) -> None:
     """This interpreter's pip, installing into `python`'s environment without fetching anything:
     the build runs in that environment (no build isolation), with the setuptools it sees."""
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", "--no-index", "--no-build-isolation", *args],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 def clean_env(home: Path) -> dict[str, str]:
@@ -84,24 +133,56 @@ def installed(tmp_path_factory) -> dict:
     for folder in (src, wheels, elsewhere):
         folder.mkdir()
     copy_checkout(src)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-w", str(wheels), str(src)],
-                   check=True, capture_output=True, text=True)
-    wheel, = wheels.glob("open_bert_mlperf-*.whl")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (wheel,) = wheels.glob("open_bert_mlperf-*.whl")
     python = make_venv(work / "venv")
     pip_install(python, str(wheel))
-    return {"python": python, "bin": python.parent, "cwd": elsewhere, "src": src,
-            "work": work, "env": clean_env(work / "home")}
+    return {
+        "python": python,
+        "bin": python.parent,
+        "cwd": elsewhere,
+        "src": src,
+        "work": work,
+        "env": clean_env(work / "home"),
+    }
 
 
 def run(installed: dict, *cmd: str) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), cwd=installed["cwd"], env=installed["env"],
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        list(cmd),
+        cwd=installed["cwd"],
+        env=installed["env"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
-    where = run(installed, str(installed["python"]), "-c", "import bert, data, kernels; "
-                "print(bert.__file__, data.__file__, kernels.__file__, sep='\\n')")
+    where = run(
+        installed,
+        str(installed["python"]),
+        "-c",
+        "import bert, data, kernels; "
+        "print(bert.__file__, data.__file__, kernels.__file__, sep='\\n')",
+    )
     assert where.returncode == 0, where.stderr
     venv = installed["python"].parents[1].resolve()
     for path in where.stdout.split():
@@ -110,8 +191,12 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
 
 
 def test_the_wheel_ships_the_configs(installed):
-    listing = run(installed, str(installed["python"]), "-c", "from bert.config import "
-                  "shipped_configs; print(shipped_configs())")
+    listing = run(
+        installed,
+        str(installed["python"]),
+        "-c",
+        "from bert.config import shipped_configs; print(shipped_configs())",
+    )
     shipped = Path(listing.stdout.strip())
     assert shipped.is_relative_to(installed["python"].parents[1]), listing.stderr
     ours = {p.name: p.read_bytes() for p in (ROOT / "configs").glob("*.yaml")}
@@ -120,8 +205,11 @@ def test_the_wheel_ships_the_configs(installed):
 
 def test_the_wheel_installs_the_console_commands(installed):
     purelib = installed["python"].parents[1].glob("lib/python*/site-packages")
-    entry_points, = (p for folder in purelib for p in folder.glob(
-        "open_bert_mlperf-*.dist-info/entry_points.txt"))
+    (entry_points,) = (
+        p
+        for folder in purelib
+        for p in folder.glob("open_bert_mlperf-*.dist-info/entry_points.txt")
+    )
     table = ConfigParser()
     table.read(entry_points)
     assert sorted(table["console_scripts"]) == COMMANDS
@@ -156,14 +244,20 @@ def test_a_bare_config_name_finds_the_shipped_config(installed):
     assert proc.stderr.splitlines() == [
         "error: config 'nonesuch': no such file here, and no shipped config of that name "
         "(shipped: bert_large_1x1xgpu_lb28_ga16, bert_large_1x8xa100_lb56_ga1, "
-        "bert_large_1x8xh100_lb96_ga1, tiny_cpu)"]
+        "bert_large_1x8xh100_lb96_ga1, tiny_cpu)"
+    ]
 
 
 def test_an_editable_install_finds_the_configs_in_the_checkout(installed):
     python = make_venv(installed["work"] / "venv-editable")
     pip_install(python, "-e", str(installed["src"]))
-    proc = run(installed, str(python), "-c", "import bert; from bert.config import find_config; "
-               "print(bert.__file__); print(find_config('tiny_cpu'))")
+    proc = run(
+        installed,
+        str(python),
+        "-c",
+        "import bert; from bert.config import find_config; "
+        "print(bert.__file__); print(find_config('tiny_cpu'))",
+    )
     assert proc.returncode == 0, proc.stderr
     package, config = map(Path, proc.stdout.split())
     assert package == installed["src"] / "bert" / "__init__.py"

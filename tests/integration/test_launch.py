@@ -4,6 +4,7 @@ Config names follow bert_large_<nodes>x<gpus per node>x<system>_lb<micro-batch>_
 and the name must agree with the content: nodes x gpus x lb x ga = run.global_batch_size.
 Launchers are checked with `bash -n` and in dry-run mode (DRY_RUN=1 prints the commands).
 """
+
 from __future__ import annotations
 
 import os
@@ -22,15 +23,23 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 NAME = re.compile(r"bert_large_(\d+)x(\d+)x([a-z0-9]+)_lb(\d+)_ga(\d+)")
 SIZE_NAMED = {"tiny_cpu"}  # configs named by model size, not by system
-SCRIPTS = sorted([*(ROOT / "launch").glob("*.sh"), ROOT / "launch" / "slurm.sbatch",
-                  ROOT / "scripts" / "download_data.sh"])
+SCRIPTS = sorted(
+    [
+        *(ROOT / "launch").glob("*.sh"),
+        ROOT / "launch" / "slurm.sbatch",
+        ROOT / "scripts" / "download_data.sh",
+    ]
+)
 # REFERENCE 3: (lr, steps, beta1, beta2, weight decay) per system.
-HYPERPARAMETERS = {"a100": (4.25e-4, 6700, 0.9, 0.999, 0.01),
-                   "gpu": (4.25e-4, 6700, 0.9, 0.999, 0.01),
-                   "h100": (9.6e-4, 3680, 0.60466, 0.85437, 0.1)}
+HYPERPARAMETERS = {
+    "a100": (4.25e-4, 6700, 0.9, 0.999, 0.01),
+    "gpu": (4.25e-4, 6700, 0.9, 0.999, 0.01),
+    "h100": (9.6e-4, 3680, 0.60466, 0.85437, 0.1),
+}
 
 
 # -- configs --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_loads_and_name_matches_content(path):
@@ -48,13 +57,19 @@ def test_config_loads_and_name_matches_content(path):
     assert cfg.run.output_dir.endswith(path.stem)
 
 
-@pytest.mark.parametrize("path", [p for p in CONFIGS if p.stem not in SIZE_NAMED],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in CONFIGS if p.stem not in SIZE_NAMED], ids=lambda p: p.stem
+)
 def test_system_config_is_mlperf_bert_large(path):
     cfg = load_config(path)
     m, d, o, s, r = cfg.model, cfg.data, cfg.optim, cfg.schedule, cfg.run
-    assert (m.hidden_size, m.num_hidden_layers, m.num_attention_heads, m.intermediate_size,
-            m.vocab_size) == (1024, 24, 16, 4096, 30522)
+    assert (
+        m.hidden_size,
+        m.num_hidden_layers,
+        m.num_attention_heads,
+        m.intermediate_size,
+        m.vocab_size,
+    ) == (1024, 24, 16, 4096, 30522)
     # the reference, or a backend a GPU window validated (bert/model/attention.py's records)
     assert m.attention == "padded_sdpa" or BACKENDS[m.attention].gpu_validated
     assert (d.max_seq_length, d.max_predictions_per_seq) == (512, 76)
@@ -71,10 +86,17 @@ def test_system_config_is_mlperf_bert_large(path):
 
 # -- launchers ------------------------------------------------------------------------------------
 
+
 def bash(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "NPROC_PER_NODE": "8", **env}
-    return subprocess.run(["bash", str(ROOT / script), *args], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(ROOT / script), *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def commands(proc: subprocess.CompletedProcess) -> list[str]:
@@ -89,33 +111,46 @@ def test_script_syntax(path):
 
 
 def test_torchrun_single_node_dry_run():
-    cmds = commands(bash("launch/torchrun.sh", "configs/x.yaml", "--set", "run.seed=3",
-                         DRY_RUN="1"))
+    cmds = commands(
+        bash("launch/torchrun.sh", "configs/x.yaml", "--set", "run.seed=3", DRY_RUN="1")
+    )
     assert cmds[0].endswith("launch/drop_caches.sh")
     assert cmds[1].startswith("python ")  # torchrun through launch/torchrun.py: exit statuses
     assert "/launch/torchrun.py --standalone --nnodes=1 --nproc_per_node=8 " in cmds[1]
-    assert cmds[1].endswith("run_pretraining.py --config configs/x.yaml --set run.seed=3 "
-                            "--set run.cache_cleared=false")  # a dry run flushes nothing
+    assert cmds[1].endswith(
+        "run_pretraining.py --config configs/x.yaml --set run.seed=3 --set run.cache_cleared=false"
+    )  # a dry run flushes nothing
 
 
 def test_torchrun_multi_node_dry_run():
-    cmds = commands(bash("launch/torchrun.sh", "c.yaml", DRY_RUN="1", NNODES="2",
-                         NODE_RANK="1", MASTER_ADDR="node0", MASTER_PORT="1234"))
+    cmds = commands(
+        bash(
+            "launch/torchrun.sh",
+            "c.yaml",
+            DRY_RUN="1",
+            NNODES="2",
+            NODE_RANK="1",
+            MASTER_ADDR="node0",
+            MASTER_PORT="1234",
+        )
+    )
     assert "--nnodes=2 --node_rank=1 --master_addr=node0 --master_port=1234" in cmds[1]
     assert "--standalone" not in cmds[1]
 
 
 def test_cache_flag_can_be_left_out():
-    cmds = commands(bash("launch/torchrun.sh", "c.yaml", DRY_RUN="1", CLEAR_CACHE="0",
-                         CACHE_CLEARED_KEY=""))
+    cmds = commands(
+        bash("launch/torchrun.sh", "c.yaml", DRY_RUN="1", CLEAR_CACHE="0", CACHE_CLEARED_KEY="")
+    )
     assert len(cmds) == 1 and "cache_cleared" not in cmds[0]
 
 
 def test_mpirun_dry_run(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("# two nodes\nnodeA slots=8\nnodeB slots=8\n")
-    cmds = commands(bash("launch/mpirun.sh", "c.yaml", DRY_RUN="1", NNODES="2",
-                         HOSTFILE=str(hosts)))
+    cmds = commands(
+        bash("launch/mpirun.sh", "c.yaml", DRY_RUN="1", NNODES="2", HOSTFILE=str(hosts))
+    )
     assert "-np 2 --map-by ppr:1:node" in cmds[0] and cmds[0].endswith("drop_caches.sh")
     assert f"--hostfile {hosts} -np 16 --map-by ppr:8:node" in cmds[1]
     assert "launch/rank_env.sh python " in cmds[1] and "--config c.yaml" in cmds[1]
@@ -123,8 +158,15 @@ def test_mpirun_dry_run(tmp_path):
 
 
 def test_slurm_batch_dry_run(tmp_path):
-    env = dict(DRY_RUN="1", SLURM_SUBMIT_DIR=str(ROOT), SLURM_JOB_NUM_NODES="2",
-               GPUS_PER_NODE="8", NUM_RUNS="2", SEED_BASE="40", RESULTS_DIR=str(tmp_path))
+    env = dict(
+        DRY_RUN="1",
+        SLURM_SUBMIT_DIR=str(ROOT),
+        SLURM_JOB_NUM_NODES="2",
+        GPUS_PER_NODE="8",
+        NUM_RUNS="2",
+        SEED_BASE="40",
+        RESULTS_DIR=str(tmp_path),
+    )
     cmds = commands(bash("launch/slurm.sbatch", "c.yaml", **env))
     flushes = [c for c in cmds if "--ntasks-per-node=1" in c]
     trains = [c for c in cmds if "--ntasks-per-node=8" in c]
@@ -135,15 +177,26 @@ def test_slurm_batch_dry_run(tmp_path):
 
 
 def test_run_and_time_dry_run_uses_distinct_seeds(tmp_path):
-    cmds = commands(bash("launch/run_and_time.sh", "c.yaml", "--set", "x.y=1", DRY_RUN="1",
-                         NUM_RUNS="3", RESULTS_DIR=str(tmp_path)))
+    cmds = commands(
+        bash(
+            "launch/run_and_time.sh",
+            "c.yaml",
+            "--set",
+            "x.y=1",
+            DRY_RUN="1",
+            NUM_RUNS="3",
+            RESULTS_DIR=str(tmp_path),
+        )
+    )
     runs = [c for c in cmds if "launch/torchrun.py" in c]
     seeds = [re.search(r"run\.seed=(\d+)", c).group(1) for c in runs]
     assert len(runs) == 3 and len(set(seeds)) == 3
     for i, c in enumerate(runs):
         assert f"--set x.y=1 --set run.seed={seeds[i]} --set run.output_dir={tmp_path}/run_{i}" in c
-    assert bash("launch/run_and_time.sh", "c.yaml", DRY_RUN="1", NUM_RUNS="2",
-                SEEDS="5 5").returncode == 2
+    assert (
+        bash("launch/run_and_time.sh", "c.yaml", DRY_RUN="1", NUM_RUNS="2", SEEDS="5 5").returncode
+        == 2
+    )
 
 
 FAKE_LAUNCHER = """#!/usr/bin/env bash
@@ -163,12 +216,20 @@ def test_run_and_time_collects_results(tmp_path, status):
     launcher.write_text(FAKE_LAUNCHER)
     launcher.chmod(0o755)
     results = tmp_path / "results"
-    proc = bash("launch/run_and_time.sh", "c.yaml", LAUNCHER=str(launcher), NUM_RUNS="3",
-                SEEDS="10 11 12", RESULTS_DIR=str(results), FAKE_STATUS=status)
+    proc = bash(
+        "launch/run_and_time.sh",
+        "c.yaml",
+        LAUNCHER=str(launcher),
+        NUM_RUNS="3",
+        SEEDS="10 11 12",
+        RESULTS_DIR=str(results),
+        FAKE_STATUS=status,
+    )
     if status == "1":  # not converged: kept, the series goes on
         assert proc.returncode == 0, proc.stderr
-        assert [(results / f"result_{i}.txt").read_text() for i in range(3)] == \
-            [f"log of seed {s}\n" for s in (10, 11, 12)]
+        assert [(results / f"result_{i}.txt").read_text() for i in range(3)] == [
+            f"log of seed {s}\n" for s in (10, 11, 12)
+        ]
         assert "exit statuses 0 1 0" in proc.stderr
     else:  # bad input: the series stops
         assert proc.returncode == 2
@@ -178,16 +239,30 @@ def test_run_and_time_collects_results(tmp_path, status):
 def rank_env(**variables: str) -> list[str]:
     """What launch/rank_env.sh exports, given scheduler variables (and none inherited)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "SLURM_", "PMI"))}
-    show = ["bash", str(ROOT / "launch" / "rank_env.sh"), "bash", "-c",
-            "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_PORT"]
-    return subprocess.run(show, env={**base, **variables}, capture_output=True,
-                          text=True).stdout.split()
+    show = [
+        "bash",
+        str(ROOT / "launch" / "rank_env.sh"),
+        "bash",
+        "-c",
+        "echo $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_PORT",
+    ]
+    return subprocess.run(
+        show, env={**base, **variables}, capture_output=True, text=True
+    ).stdout.split()
 
 
 def test_rank_env_prefers_mpi_over_slurm():
-    slurm = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
-             "SLURM_STEP_TASKS_PER_NODE": "8(x2)"}
-    mpi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "32",
-           "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    slurm = {
+        "SLURM_PROCID": "9",
+        "SLURM_NTASKS": "16",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+    }
+    mpi = {
+        "OMPI_COMM_WORLD_RANK": "5",
+        "OMPI_COMM_WORLD_SIZE": "32",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    }
     assert rank_env(**slurm) == ["9", "16", "1", "8", "29500"]
     assert rank_env(**slurm, **mpi) == ["5", "32", "3", "4", "29500"]  # mpirun inside sbatch

@@ -10,6 +10,7 @@ profiler window and TensorBoard on, then its files are read back:
 - the trace (gzipped Chrome JSON) loads with json and holds the named ranges.
 Plus --print-config, the TensorBoard requirement, the FLOP bookkeeping and the log format.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -42,9 +43,25 @@ sys.path.insert(0, str(ROOT))
 import run_pretraining  # noqa: E402
 
 STEPS, TOTAL_STEPS, BASE_LR, WARMUP, GBS, EVAL_EVERY = 40, 60, 2e-2, 2, 8, 160
-TRAIN_FIELDS = {"kind", "time", "step", "samples", "loss", "finite", "lr", "grad_norm",
-                "loss_scale", "skipped_steps", "samples_per_s", "tokens_per_s", "tflops_per_s",
-                "mfu", "peak_memory_mib", "data_wait_share", "interval_steps"}
+TRAIN_FIELDS = {
+    "kind",
+    "time",
+    "step",
+    "samples",
+    "loss",
+    "finite",
+    "lr",
+    "grad_norm",
+    "loss_scale",
+    "skipped_steps",
+    "samples_per_s",
+    "tokens_per_s",
+    "tflops_per_s",
+    "mfu",
+    "peak_memory_mib",
+    "data_wait_share",
+    "interval_steps",
+}
 EVAL_FIELDS = {"kind", "time", "step", "samples", "eval_mlm_accuracy", "eval_seconds"}
 
 
@@ -54,10 +71,23 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def tiny_args(data_dir: Path, out: Path, **changed) -> list[str]:
-    return set_args(tiny_settings(data_dir, out, **{
-        "model.attention": "padded_sdpa", "run.global_batch_size": GBS, "run.max_steps": STEPS,
-        "eval.interval_samples": EVAL_EVERY, "schedule.total_steps": TOTAL_STEPS,
-        "schedule.warmup_steps": WARMUP, "optim.lr": BASE_LR, "log.interval_s": 0, **changed}))
+    return set_args(
+        tiny_settings(
+            data_dir,
+            out,
+            **{
+                "model.attention": "padded_sdpa",
+                "run.global_batch_size": GBS,
+                "run.max_steps": STEPS,
+                "eval.interval_samples": EVAL_EVERY,
+                "schedule.total_steps": TOTAL_STEPS,
+                "schedule.warmup_steps": WARMUP,
+                "optim.lr": BASE_LR,
+                "log.interval_s": 0,
+                **changed,
+            },
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +95,16 @@ def run_dir(tmp_path_factory, data_dir) -> tuple[Path, str]:
     """One run with every sink on: profiler window over steps 20-21 (an eval follows step 20),
     the sharded optimizer (its exchange ranges), TensorBoard. Returns (folder, stdout)."""
     out = tmp_path_factory.mktemp("obs_run") / "out"
-    args = tiny_args(data_dir, out, **{"profile.start_step": 20, "profile.steps": 2,
-                                       "optim.sharded": True, "log.tensorboard": True})
+    args = tiny_args(
+        data_dir,
+        out,
+        **{
+            "profile.start_step": 20,
+            "profile.steps": 2,
+            "optim.sharded": True,
+            "log.tensorboard": True,
+        },
+    )
     captured = _capture(lambda: run_pretraining.main(args))
     assert captured["status"] == 1, captured  # the tiny budget never reaches the target
     return out, captured["stdout"]
@@ -83,8 +121,11 @@ def _capture(call) -> dict:
 
 
 def mlperf_records(path: Path) -> list[dict]:
-    return [json.loads(line.split(":::MLLOG ", 1)[1])
-            for line in path.read_text().splitlines() if ":::MLLOG" in line]
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG" in line
+    ]
 
 
 def test_run_leaves_its_files(run_dir):
@@ -103,8 +144,7 @@ def test_metrics_fields_are_present_and_sane(run_dir):
         assert set(r) == TRAIN_FIELDS
         assert r["finite"] and r["loss"] > 0 and r["samples"] == r["step"] * GBS
         # the lr of the next update: lr_at(updates so far) (no fp16, so no skipped step)
-        assert r["lr"] == pytest.approx(lr_at(r["step"], BASE_LR, TOTAL_STEPS, WARMUP),
-                                        rel=1e-6)
+        assert r["lr"] == pytest.approx(lr_at(r["step"], BASE_LR, TOTAL_STEPS, WARMUP), rel=1e-6)
         assert r["grad_norm"] > 0 and r["skipped_steps"] == 0 and r["loss_scale"] is None
         assert r["samples_per_s"] > 0 and r["tokens_per_s"] > r["samples_per_s"]
         assert 0 < r["mfu"] < 1 and r["tflops_per_s"] > 0
@@ -115,8 +155,11 @@ def test_metrics_fields_are_present_and_sane(run_dir):
     assert samples == sorted(samples)
     evals = [r for r in records if r["kind"] == "eval"]
     assert all(set(r) == EVAL_FIELDS for r in evals)
-    logged = [(r["metadata"]["epoch_num"], r["value"])
-              for r in mlperf_records(out / "mlperf.log") if r["key"] == "eval_accuracy"]
+    logged = [
+        (r["metadata"]["epoch_num"], r["value"])
+        for r in mlperf_records(out / "mlperf.log")
+        if r["key"] == "eval_accuracy"
+    ]
     assert [(r["samples"], r["eval_mlm_accuracy"]) for r in evals] == logged
     assert [r["samples"] for r in evals] == [EVAL_EVERY, 2 * EVAL_EVERY]
 
@@ -147,8 +190,13 @@ def test_mlperf_log_has_tracked_stats_and_passes_the_checker(run_dir):
     for r in stats:
         assert set(r["value"]) == {"throughput", "loss", "lr"} and r["value"]["throughput"] > 0
         assert r["value"]["lr"] == train[r["metadata"]["step"]]["lr"]
-    checked = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                              str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 0 and f"PASS {log}" in checked.stdout, checked.stdout
 
 
@@ -186,9 +234,11 @@ def test_trace_holds_the_named_ranges(run_dir):
 
 def test_print_config_prints_the_resolved_config_and_exits(tmp_path):
     out = tmp_path / "out"
-    captured = _capture(lambda: run_pretraining.main(
-        ["--print-config", "--set", "optim.lr=0.5", "--set", f"run.output_dir={out}",
-         "--quiet"]))
+    captured = _capture(
+        lambda: run_pretraining.main(
+            ["--print-config", "--set", "optim.lr=0.5", "--set", f"run.output_dir={out}", "--quiet"]
+        )
+    )
     assert captured["status"] == 0 and captured["stderr"] == ""
     text = captured["stdout"]
     assert "  lr: 0.5  # --set" in text and "  quiet: true  # flag" in text
@@ -198,24 +248,36 @@ def test_print_config_prints_the_resolved_config_and_exits(tmp_path):
     resolved.write_text(text)
     assert yaml.safe_load(text)["optim"]["lr"] == 0.5
     assert load_config(resolved) == load_config(
-        ROOT / "configs" / "tiny_cpu.yaml", ["optim.lr=0.5", f"run.output_dir={out}",
-                                             "log.quiet=true"])
+        ROOT / "configs" / "tiny_cpu.yaml",
+        ["optim.lr=0.5", f"run.output_dir={out}", "log.quiet=true"],
+    )
 
 
 def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tensorboard" else real(name, *a),
+    )
     with pytest.raises(ConfigError, match="log.tensorboard=true needs the tensorboard"):
         LogConfig(tensorboard=True)
     LogConfig(tensorboard=False)
 
 
 def samples_of_lengths(lengths: list[int]) -> list[Sample]:
-    return [Sample(np.full(n, 5, np.int16), np.zeros(n, np.int8), np.array([1], np.int16),
-                   np.array([7], np.int16), 0) for n in lengths]
+    return [
+        Sample(
+            np.full(n, 5, np.int16),
+            np.zeros(n, np.int8),
+            np.array([1], np.int16),
+            np.array([7], np.int16),
+            0,
+        )
+        for n in lengths
+    ]
 
 
 def test_square_sums_follow_the_packed_batches():
@@ -234,9 +296,10 @@ def test_batch_flops_agree_with_the_planner():
     """Per batch of equal lengths, the planner's per-sample count (bert/plan/flops.py)."""
     cfg = load_config(None).model
     length, masked, batch = 100, 15, 6
-    planned = training_flops(cfg, LengthMix(length, length ** 2, masked, 128))
-    assert batch_flops(cfg, batch * length, batch * length ** 2, batch * masked,
-                       batch) == pytest.approx(batch * planned, rel=1e-12)
+    planned = training_flops(cfg, LengthMix(length, length**2, masked, 128))
+    assert batch_flops(
+        cfg, batch * length, batch * length**2, batch * masked, batch
+    ) == pytest.approx(batch * planned, rel=1e-12)
 
 
 def test_log_lines_carry_time_rank_and_level(capsys):
@@ -261,8 +324,7 @@ def test_file_suffix():
     assert file_suffix(Path("o/other.log")) == "_other"
 
 
-def test_a_step_with_metrics_and_ranges_on_reads_nothing_back(monkeypatch, data_dir,
-                                                              tmp_path):
+def test_a_step_with_metrics_and_ranges_on_reads_nothing_back(monkeypatch, data_dir, tmp_path):
     """The trainer's step, its metrics bookkeeping (data wait, tokens, FLOPs), Progress between
     points and the named ranges: no tensor value is read on the host (tests/unit/test_sync_free.py's
     proxy for a device sync)."""
@@ -340,8 +402,9 @@ def test_window_ended_early_writes_what_it_recorded_beside_earlier_traces(tmp_pa
 
     paths = []
     for _ in range(2):
-        window = ProfilerWindow(ProfileConfig(start_step=3, steps=10), tmp_path, 0,
-                                torch.device("cpu"), first_step=1)
+        window = ProfilerWindow(
+            ProfileConfig(start_step=3, steps=10), tmp_path, 0, torch.device("cpu"), first_step=1
+        )
         for step in range(1, 5):
             window.step_begin(step)
             assert ranges.active() == (step >= 2)  # step 2 warms up
@@ -351,8 +414,10 @@ def test_window_ended_early_writes_what_it_recorded_beside_earlier_traces(tmp_pa
         window.close()
         assert not ranges.active()
         paths.append(window.trace_path)
-    assert [p.name for p in paths] == ["trace_rank0_steps3-4.json.gz",
-                                       "trace_rank0_steps3-4.1.json.gz"]
+    assert [p.name for p in paths] == [
+        "trace_rank0_steps3-4.json.gz",
+        "trace_rank0_steps3-4.1.json.gz",
+    ]
     with gzip.open(paths[0], "rt") as f:
         events = json.load(f)["traceEvents"]
     assert sum(e.get("name") == "forward" for e in events) == 2  # steps 3 and 4, not 2

@@ -1,6 +1,7 @@
 """Issue 27 under torchrun with 2 gloo ranks: every line says its time, rank and level, only
 rank 0 prints progress (the other rank logs warnings only), rank 0 alone writes the metrics, and
 each rank writes its own trace of the profiler window."""
+
 from __future__ import annotations
 
 import gzip
@@ -25,21 +26,36 @@ def test_two_ranks_log_by_rank_and_trace_each(tmp_path):
     data = tmp_path / "data"
     make_tiny_data(data)
     out = tmp_path / "out"
-    values = tiny_settings(data, out, **{"run.max_steps": 4, "log.interval_s": 0,
-                                         "profile.start_step": 2, "profile.steps": 1})
+    values = tiny_settings(
+        data,
+        out,
+        **{"run.max_steps": 4, "log.interval_s": 0, "profile.start_step": 2, "profile.steps": 1},
+    )
     del values["run.seed"], values["optim.lr"]  # tiny_cpu.yaml's, as this run always had
     args = set_args(values)
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(ROOT / "run_pretraining.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(ROOT / "run_pretraining.py"),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # budget: aborted
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     parsed = [LINE.fullmatch(line) for line in lines]
     # a profiler summary table continues its log line over several lines
     starts = [m for m in parsed if m is not None]
-    assert starts and all(m is not None or not lines[i][:4].isdigit()
-                          for i, m in enumerate(parsed)), proc.stdout
+    assert starts and all(
+        m is not None or not lines[i][:4].isdigit() for i, m in enumerate(parsed)
+    ), proc.stdout
     progress = [m for m in starts if m.group(3).startswith("step ")]
     assert len(progress) == 4 and {m.group(1) for m in progress} == {"0"}
     assert {m.group(1) for m in starts} == {"0"}  # rank 1 had nothing above info to say

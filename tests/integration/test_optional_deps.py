@@ -8,6 +8,7 @@ package of that name first on PYTHONPATH whose import fails, as a missing one wo
 A config named by a bare name is a shipped one (configs/ of the checkout here); a file of that
 name in the current folder wins; the default's `~` paths are expanded, never a folder named "~".
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,13 @@ from data.comm import mpi
 
 ROOT = Path(__file__).resolve().parents[2]
 HINT = "pip install 'open-bert-mlperf[mpi]'"
-SMALL_DATA = {"data.synthetic.num_shards": 2, "data.synthetic.samples_per_shard": 64,
-              "data.synthetic.eval_samples": 32, "eval.samples": 32, "run.max_steps": 1}
+SMALL_DATA = {
+    "data.synthetic.num_shards": 2,
+    "data.synthetic.samples_per_shard": 64,
+    "data.synthetic.eval_samples": 32,
+    "eval.samples": 32,
+    "run.max_steps": 1,
+}
 
 
 @pytest.fixture
@@ -33,14 +39,17 @@ def no_mpi4py_path(tmp_path) -> str:
     shadow = tmp_path / "shadow" / "mpi4py"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'mpi4py'\", name='mpi4py')\n")
+        "raise ModuleNotFoundError(\"No module named 'mpi4py'\", name='mpi4py')\n"
+    )
     return os.pathsep.join([str(shadow.parent), str(ROOT)])
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    launch_vars = {name for _, names in __import__("bert.train.launch_env", fromlist=["x"])
-                   .LAUNCHER_VARS for name in names} | {"MASTER_ADDR", "MASTER_PORT",
-                                                        "PMIX_RANK"}
+    launch_vars = {
+        name
+        for _, names in __import__("bert.train.launch_env", fromlist=["x"]).LAUNCHER_VARS
+        for name in names
+    } | {"MASTER_ADDR", "MASTER_PORT", "PMIX_RANK"}
     env = {k: v for k, v in os.environ.items() if k not in launch_vars}
     return {**env, "OMP_NUM_THREADS": "1", **extra}
 
@@ -56,25 +65,44 @@ def test_load_mpi_without_mpi4py_names_the_extra(monkeypatch):
 def test_an_mpi_job_without_mpi4py_stops_with_one_error_line(tmp_path, no_mpi4py_path):
     """Rank 0 of two under Open MPI's variables, no rendezvous address: the rank asks MPI for
     it, which needs mpi4py. Exit status 2, one line, nothing else on stderr."""
-    sets = {**SMALL_DATA, "data.synthetic.cache_dir": tmp_path / "cache",
-            "run.output_dir": tmp_path / "out"}
+    sets = {
+        **SMALL_DATA,
+        "data.synthetic.cache_dir": tmp_path / "cache",
+        "run.output_dir": tmp_path / "out",
+    }
     args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
-    env = child_env(PYTHONPATH=no_mpi4py_path, OMPI_COMM_WORLD_RANK="0",
-                    OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_LOCAL_RANK="0",
-                    OMPI_COMM_WORLD_LOCAL_SIZE="2")
-    proc = subprocess.run([sys.executable, str(ROOT / "run_pretraining.py"), "--quiet", *args],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    env = child_env(
+        PYTHONPATH=no_mpi4py_path,
+        OMPI_COMM_WORLD_RANK="0",
+        OMPI_COMM_WORLD_SIZE="2",
+        OMPI_COMM_WORLD_LOCAL_RANK="0",
+        OMPI_COMM_WORLD_LOCAL_SIZE="2",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run_pretraining.py"), "--quiet", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: an MPI launcher started this job"), \
+    assert len(lines) == 1 and lines[0].startswith("error: an MPI launcher started this job"), (
         proc.stderr
+    )
     assert HINT in lines[0]
 
 
 def launcher(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "launch" / "mpirun.sh"), "c.yaml"], cwd=tmp_path,
-                          env=child_env(PYTHON=sys.executable, CLEAR_CACHE="0", **env),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(ROOT / "launch" / "mpirun.sh"), "c.yaml"],
+        cwd=tmp_path,
+        env=child_env(PYTHON=sys.executable, CLEAR_CACHE="0", **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_mpirun_launcher_without_mpi4py_refuses_to_start(tmp_path, no_mpi4py_path):
@@ -82,7 +110,8 @@ def test_mpirun_launcher_without_mpi4py_refuses_to_start(tmp_path, no_mpi4py_pat
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"error: mpirun.sh: {sys.executable} cannot import mpi4py: {HINT} (on a system with "
-        f"its own MPI: pip install mpi4py)"]
+        f"its own MPI: pip install mpi4py)"
+    ]
 
 
 def test_mpirun_launcher_without_mpirun_refuses_to_start(tmp_path):
@@ -90,10 +119,12 @@ def test_mpirun_launcher_without_mpirun_refuses_to_start(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         f"error: mpirun.sh: no {tmp_path / 'no-mpirun'} on PATH ({HINT} installs Open MPI's; "
-        f"or set MPIRUN)"]
+        f"or set MPIRUN)"
+    ]
 
 
 # -- configs by name ------------------------------------------------------------------------------
+
 
 def test_the_checkout_ships_configs_from_configs_folder():
     # bert/configs/ exists only inside a built wheel; in a checkout it would hide configs/
@@ -122,13 +153,16 @@ def test_a_missing_path_or_name_is_one_error(tmp_path, monkeypatch):
     shipped = ", ".join(sorted(p.stem for p in (ROOT / "configs").glob("*.yaml")))
     with pytest.raises(ConfigError) as caught:
         load_config("nonesuch")
-    assert str(caught.value) == (f"config 'nonesuch': no such file here, and no shipped config "
-                                 f"of that name (shipped: {shipped})")
+    assert str(caught.value) == (
+        f"config 'nonesuch': no such file here, and no shipped config "
+        f"of that name (shipped: {shipped})"
+    )
 
 
 def test_default_paths_expand_the_home_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = load_config(None)
     assert cfg.data.synthetic.cache_dir == str(tmp_path / ".cache" / "open-bert" / "synthetic")
-    assert load_config(None, ["data.synthetic.cache_dir=~/x"]).data.synthetic.cache_dir == \
-        str(tmp_path / "x")
+    assert load_config(None, ["data.synthetic.cache_dir=~/x"]).data.synthetic.cache_dir == str(
+        tmp_path / "x"
+    )

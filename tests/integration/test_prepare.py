@@ -5,6 +5,7 @@ The corpus is random English-like words written by the test; the WordPiece vocab
 trained from it in-process with `tokenizers`. Rules checked come from REFERENCE 2 (masking
 0.15 with 80/10/10, NSP pairs, eval pick idx = int(i * N / count), the identical-shard trap).
 """
+
 from __future__ import annotations
 
 import collections
@@ -34,8 +35,28 @@ SCRIPT = ROOT / "scripts" / "prepare_data.py"
 MAX_LEN, MAX_PRED = 128, 20
 NUM_SHARDS, EVAL_COUNT = 4, 50
 PARAMS = ExampleParams(max_seq_length=MAX_LEN, max_predictions=MAX_PRED, dupe_factor=3)
-SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "sho", "ven", "dal", "pri", "ost", "el", "an",
-             "gr", "th", "qu", "ex", "bo", "fin", "ul"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "sho",
+    "ven",
+    "dal",
+    "pri",
+    "ost",
+    "el",
+    "an",
+    "gr",
+    "th",
+    "qu",
+    "ex",
+    "bo",
+    "fin",
+    "ul",
+]
 
 
 def write_corpus(folder: Path) -> tuple[list[Path], Path, Path]:
@@ -67,8 +88,9 @@ def write_corpus(folder: Path) -> tuple[list[Path], Path, Path]:
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +103,39 @@ def prepared(corpus, tmp_path_factory) -> Path:
     """`prepare_data.py all` once, with 2 worker processes."""
     texts, eval_text, vocab = corpus
     out = tmp_path_factory.mktemp("prepared")
-    proc = run_script("all", "--train-text", str(texts[0].parent), "--eval-text", str(eval_text),
-                      "--vocab", str(vocab), "--out", str(out), "--num-shards", str(NUM_SHARDS),
-                      "--eval-samples", str(EVAL_COUNT), "--max-seq-length", str(MAX_LEN),
-                      "--max-predictions", str(MAX_PRED), "--dupe-factor", "3",
-                      "--workers", "2")
+    proc = run_script(
+        "all",
+        "--train-text",
+        str(texts[0].parent),
+        "--eval-text",
+        str(eval_text),
+        "--vocab",
+        str(vocab),
+        "--out",
+        str(out),
+        "--num-shards",
+        str(NUM_SHARDS),
+        "--eval-samples",
+        str(EVAL_COUNT),
+        "--max-seq-length",
+        str(MAX_LEN),
+        "--max-predictions",
+        str(MAX_PRED),
+        "--dupe-factor",
+        "3",
+        "--workers",
+        "2",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
 
 def fixed_train(out: Path) -> list:
-    return [s for p in sorted((out / "intermediate" / "train").glob("*.hdf5"))
-            for s in read_fixed(p, MAX_LEN, MAX_PRED)]
+    return [
+        s
+        for p in sorted((out / "intermediate" / "train").glob("*.hdf5"))
+        for s in read_fixed(p, MAX_LEN, MAX_PRED)
+    ]
 
 
 def shards(out: Path) -> list[Path]:
@@ -105,14 +148,18 @@ def digests(samples) -> collections.Counter:
 
 # -- the end-to-end output ---------------------------------------------------------------------
 
+
 def test_all_writes_valid_shards_and_eval(prepared):
     files = shards(prepared)
-    assert [p.name for p in files] == [f"part_{j:05d}_of_{NUM_SHARDS:05d}.hdf5"
-                                       for j in range(NUM_SHARDS)]
+    assert [p.name for p in files] == [
+        f"part_{j:05d}_of_{NUM_SHARDS:05d}.hdf5" for j in range(NUM_SHARDS)
+    ]
     sizes = [len(read_samples(p, MAX_LEN, MAX_PRED)) for p in files]  # validates every field
     assert max(sizes) - min(sizes) <= 1  # the reshard balances exactly
-    assert len(read_samples(prepared / "eval" / f"eval_{EVAL_COUNT}.hdf5", MAX_LEN,
-                            MAX_PRED)) == EVAL_COUNT
+    assert (
+        len(read_samples(prepared / "eval" / f"eval_{EVAL_COUNT}.hdf5", MAX_LEN, MAX_PRED))
+        == EVAL_COUNT
+    )
     assert verify_manifest(prepared) == []
     assert not list(prepared.rglob(".*tmp"))  # nothing half-written left behind
 
@@ -161,21 +208,43 @@ def test_reshard_keeps_every_sample_and_mixes_inputs(prepared):
 
 def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_path):
     inputs = sorted((prepared / "intermediate" / "train").glob("*.hdf5"))
-    other = reshard(inputs, tmp_path / "b1", NUM_SHARDS, shards_per_bucket=1,
-                    max_seq_length=MAX_LEN, max_predictions=MAX_PRED, log=lambda *_: None)
+    other = reshard(
+        inputs,
+        tmp_path / "b1",
+        NUM_SHARDS,
+        shards_per_bucket=1,
+        max_seq_length=MAX_LEN,
+        max_predictions=MAX_PRED,
+        log=lambda *_: None,
+    )
     for mine, theirs in zip(other, shards(prepared)):
-        assert samples_digest(read_samples(mine, MAX_LEN, MAX_PRED)) == \
-            samples_digest(read_samples(theirs, MAX_LEN, MAX_PRED))
+        assert samples_digest(read_samples(mine, MAX_LEN, MAX_PRED)) == samples_digest(
+            read_samples(theirs, MAX_LEN, MAX_PRED)
+        )
     # An interrupted run: one output and the completion record missing; a rerun restores it.
     before = samples_digest(read_samples(other[2], MAX_LEN, MAX_PRED))
     other[2].unlink()
     (tmp_path / "b1" / "reshard.json").unlink()
-    reshard(inputs, tmp_path / "b1", NUM_SHARDS, shards_per_bucket=1, max_seq_length=MAX_LEN,
-            max_predictions=MAX_PRED, log=lambda *_: None)
+    reshard(
+        inputs,
+        tmp_path / "b1",
+        NUM_SHARDS,
+        shards_per_bucket=1,
+        max_seq_length=MAX_LEN,
+        max_predictions=MAX_PRED,
+        log=lambda *_: None,
+    )
     assert samples_digest(read_samples(other[2], MAX_LEN, MAX_PRED)) == before
     with pytest.raises(DataError, match="other inputs or parameters"):
-        reshard(inputs, tmp_path / "b1", NUM_SHARDS, seed=7, max_seq_length=MAX_LEN,
-                max_predictions=MAX_PRED, log=lambda *_: None)
+        reshard(
+            inputs,
+            tmp_path / "b1",
+            NUM_SHARDS,
+            seed=7,
+            max_seq_length=MAX_LEN,
+            max_predictions=MAX_PRED,
+            log=lambda *_: None,
+        )
 
 
 def test_eval_pick_is_even(prepared):
@@ -196,6 +265,7 @@ def test_pick_indices_formula():
 
 
 # -- checks that guard the data ------------------------------------------------------------------
+
 
 def test_checksums_detect_corruption_missing_and_stray_files(prepared, tmp_path):
     data = tmp_path / "data"
@@ -235,20 +305,35 @@ def test_write_checksums_keeps_an_existing_manifest_without_force(prepared, tmp_
 
 
 def test_duplicate_shards_are_detected(prepared, tmp_path):
-    assert run_script("check-distinct", str(prepared / "train"),
-                      "--max-seq-length", str(MAX_LEN),
-                      "--max-predictions", str(MAX_PRED)).returncode == 0
+    assert (
+        run_script(
+            "check-distinct",
+            str(prepared / "train"),
+            "--max-seq-length",
+            str(MAX_LEN),
+            "--max-predictions",
+            str(MAX_PRED),
+        ).returncode
+        == 0
+    )
     copy = tmp_path / "train"
     shutil.copytree(prepared / "train", copy)
     shutil.copy(copy / "part_00000_of_00004.hdf5", copy / "part_00003_of_00004.hdf5")
-    proc = run_script("check-distinct", str(copy), "--max-seq-length", str(MAX_LEN),
-                      "--max-predictions", str(MAX_PRED))
+    proc = run_script(
+        "check-distinct",
+        str(copy),
+        "--max-seq-length",
+        str(MAX_LEN),
+        "--max-predictions",
+        str(MAX_PRED),
+    )
     assert proc.returncode == 1
     assert "part_00000_of_00004.hdf5" in proc.stdout and "part_00003_of_00004.hdf5" in proc.stdout
     assert "0.62" in proc.stderr
 
 
 # -- single steps ---------------------------------------------------------------------------------
+
 
 def test_examples_are_deterministic_and_resumable(prepared, corpus, tmp_path):
     texts, _, vocab = corpus
@@ -265,8 +350,9 @@ def test_examples_are_deterministic_and_resumable(prepared, corpus, tmp_path):
 def test_to_varlen_round_trip(prepared, tmp_path):
     src = sorted((prepared / "intermediate" / "train").glob("*.hdf5"))[0]
     (dst,) = to_varlen([src], tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None)
-    assert samples_digest(read_samples(dst, MAX_LEN, MAX_PRED)) == \
-        samples_digest(read_fixed(src, MAX_LEN, MAX_PRED))
+    assert samples_digest(read_samples(dst, MAX_LEN, MAX_PRED)) == samples_digest(
+        read_fixed(src, MAX_LEN, MAX_PRED)
+    )
 
 
 def test_bad_fixed_file_names_the_sample(prepared, tmp_path):
@@ -281,8 +367,14 @@ def test_bad_fixed_file_names_the_sample(prepared, tmp_path):
 
 
 def test_missing_vocab_is_one_clear_error(corpus, tmp_path):
-    proc = run_script("examples", str(corpus[0][0]), "--vocab", str(tmp_path / "nope.txt"),
-                      "--out", str(tmp_path / "o"))
+    proc = run_script(
+        "examples",
+        str(corpus[0][0]),
+        "--vocab",
+        str(tmp_path / "nope.txt"),
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert proc.returncode == 2
     assert "nope.txt: vocabulary file does not exist" in proc.stderr
     assert "Traceback" not in proc.stderr

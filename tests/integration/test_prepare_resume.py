@@ -2,6 +2,7 @@
 file and run again ends with the same bytes as a run never stopped, and nothing half-written
 under a final name; plus the disk check (refusal before writing) and the progress lines.
 """
+
 from __future__ import annotations
 
 import io
@@ -29,23 +30,48 @@ NUM_SHARDS = 4
 
 def all_command(corpus, out: Path) -> list[str]:
     texts, eval_text, vocab = corpus
-    return [sys.executable, str(SCRIPT), "all", "--train-text", str(texts[0].parent),
-            "--eval-text", str(eval_text), "--vocab", str(vocab), "--out", str(out),
-            "--num-shards", str(NUM_SHARDS), "--eval-samples", "50", "--max-seq-length",
-            str(MAX_LEN), "--max-predictions", str(MAX_PRED), "--dupe-factor", "3",
-            "--shards-per-bucket", "1"]
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "all",
+        "--train-text",
+        str(texts[0].parent),
+        "--eval-text",
+        str(eval_text),
+        "--vocab",
+        str(vocab),
+        "--out",
+        str(out),
+        "--num-shards",
+        str(NUM_SHARDS),
+        "--eval-samples",
+        "50",
+        "--max-seq-length",
+        str(MAX_LEN),
+        "--max-predictions",
+        str(MAX_PRED),
+        "--dupe-factor",
+        "3",
+        "--shards-per-bucket",
+        "1",
+    ]
 
 
 def run(command: list[str], **env) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` by relative name, its own folder's path written as OUT."""
-    return {p.relative_to(folder).as_posix():
-            p.read_bytes().replace(str(folder.resolve()).encode(), b"OUT")
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes().replace(
+            str(folder.resolve()).encode(), b"OUT"
+        )
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +90,14 @@ def uninterrupted(corpus, tmp_path_factory) -> Path:
 def kill_after_first_output(command: list[str], watch: Path) -> str:
     """Start `command`, SIGKILL its whole process group once a final .hdf5 appears in
     `watch`; returns its stderr so far."""
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     while not list(watch.glob("[!.]*.hdf5")):
         assert proc.poll() is None, "the run ended before its first output: nothing to kill"
@@ -94,8 +126,9 @@ def test_killed_run_resumes_to_identical_output(corpus, uninterrupted, tmp_path)
         assert mine[name] == theirs[name], name
 
 
-def test_reshard_interrupted_in_either_pass_resumes_identically(uninterrupted, tmp_path,
-                                                               monkeypatch):
+def test_reshard_interrupted_in_either_pass_resumes_identically(
+    uninterrupted, tmp_path, monkeypatch
+):
     inputs = sorted((uninterrupted / "intermediate" / "train").glob("*.hdf5"))
     expected = files_of(uninterrupted / "train")
     real_write = reshard_module.write_samples
@@ -111,11 +144,27 @@ def test_reshard_interrupted_in_either_pass_resumes_identically(uninterrupted, t
 
         monkeypatch.setattr(reshard_module, "write_samples", failing_write)
         with pytest.raises(KeyboardInterrupt):
-            reshard(inputs, out, NUM_SHARDS, shards_per_bucket=1, max_seq_length=MAX_LEN,
-                    max_predictions=MAX_PRED, log=lambda *_: None, show_progress=False)
+            reshard(
+                inputs,
+                out,
+                NUM_SHARDS,
+                shards_per_bucket=1,
+                max_seq_length=MAX_LEN,
+                max_predictions=MAX_PRED,
+                log=lambda *_: None,
+                show_progress=False,
+            )
         monkeypatch.setattr(reshard_module, "write_samples", real_write)
-        reshard(inputs, out, NUM_SHARDS, shards_per_bucket=1, max_seq_length=MAX_LEN,
-                max_predictions=MAX_PRED, log=lambda *_: None, show_progress=False)
+        reshard(
+            inputs,
+            out,
+            NUM_SHARDS,
+            shards_per_bucket=1,
+            max_seq_length=MAX_LEN,
+            max_predictions=MAX_PRED,
+            log=lambda *_: None,
+            show_progress=False,
+        )
         assert files_of(out) == expected, crash_at
 
 
@@ -124,8 +173,14 @@ def test_too_little_disk_is_refused_before_writing(corpus, tmp_path, step):
     out = tmp_path / "out"
     command = all_command(corpus, out)
     if step == "examples":
-        command = command[:2] + ["examples", str(corpus[0][0]), "--vocab", str(corpus[2]),
-                                 "--out", str(out)]
+        command = command[:2] + [
+            "examples",
+            str(corpus[0][0]),
+            "--vocab",
+            str(corpus[2]),
+            "--out",
+            str(out),
+        ]
     proc = run(command, **{FREE_BYTES_ENV: "1000000"})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -135,8 +190,18 @@ def test_too_little_disk_is_refused_before_writing(corpus, tmp_path, step):
 
 def test_quiet_run_prints_no_progress(corpus, uninterrupted, tmp_path):
     src = sorted((uninterrupted / "intermediate" / "train").glob("*.hdf5"))[0]
-    base = [sys.executable, str(SCRIPT), "to-varlen", str(src), "--out", str(tmp_path / "v"),
-            "--max-seq-length", str(MAX_LEN), "--max-predictions", str(MAX_PRED)]
+    base = [
+        sys.executable,
+        str(SCRIPT),
+        "to-varlen",
+        str(src),
+        "--out",
+        str(tmp_path / "v"),
+        "--max-seq-length",
+        str(MAX_LEN),
+        "--max-predictions",
+        str(MAX_PRED),
+    ]
     loud, quiet = run(base), run([*base, "--quiet", "--out", str(tmp_path / "q")])
     assert loud.returncode == quiet.returncode == 0
     assert "to-varlen: 1/1 files" in loud.stderr and "to-varlen: will write" in loud.stderr
@@ -145,8 +210,7 @@ def test_quiet_run_prints_no_progress(corpus, uninterrupted, tmp_path):
 
 def test_varlen_estimate_is_close_to_the_real_size(uninterrupted, tmp_path):
     inputs = sorted((uninterrupted / "intermediate" / "train").glob("*.hdf5"))
-    made = to_varlen(inputs, tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None,
-                     show_progress=False)
+    made = to_varlen(inputs, tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None, show_progress=False)
     estimate = sum(content_bytes(p) for p in inputs)
     real = sum(p.stat().st_size for p in made)
     assert 0.9 * real < estimate < 1.1 * real, (estimate, real)
@@ -193,8 +257,18 @@ def test_a_folder_of_other_files_is_refused_unless_forced(uninterrupted, tmp_pat
     out = tmp_path / "varlen"
     out.mkdir()
     (out / "notes.txt").write_text("someone else's\n")
-    command = [sys.executable, str(SCRIPT), "to-varlen", *inputs, "--out", str(out),
-               "--max-seq-length", str(MAX_LEN), "--max-predictions", str(MAX_PRED)]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "to-varlen",
+        *inputs,
+        "--out",
+        str(out),
+        "--max-seq-length",
+        str(MAX_LEN),
+        "--max-predictions",
+        str(MAX_PRED),
+    ]
     one_error_line(run(command), "--out", "notes.txt", "--force")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert run([*command, "--force"]).returncode == 0
@@ -206,11 +280,24 @@ def test_a_finished_folder_of_other_settings_is_refused(uninterrupted, tmp_path)
     (whose outputs have the same names) is refused instead of skipping them all as done."""
     inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
     out = tmp_path / "varlen"
-    command = [sys.executable, str(SCRIPT), "to-varlen", *inputs, "--out", str(out),
-               "--max-seq-length", str(MAX_LEN)]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "to-varlen",
+        *inputs,
+        "--out",
+        str(out),
+        "--max-seq-length",
+        str(MAX_LEN),
+    ]
     assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0
     made = files_of(out)
     assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0  # a resume
-    one_error_line(run([*command, "--max-predictions", str(MAX_PRED - 1)]),
-                   "--out", "to-varlen", "max_predictions", "--force")
+    one_error_line(
+        run([*command, "--max-predictions", str(MAX_PRED - 1)]),
+        "--out",
+        "to-varlen",
+        "max_predictions",
+        "--force",
+    )
     assert files_of(out) == made

@@ -12,6 +12,7 @@
 - A damaged newest checkpoint: `--resume auto` reports it and resumes from the newest intact
   one; an interrupted prune leaves no half-deleted checkpoint under a checkpoint's name.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,9 +52,17 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def settings(data_dir: Path, out: Path, **changed) -> dict:
-    return tiny_settings(data_dir, out, **{
-        "run.max_steps": 2, "run.threads": 1, "schedule.total_steps": 2000,
-        "log.interval_s": 1000, **changed})
+    return tiny_settings(
+        data_dir,
+        out,
+        **{
+            "run.max_steps": 2,
+            "run.threads": 1,
+            "schedule.total_steps": 2000,
+            "log.interval_s": 1000,
+            **changed,
+        },
+    )
 
 
 def cli(values: dict) -> list[str]:
@@ -75,18 +84,28 @@ def one_error(err: str) -> str:
 
 def records(path: Path) -> list[dict]:
     """The MLLOG lines, parsed as strict JSON (NaN or Infinity would fail here)."""
+
     def refuse(name):
         raise ValueError(f"{path}: non-JSON constant {name}")
-    return [json.loads(line.split(":::MLLOG ", 1)[1], parse_constant=refuse)
-            for line in path.read_text().splitlines() if ":::MLLOG " in line]
+
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1], parse_constant=refuse)
+        for line in path.read_text().splitlines()
+        if ":::MLLOG " in line
+    ]
 
 
 def check_compliance(log: Path, tmp: Path) -> None:
     copy = tmp / "checked" / "result_0.txt"
     copy.parent.mkdir(exist_ok=True)
     shutil.copy(log, copy)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                           str(copy)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(copy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -102,13 +121,23 @@ def finished(capsys, data_dir, tmp_path) -> Path:
 
 # -- SIGTERM ------------------------------------------------------------------------------------
 
+
 def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finished, tmp_path):
     before = (finished / "mlperf.log").read_bytes()
-    values = settings(data_dir, finished, **{"run.max_steps": 2000, "eval.interval_samples": 16,
-                                             "checkpoint.interval_steps": 1000})
+    values = settings(
+        data_dir,
+        finished,
+        **{"run.max_steps": 2000, "eval.interval_samples": 16, "checkpoint.interval_steps": 1000},
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "run_pretraining.py", *cli(values)], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "run_pretraining.py", *cli(values)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -124,19 +153,25 @@ def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finishe
     assert "Traceback" not in err and not [l for l in err.splitlines() if ERROR_LINE.search(l)]
     assert (finished / "mlperf.log").read_bytes() == before  # the earlier result stays
     [kept] = finished.glob("mlperf.log.*.interrupted")
-    assert out.strip().splitlines()[-1].endswith(f"this run's MLPerf log: {kept} (mlperf.log "
-                                                 f"not replaced)")  # after the log prefix
+    assert (
+        out.strip()
+        .splitlines()[-1]
+        .endswith(f"this run's MLPerf log: {kept} (mlperf.log not replaced)")
+    )  # after the log prefix
     stop = records(kept)[-1]
     assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted"
-    step = int(re.search(r"interrupted by SIGTERM at step (\d+)",
-                         stop["metadata"]["stop_reason"]).group(1))
+    step = int(
+        re.search(r"interrupted by SIGTERM at step (\d+)", stop["metadata"]["stop_reason"]).group(1)
+    )
     assert 2 <= step < 2000
-    assert [p.name for p in complete_checkpoints(finished / "checkpoints")] == \
-        [f"step_{step:08d}"]  # saved by the interrupt (the interval is 1000 steps)
+    assert [p.name for p in complete_checkpoints(finished / "checkpoints")] == [
+        f"step_{step:08d}"
+    ]  # saved by the interrupt (the interval is 1000 steps)
     check_compliance(kept, tmp_path)
 
 
 # -- the lock -----------------------------------------------------------------------------------
+
 
 def test_a_second_run_in_a_folder_in_use_is_refused(capsys, data_dir, finished):
     before = (finished / "mlperf.log").read_bytes()
@@ -148,16 +183,17 @@ def test_a_second_run_in_a_folder_in_use_is_refused(capsys, data_dir, finished):
     assert code == 2
     line = one_error(err)
     assert "is in use by another run" in line and f"pid {os.getpid()}" in line
-    assert sorted(p.name for p in finished.iterdir()) == ["metrics.jsonl", "mlperf.log",
-                                                          "run.json"]
+    assert sorted(p.name for p in finished.iterdir()) == ["metrics.jsonl", "mlperf.log", "run.json"]
     assert (finished / "mlperf.log").read_bytes() == before
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over(capsys, data_dir, finished):
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
-    (finished / LOCK_NAME).write_text(f"pid {dead} on host {socket.gethostname()} since "
-                                      f"2020-01-01 00:00:00\n")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    (finished / LOCK_NAME).write_text(
+        f"pid {dead} on host {socket.gethostname()} since 2020-01-01 00:00:00\n"
+    )
     code, out, err = run_main(capsys, settings(data_dir, finished))
     assert code == 1, err
     assert f"a stale lock (pid {dead}" in out
@@ -165,6 +201,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(capsys, data_dir, finished
 
 
 # -- a stalled rank -----------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -177,17 +214,34 @@ def test_a_stalled_rank_is_named_after_the_timeout(data_dir, tmp_path):
     """Rank 1 freezes after step 2; rank 0 waits dist.timeout_s in step 3, then stops with one
     line naming rank 1 and step 3. The ranks are started directly (as torchrun would set
     them up), so the test can kill the frozen one itself."""
-    values = settings(data_dir, tmp_path / "out", **{
-        "run.max_steps": 6, "eval.interval_samples": 800, "dist.timeout_s": 6})
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "OPEN_BERT_EXIT_DIR": str(tmp_path / "exit"), "BERT_TEST_STALL_RANK": "1",
-           "BERT_TEST_STALL_STEP": "2"}
+    values = settings(
+        data_dir,
+        tmp_path / "out",
+        **{"run.max_steps": 6, "eval.interval_samples": 800, "dist.timeout_s": 6},
+    )
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OPEN_BERT_EXIT_DIR": str(tmp_path / "exit"),
+        "BERT_TEST_STALL_RANK": "1",
+        "BERT_TEST_STALL_STEP": "2",
+    }
     (tmp_path / "exit").mkdir()
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "faults.py"), *cli(values)],
-                              cwd=ROOT, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "faults.py"), *cli(values)],
+            cwd=ROOT,
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     started = time.monotonic()
     try:
         out, err = procs[0].communicate(timeout=300)
@@ -206,6 +260,7 @@ def test_a_stalled_rank_is_named_after_the_timeout(data_dir, tmp_path):
 
 # -- NaN ----------------------------------------------------------------------------------------
 
+
 class PoisonWeights(Callback):
     """After step 1 every weight is NaN: the loss is NaN from step 2 on."""
 
@@ -218,8 +273,11 @@ class PoisonWeights(Callback):
 
 def test_a_nonfinite_loss_stops_the_run(capsys, data_dir, finished):
     before = (finished / "mlperf.log").read_bytes()
-    values = settings(data_dir, finished, **{"run.max_steps": 50, "eval.interval_samples": 800,
-                                             "run.max_nonfinite_steps": 2})
+    values = settings(
+        data_dir,
+        finished,
+        **{"run.max_steps": 50, "eval.interval_samples": 800, "run.max_nonfinite_steps": 2},
+    )
     code, out, err = run_main(capsys, values, callbacks=[PoisonWeights()])
     assert code == 1
     line = one_error(err)
@@ -231,8 +289,9 @@ def test_a_nonfinite_loss_stops_the_run(capsys, data_dir, finished):
     assert stop["key"] == "run_stop" and "diverged" in stop["metadata"]["stop_reason"]
 
 
-def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(capsys, data_dir, finished,
-                                                                    monkeypatch):
+def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(
+    capsys, data_dir, finished, monkeypatch
+):
     """The disk under the output fills mid-run (ENOSPC at the checkpoint after step 1): one
     error line naming the file and what to do, exit 1, the earlier mlperf.log untouched, the
     run's own log kept as failed (issue 26: a full output folder was a traceback)."""
@@ -244,8 +303,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(capsys, dat
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(resume, "atomic_torch_save", full)
-    values = settings(data_dir, finished, **{"run.max_steps": 4,
-                                             "checkpoint.interval_steps": 1})
+    values = settings(data_dir, finished, **{"run.max_steps": 4, "checkpoint.interval_steps": 1})
     code, out, err = run_main(capsys, values)
     assert code == 1
     line = one_error(err)
@@ -265,8 +323,7 @@ class InfGradientAt(Callback):
 
     def on_train_start(self, trainer) -> None:
         weight = next(trainer.raw_model.parameters())
-        weight.register_hook(lambda grad: grad * math.inf if self.current == self.step
-                             else grad)
+        weight.register_hook(lambda grad: grad * math.inf if self.current == self.step else grad)
 
     def on_step_end(self, trainer, step: int) -> None:
         self.current = step + 1
@@ -276,13 +333,17 @@ def test_a_nonfinite_gradient_norm_stops_the_run_at_its_own_step(capsys, data_di
     """The gradient norm is checked beside the loss (issue 26 item 6): the run stops at the
     step whose gradient was not finite, not one step later when the poisoned weights make the
     loss NaN."""
-    values = settings(data_dir, finished, **{"run.max_steps": 50, "eval.interval_samples": 800,
-                                             "run.max_nonfinite_steps": 1})
+    values = settings(
+        data_dir,
+        finished,
+        **{"run.max_steps": 50, "eval.interval_samples": 800, "run.max_nonfinite_steps": 1},
+    )
     code, _, err = run_main(capsys, values, callbacks=[InfGradientAt(3)])
     assert code == 1
     line = one_error(err)
-    assert "the loss or the gradient norm was not finite for 1 consecutive steps, up to step 3" \
-        in line, line
+    assert (
+        "the loss or the gradient norm was not finite for 1 consecutive steps, up to step 3" in line
+    ), line
 
 
 def test_the_mlperf_log_refuses_non_json_values(tmp_path):
@@ -296,10 +357,19 @@ def test_the_mlperf_log_refuses_non_json_values(tmp_path):
 
 # -- damaged checkpoints ------------------------------------------------------------------------
 
+
 def train(data_dir: Path, out: Path, steps: int, **extra) -> tuple[Trainer, object]:
-    values = settings(data_dir, out, **{"run.max_steps": steps, "log.quiet": True,
-                                        "checkpoint.interval_steps": 2, "checkpoint.keep": 0,
-                                        **extra})
+    values = settings(
+        data_dir,
+        out,
+        **{
+            "run.max_steps": steps,
+            "log.quiet": True,
+            "checkpoint.interval_steps": 2,
+            "checkpoint.keep": 0,
+            **extra,
+        },
+    )
     trainer = Trainer(load_config(None, [f"{k}={v}" for k, v in values.items()]))
     return trainer, trainer.train()
 
@@ -309,8 +379,7 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(data_dir, tmp_path, capsy
     train(data_dir, out, 4)
     root = out / "checkpoints"
     (step_dir(root, 4) / "trainer.pt").write_bytes(b"not a pickle")
-    trainer, result = train(data_dir, out, 6, **{"checkpoint.resume": "auto",
-                                                  "log.quiet": False})
+    trainer, result = train(data_dir, out, 6, **{"checkpoint.resume": "auto", "log.quiet": False})
     assert trainer.resume_from == step_dir(root, 2) and result.steps == 6
     printed = capsys.readouterr().out
     assert f"resume auto: {step_dir(root, 4)} is damaged, skipping it" in printed

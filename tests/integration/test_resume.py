@@ -2,6 +2,7 @@
 weights, optimizer state and data order of a run that never stopped (in process, one rank), and
 the same for a 2-rank torchrun job killed mid-run with SIGKILL. Plus atomicity (an unfinished
 `.partial` folder is never resumed from), pruning, clear errors, and eval-only mode."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,14 @@ import torch
 
 from bert.config import load_config
 from bert.model.weights import CheckpointError
-from bert.train.resume import (MANIFEST, Manifest, complete_checkpoints, load_trainer_state,
-                               resolve_resume, step_dir)
+from bert.train.resume import (
+    MANIFEST,
+    Manifest,
+    complete_checkpoints,
+    load_trainer_state,
+    resolve_resume,
+    step_dir,
+)
 from bert.train.resume_settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
@@ -35,9 +42,17 @@ def data_dir(tmp_path_factory):
 
 def tiny_settings(data_dir, out, steps: int, **extra) -> dict:
     """A 1-layer BERT with dropout on (so the RNG state matters), evals every 2 steps."""
-    return shared_tiny_settings(data_dir, out, **{
-        "run.max_steps": steps, "log.quiet": True, "schedule.total_steps": 20,
-        "schedule.warmup_steps": 2, **extra})
+    return shared_tiny_settings(
+        data_dir,
+        out,
+        **{
+            "run.max_steps": steps,
+            "log.quiet": True,
+            "schedule.total_steps": 20,
+            "schedule.warmup_steps": 2,
+            **extra,
+        },
+    )
 
 
 def overrides(settings: dict) -> list[str]:
@@ -71,13 +86,17 @@ def final_state(out: Path, step: int) -> dict:
     return state
 
 
-@pytest.mark.parametrize("extra", [
-    {"optim.sharded": False},
-    {"optim.sharded": True, "run.precision": "fp16"},  # loss scale and skipped-step counter
-    {"optim.sharded": True, "run.gradient_accumulation_steps": 2},
-    # the bandit's weights and pending draws, the bucket queues and the lagged losses
-    {"data.curriculum.name": "exp3s", "data.curriculum.bucket_boundaries": "32,64"},
-], ids=["replicated", "sharded-fp16", "sharded-accum", "curriculum-exp3s"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"optim.sharded": False},
+        {"optim.sharded": True, "run.precision": "fp16"},  # loss scale and skipped-step counter
+        {"optim.sharded": True, "run.gradient_accumulation_steps": 2},
+        # the bandit's weights and pending draws, the bucket queues and the lagged losses
+        {"data.curriculum.name": "exp3s", "data.curriculum.bucket_boundaries": "32,64"},
+    ],
+    ids=["replicated", "sharded-fp16", "sharded-accum", "curriculum-exp3s"],
+)
 def test_resumed_run_matches_uninterrupted(data_dir, tmp_path, extra):
     # 3 does not divide the 2-step eval blocks: the resume starts inside a block
     ckpt = {"checkpoint.interval_steps": 3, "checkpoint.keep": 0, **extra}
@@ -90,8 +109,11 @@ def test_resumed_run_matches_uninterrupted(data_dir, tmp_path, extra):
     assert rest.eval_accuracy == whole.eval_accuracy
     # the resumed run logs into its own file and keeps the eval points of the whole run
     log = (tmp_path / "split" / "mlperf_resumed_step_5.log").read_text()
-    evals = [json.loads(line.split(":::MLLOG ", 1)[1])["metadata"]["epoch_num"]
-             for line in log.splitlines() if '"key": "eval_accuracy"' in line]
+    evals = [
+        json.loads(line.split(":::MLLOG ", 1)[1])["metadata"]["epoch_num"]
+        for line in log.splitlines()
+        if '"key": "eval_accuracy"' in line
+    ]
     assert evals == [48, 64]
 
 
@@ -129,11 +151,15 @@ def test_resume_errors(data_dir, tmp_path):
     with pytest.raises(CheckpointError, match="run.global_batch_size=16"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
     (folder / MANIFEST).write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="optim.sharded=True given, the checkpoint was "
-                                              "trained with optim.sharded=False"):
+    with pytest.raises(
+        CheckpointError,
+        match="optim.sharded=True given, the checkpoint was trained with optim.sharded=False",
+    ):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto", "optim.sharded": True})
-    with pytest.raises(CheckpointError, match="model.hidden_size=64 given, the checkpoint was "
-                                              "trained with model.hidden_size=32"):
+    with pytest.raises(
+        CheckpointError,
+        match="model.hidden_size=64 given, the checkpoint was trained with model.hidden_size=32",
+    ):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto", "model.hidden_size": 64})
     # without its config.json a checkpoint is not one of this version: refused, never guessed
     (folder / CONFIG_FILE).unlink()
@@ -149,8 +175,12 @@ def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
     expected = trained.evaluate(trained._read_eval_set())
     no_shards = tmp_path / "no_shards"
     no_shards.mkdir()
-    trainer, result = train(data_dir, tmp_path / "eval", 4, **{
-        "run.eval_only": True, "run.init_checkpoint": weights, "data.train_dir": no_shards})
+    trainer, result = train(
+        data_dir,
+        tmp_path / "eval",
+        4,
+        **{"run.eval_only": True, "run.init_checkpoint": weights, "data.train_dir": no_shards},
+    )
     assert result.status == "eval_only" and result.steps == 0
     assert result.eval_accuracy == expected
     log = (tmp_path / "eval" / "mlperf_eval_only.log").read_text()
@@ -159,14 +189,25 @@ def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
 
 # -- a 2-rank job killed with SIGKILL mid-run, then resumed -----------------------------------
 
+
 def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]:
     """A 2-rank torchrun job (tests/integration/test_data_distributed.py's launcher):
     (status, output).
     env: faults to inject (tests/faults.py runs the program then)."""
-    settings = tiny_settings(data_dir, out, steps, **{
-        "optim.sharded": True, "data.balance": "serpentine", "checkpoint.interval_steps": 3,
-        "checkpoint.keep": 0, "run.global_batch_size": 16, "eval.interval_samples": 64,
-        "log.interval_s": 1000})
+    settings = tiny_settings(
+        data_dir,
+        out,
+        steps,
+        **{
+            "optim.sharded": True,
+            "data.balance": "serpentine",
+            "checkpoint.interval_steps": 3,
+            "checkpoint.keep": 0,
+            "run.global_batch_size": 16,
+            "eval.interval_samples": 64,
+            "log.interval_s": 1000,
+        },
+    )
     settings.pop("log.quiet")
     program = ROOT / "tests" / "faults.py" if env else ROOT / "run_pretraining.py"
     args = [str(program), "--quiet", "--record-samples", str(out / "rec"), *cli]
@@ -179,8 +220,9 @@ def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]
 def test_killed_two_rank_job_resumes_to_the_same_weights(data_dir, tmp_path):
     code, output = run_job(data_dir, tmp_path / "whole", 8)
     assert code == 1, output[-3000:]  # budget too small for the target
-    code, output = run_job(data_dir, tmp_path / "split", 8, BERT_TEST_KILL_RANK="1",
-                           BERT_TEST_KILL_STEP="5")
+    code, output = run_job(
+        data_dir, tmp_path / "split", 8, BERT_TEST_KILL_RANK="1", BERT_TEST_KILL_STEP="5"
+    )
     assert code != 0
     assert signal.SIGKILL.name in output or "-9" in output, output[-3000:]
     split_ckpts = tmp_path / "split" / "checkpoints"
@@ -195,8 +237,8 @@ def test_killed_two_rank_job_resumes_to_the_same_weights(data_dir, tmp_path):
         whole_rec = read_records(tmp_path / "whole" / "rec" / f"rank{rank}.txt")
         split_rec = read_records(tmp_path / "split" / "rec" / f"rank{rank}.txt")
         resumed_part = [r for r in whole_rec if r[0] >= 3]
-        killed_part = split_rec[:len(split_rec) - len(resumed_part)]
-        assert split_rec[len(killed_part):] == resumed_part
+        killed_part = split_rec[: len(split_rec) - len(resumed_part)]
+        assert split_rec[len(killed_part) :] == resumed_part
         last_killed_step = killed_part[-1][0]
         assert last_killed_step >= 4
         assert killed_part == [r for r in whole_rec if r[0] <= last_killed_step]

@@ -17,6 +17,7 @@ Skipped where the Slurm or munge binaries are missing (apt-get install slurm-wlm
 .ci/run installs them. No Slurm or munge process outlives the module: the cluster's teardown
 checks it by pid and by its environment marker.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,10 +49,15 @@ ALLOCATION = ["--nodes=1", f"--ntasks-per-node={TASKS}", "--gpus-per-node=0"]
 # tiny_cpu, shortened: smaller synthetic shards, evals every 8 steps, a 16-step budget (the
 # target is not reached: run_stop "aborted", exit status 1), open division (so the checker
 # does not require the target accuracy).
-SETTINGS = {"data.synthetic.samples_per_shard": 512, "data.synthetic.eval_samples": 256,
-            "eval.samples": 256, "eval.interval_samples": 256,
-            "run.max_steps": STEPS, "log.interval_s": 1000,
-            "submission.division": "open"}
+SETTINGS = {
+    "data.synthetic.samples_per_shard": 512,
+    "data.synthetic.eval_samples": 256,
+    "eval.samples": 256,
+    "eval.interval_samples": 256,
+    "run.max_steps": STEPS,
+    "log.interval_s": 1000,
+    "submission.division": "open",
+}
 TIMEOUT_S = 300
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -97,28 +103,34 @@ def run(cluster: SlurmCluster, cmd: list[str], **env: str) -> tuple[int, str, fl
 
     On timeout every job is cancelled and the test fails with the daemons' log tails."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")}
-    full_env = cluster.env(base, PYTHON=sys.executable, OMP_NUM_THREADS="1",
-                           MASTER_PORT=str(free_port()), **env)
+    full_env = cluster.env(
+        base, PYTHON=sys.executable, OMP_NUM_THREADS="1", MASTER_PORT=str(free_port()), **env
+    )
     try:  # srun.sh's rendezvous host is the node's name: it must resolve
         socket.gethostbyname(cluster.node)
     except OSError:
         full_env["MASTER_ADDR"] = "127.0.0.1"
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=TIMEOUT_S
+        )
     except subprocess.TimeoutExpired as err:
         cluster.cancel_all()
         out = err.stdout or ""  # bytes even with text=True (the subprocess module's quirk)
         out = out.decode(errors="replace") if isinstance(out, bytes) else out
-        pytest.fail(f"{' '.join(cmd[:2])} hung for {TIMEOUT_S} s:\n{out[-3000:]}\n"
-                    f"{cluster.log_tails()}")
+        pytest.fail(
+            f"{' '.join(cmd[:2])} hung for {TIMEOUT_S} s:\n{out[-3000:]}\n{cluster.log_tails()}"
+        )
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
 
 def mllog(path: Path) -> list[dict]:
-    return [json.loads(line.split(":::MLLOG ", 1)[1])
-            for line in path.read_text().splitlines() if ":::MLLOG " in line]
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG " in line
+    ]
 
 
 def values(events: list[dict], key: str) -> list:
@@ -126,9 +138,13 @@ def values(events: list[dict], key: str) -> list:
 
 
 def check_compliance(*paths: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                           *map(str, paths)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -146,8 +162,17 @@ def check_finished_run(log: Path, records: Path, data: Path) -> int:
     (seed,) = values(events, "seed")
     recorded = read_rank_files(records, TASKS)
     assert all(rank for rank in recorded), f"{records}: a rank recorded nothing"
-    expected = expected_assignment(Path(d.train_dir), d.balance, TASKS, gbs, seed, d.max_seq_length,
-                                   d.max_predictions_per_seq, TASKS, STEPS)
+    expected = expected_assignment(
+        Path(d.train_dir),
+        d.balance,
+        TASKS,
+        gbs,
+        seed,
+        d.max_seq_length,
+        d.max_predictions_per_seq,
+        TASKS,
+        STEPS,
+    )
     check_trail(recorded, expected, STEPS)
     counts = Counter(trained(recorded))
     assert len(counts) == STEPS * gbs and max(counts.values()) == 1  # no sample twice
@@ -160,37 +185,61 @@ def test_sbatch_two_runs(cluster, data_dir, tmp_path):
     32 s): the same job is submitted with --parsable instead and waited for every 0.5 s."""
     results = tmp_path / "results"
     job_out = tmp_path / "job.out"
-    code, output, _ = run(cluster, ["sbatch", "--parsable", f"--output={job_out}", *ALLOCATION,
-                                    "launch/slurm.sbatch", CONFIG, *set_args(data_dir)],
-                          NUM_RUNS="2", RESULTS_DIR=str(results), RECORD_SAMPLES="1")
+    code, output, _ = run(
+        cluster,
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={job_out}",
+            *ALLOCATION,
+            "launch/slurm.sbatch",
+            CONFIG,
+            *set_args(data_dir),
+        ],
+        NUM_RUNS="2",
+        RESULTS_DIR=str(results),
+        RECORD_SAMPLES="1",
+    )
     assert code == 0, output
     ended = cluster.wait_job(output.split(";")[0].strip(), TIMEOUT_S)
     text = job_out.read_text() if job_out.exists() else "(no job output)"
     if ended is None:
         cluster.cancel_all()
-        pytest.fail(f"the job did not end in {TIMEOUT_S} s:\n{text[-3000:]}\n"
-                    f"{cluster.log_tails()}")
+        pytest.fail(f"the job did not end in {TIMEOUT_S} s:\n{text[-3000:]}\n{cluster.log_tails()}")
     assert ended == ("COMPLETED", 0), f"{ended}\n{text[-5000:]}"
     # Not converged in the budget: status 1, or 143 for a rank that --kill-on-bad-exit ended
     # while it was shutting down after a peer's exit 1 (launch/srun.sh); the logs say which.
-    assert re.search(r"exit statuses (1|143) (1|143), run_stop aborted aborted", text), \
-        text[-5000:]
+    assert re.search(r"exit statuses (1|143) (1|143), run_stop aborted aborted", text), text[-5000:]
     assert text.count(f"{TASKS} rank(s)") == 2, text[-5000:]
     check_compliance(results)
-    seeds = [check_finished_run(results / f"result_{i}.txt", results / f"run_{i}" / "samples",
-                                data_dir) for i in range(2)]
+    seeds = [
+        check_finished_run(results / f"result_{i}.txt", results / f"run_{i}" / "samples", data_dir)
+        for i in range(2)
+    ]
     assert seeds[0] != seeds[1]
     for i in range(2):  # result_<i>.txt is run i's log
-        assert (results / f"result_{i}.txt").read_text() == \
-            (results / f"run_{i}" / "mlperf.log").read_text()
+        assert (results / f"result_{i}.txt").read_text() == (
+            results / f"run_{i}" / "mlperf.log"
+        ).read_text()
 
 
 def test_srun_inside_salloc(cluster, data_dir, tmp_path):
     """launch/README.md: `srun.sh CONFIG` is one run inside an allocation."""
     out = tmp_path / "run"
-    code, output, _ = run(cluster, ["salloc", *ALLOCATION, "launch/srun.sh", CONFIG,
-                                    *set_args(data_dir), "--set", f"run.output_dir={out}",
-                                    "--record-samples", str(out / "samples")])
+    code, output, _ = run(
+        cluster,
+        [
+            "salloc",
+            *ALLOCATION,
+            "launch/srun.sh",
+            CONFIG,
+            *set_args(data_dir),
+            "--set",
+            f"run.output_dir={out}",
+            "--record-samples",
+            str(out / "samples"),
+        ],
+    )
     assert code in (1, 143), output[-5000:]  # not converged in the budget (see above)
     assert f"{TASKS} rank(s)" in output, output[-5000:]
     check_compliance(out / "mlperf.log")
@@ -203,10 +252,22 @@ def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
     as interrupted or failed: mlperf.log is only ever a run that ended by itself)."""
     out = tmp_path / "run"
     code, output, seconds = run(
-        cluster, ["salloc", *ALLOCATION, "launch/srun.sh", CONFIG, *set_args(data_dir),
-                  "--set", f"run.output_dir={out}", "--record-samples", str(out / "samples")],
-        PROGRAM=str(ROOT / "tests" / "faults.py"), BERT_TEST_KILL_RANK="1",
-        BERT_TEST_KILL_STEP=str(KILL_STEP))
+        cluster,
+        [
+            "salloc",
+            *ALLOCATION,
+            "launch/srun.sh",
+            CONFIG,
+            *set_args(data_dir),
+            "--set",
+            f"run.output_dir={out}",
+            "--record-samples",
+            str(out / "samples"),
+        ],
+        PROGRAM=str(ROOT / "tests" / "faults.py"),
+        BERT_TEST_KILL_RANK="1",
+        BERT_TEST_KILL_STEP=str(KILL_STEP),
+    )
     ended = time.time()
     assert code != 0, output[-5000:]
     assert re.search(r"task 1: Killed", output), output[-5000:]
@@ -229,8 +290,11 @@ def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
 def test_gpu_request_needs_the_override(cluster):
     """The script's own --gpus-per-node=8 on a node without GPUs: refused at submission, which
     is why launch/README.md says to pass --gpus-per-node=0 on a CPU partition."""
-    code, output, _ = run(cluster, ["sbatch", f"--ntasks-per-node={TASKS}",
-                                    "launch/slurm.sbatch", CONFIG], DRY_RUN="1")
+    code, output, _ = run(
+        cluster,
+        ["sbatch", f"--ntasks-per-node={TASKS}", "launch/slurm.sbatch", CONFIG],
+        DRY_RUN="1",
+    )
     assert code != 0 and "Invalid generic resource" in output, output
 
 
@@ -238,10 +302,22 @@ def test_srun_task_count_on_a_cpu_partition():
     """Inside `salloc --gpus-per-node=0 --ntasks-per-node=2`, srun.sh starts 2 tasks per
     node (not 0 GPUs' worth, nor nvidia-smi's count), and one page-cache flush per node."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "GPUS_"))}
-    env.update(DRY_RUN="1", SLURM_JOB_NUM_NODES="2", SLURM_NTASKS="4",
-               SLURM_NTASKS_PER_NODE="2", SLURM_GPUS_ON_NODE="0", MASTER_ADDR="node0")
-    proc = subprocess.run(["bash", str(ROOT / "launch" / "srun.sh"), "c.yaml"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
+    env.update(
+        DRY_RUN="1",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_NTASKS="4",
+        SLURM_NTASKS_PER_NODE="2",
+        SLURM_GPUS_ON_NODE="0",
+        MASTER_ADDR="node0",
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "launch" / "srun.sh"), "c.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     flush, train = [line[2:] for line in proc.stdout.splitlines() if line.startswith("+ ")]
     assert flush.startswith("srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ")

@@ -13,6 +13,7 @@
 The runs go through `run_pretraining.main` in this process (exit status and printed lines as a
 user sees them) on a 1-layer BERT and tiny synthetic shards.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,10 +40,19 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def settings(data_dir: Path, out: Path) -> dict:
-    return tiny_settings(data_dir, out, **{
-        "run.max_steps": 4, "schedule.total_steps": 20, "schedule.warmup_steps": 2,
-        "checkpoint.interval_steps": 2, "checkpoint.keep": 0, "log.interval_s": 1000,
-        "submission.division": "closed"})
+    return tiny_settings(
+        data_dir,
+        out,
+        **{
+            "run.max_steps": 4,
+            "schedule.total_steps": 20,
+            "schedule.warmup_steps": 2,
+            "checkpoint.interval_steps": 2,
+            "checkpoint.keep": 0,
+            "log.interval_s": 1000,
+            "submission.division": "closed",
+        },
+    )
 
 
 def run(capsys, data_dir: Path, out: Path, *cli: str, **changed) -> tuple[int, str, str]:
@@ -67,8 +77,11 @@ def one_error(err: str) -> str:
 
 
 def records(path: Path) -> list[dict]:
-    return [json.loads(line.split(":::MLLOG ", 1)[1])
-            for line in path.read_text().splitlines() if ":::MLLOG" in line]
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG" in line
+    ]
 
 
 def names(folder: Path) -> list[str]:
@@ -88,12 +101,15 @@ def finished(capsys, data_dir, tmp_path) -> Path:
 
 # -- (2) a failed run leaves earlier results as they were -------------------------------------
 
-def test_bad_init_checkpoint_is_refused_before_anything_is_written(capsys, data_dir, finished,
-                                                                   tmp_path):
+
+def test_bad_init_checkpoint_is_refused_before_anything_is_written(
+    capsys, data_dir, finished, tmp_path
+):
     # the init checkpoint is read before the log opens: a missing or broken one writes nothing
     before = {name: (finished / name).read_bytes() for name in names(finished)}
-    code, _, err = run(capsys, data_dir, finished,
-                       **{"run.init_checkpoint": tmp_path / "missing.pt"})
+    code, _, err = run(
+        capsys, data_dir, finished, **{"run.init_checkpoint": tmp_path / "missing.pt"}
+    )
     assert code == 2 and "missing.pt" in one_error(err)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
@@ -108,8 +124,14 @@ def test_eval_only_leaves_mlperf_log_alone(capsys, data_dir, finished):
     code, out, _ = run(capsys, data_dir, finished, "--eval-only")
     assert code == 0 and "eval-only: MLM accuracy" in out
     assert log.read_bytes() == before
-    assert names(finished) == ["metrics.jsonl", "metrics_eval_only.jsonl", "mlperf.log",
-                               "mlperf_eval_only.log", "run.json", "run_eval_only.json"]
+    assert names(finished) == [
+        "metrics.jsonl",
+        "metrics_eval_only.jsonl",
+        "mlperf.log",
+        "mlperf_eval_only.log",
+        "run.json",
+        "run_eval_only.json",
+    ]
 
 
 def test_a_finished_run_keeps_the_earlier_log_beside_its_own(capsys, data_dir, finished):
@@ -146,14 +168,24 @@ def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished
 
 # -- (3) resume tells the truth -------------------------------------------------------------------
 
-@pytest.mark.parametrize("changed, fragments", [
-    ({"optim.lr": 0.001}, ["optim.lr=0.001 given", "optim.lr=0.01"]),
-    ({"run.seed": 8}, ["run.seed=8 given", "run.seed=7"]),
-    ({"data.balance": "serpentine", "schedule.total_steps": 30},
-     ["data.balance='serpentine' given", "data.balance='none'", "1 more: schedule.total_steps"]),
-], ids=["lr", "seed", "two-keys"])
-def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, changed,
-                                                  fragments):
+
+@pytest.mark.parametrize(
+    "changed, fragments",
+    [
+        ({"optim.lr": 0.001}, ["optim.lr=0.001 given", "optim.lr=0.01"]),
+        ({"run.seed": 8}, ["run.seed=8 given", "run.seed=7"]),
+        (
+            {"data.balance": "serpentine", "schedule.total_steps": 30},
+            [
+                "data.balance='serpentine' given",
+                "data.balance='none'",
+                "1 more: schedule.total_steps",
+            ],
+        ),
+    ],
+    ids=["lr", "seed", "two-keys"],
+)
+def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, changed, fragments):
     before = names(finished)
     code, _, err = run(capsys, data_dir, finished, "--resume", "auto", **changed)
     assert code == 2
@@ -165,9 +197,15 @@ def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, ch
 
 def test_resume_may_change_what_does_not_train(capsys, data_dir, finished):
     """Seed -1 takes the checkpoint's; budget, evaluation, logging are free."""
-    code, _, err = run(capsys, data_dir, finished, "--resume", "auto", "--quiet",
-                       **{"run.seed": -1, "run.max_steps": 6, "eval.samples": 20,
-                          "log.interval_s": 5})
+    code, _, err = run(
+        capsys,
+        data_dir,
+        finished,
+        "--resume",
+        "auto",
+        "--quiet",
+        **{"run.seed": -1, "run.max_steps": 6, "eval.samples": 20, "log.interval_s": 5},
+    )
     assert code == 1, err
     recs = records(finished / "mlperf_resumed_step_4.log")
     assert [r["value"] for r in recs if r["key"] == "seed"] == [7]
@@ -176,12 +214,13 @@ def test_resume_may_change_what_does_not_train(capsys, data_dir, finished):
 
 def init_phase(recs: list[dict]) -> list[str]:
     keys = [r["key"] for r in recs]
-    return keys[keys.index("init_start"):keys.index("init_stop")]
+    return keys[keys.index("init_start") : keys.index("init_stop")]
 
 
 def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finished, tmp_path):
-    code, _, err = run(capsys, data_dir, finished, "--resume",
-                       str(step_dir(finished / "checkpoints", 2)))
+    code, _, err = run(
+        capsys, data_dir, finished, "--resume", str(step_dir(finished / "checkpoints", 2))
+    )
     assert code == 1, err
     recs = records(finished / "mlperf_resumed_step_2.log")
     marks = [r for r in recs if r["key"] == "resumed_from_checkpoint"]
@@ -193,10 +232,23 @@ def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finish
     # a copy under another name is still refused, for the mark
     copy = tmp_path / "result_0.txt"
     copy.write_bytes((finished / "mlperf_resumed_step_2.log").read_bytes())
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "package_results.py"),
-                           str(copy), "--system", "s", "--out", str(tmp_path / "pkg"),
-                           "--allow-aborted", "--unofficial"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "package_results.py"),
+            str(copy),
+            "--system",
+            "s",
+            "--out",
+            str(tmp_path / "pkg"),
+            "--allow-aborted",
+            "--unofficial",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MLLOG resumed_from_checkpoint event: resumed from step 2" in one_error(proc.stderr)
 
@@ -205,8 +257,14 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
     out = tmp_path / "out"
     code, _, err = run(capsys, data_dir, out, **{"submission.division": "open"})
     assert code == 1, err
-    code, _, err = run(capsys, data_dir, out, "--resume", "auto",
-                       **{"submission.division": "open", "run.max_steps": 6})
+    code, _, err = run(
+        capsys,
+        data_dir,
+        out,
+        "--resume",
+        "auto",
+        **{"submission.division": "open", "run.max_steps": 6},
+    )
     assert code == 1, err
     expected = {"number_of_nodes": 1, "accelerators_per_node": 0, "accelerator_model_name": "N/A"}
     for log in (out / "mlperf.log", out / "mlperf_resumed_step_4.log"):
@@ -216,12 +274,18 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
         assert all(key in init_phase(recs) for key in expected)
         assert sum(r["key"] in expected for r in recs) == 3  # once each
         assert run_logs.read_run(log).topology == {k: str(v) for k, v in expected.items()}
-        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                               str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(log)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # -- (4) what the console says ---------------------------------------------------------------
+
 
 def test_quiet_still_reports_how_the_run_ended(capsys, data_dir, tmp_path):
     code, out, _ = run(capsys, data_dir, tmp_path / "out", "--quiet")

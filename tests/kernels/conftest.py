@@ -1,4 +1,5 @@
 """Fixtures for the kernel tests: GPU gating at run time (helpers live in kernel_checks.py)."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """bias_dropout_residual_layernorm: reference checks (CPU) and the fused kernel (GPU, -m gpu)."""
+
 from __future__ import annotations
 
 import shutil
@@ -21,8 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def make_inputs(tokens, dtype, param_dtype, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
     act = [torch.randn(tokens, H, generator=g) for _ in range(2)]
-    params = [0.1 * torch.randn(H, generator=g), 1 + 0.1 * torch.randn(H, generator=g),
-              0.1 * torch.randn(H, generator=g)]
+    params = [
+        0.1 * torch.randn(H, generator=g),
+        1 + 0.1 * torch.randn(H, generator=g),
+        0.1 * torch.randn(H, generator=g),
+    ]
     act = [t.to(device, dtype).requires_grad_() for t in act]
     params = [t.to(device, param_dtype).requires_grad_() for t in params]
     x, residual = act
@@ -37,10 +41,15 @@ def leaves(tensors, dtype):
 # ---- CPU: Philox, mask layout, reference formulas, op registration -------------------------
 def test_philox_known_answers():
     # Random123's known-answer vectors for Philox4x32-10.
-    cases = [([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
-             ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
-             ([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0],
-              [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1])]
+    cases = [
+        ([0, 0, 0, 0], [0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+        ([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
+        (
+            [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344],
+            [0xA4093822, 0x299F31D0],
+            [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1],
+        ),
+    ]
     for counter, key, expected in cases:
         out = ref.philox4x32_10(np.array(counter, np.uint32), np.array(key, np.uint32))
         assert out.tolist() == expected
@@ -79,13 +88,27 @@ def test_keep_mask_statistics_and_reproducibility():
 def test_kernel_mask_function_matches_reference(tmp_path):
     """The kernel's own mask code (dropout_mask.h), built for the host, equals the numpy twin."""
     exe = tmp_path / "mask"
-    subprocess.run(["c++", "-std=c++17", "-O2", "-Wall", "-Werror",
-                    f"-I{ROOT / 'kernels' / 'csrc'}", str(Path(__file__).with_name(
-                        "bdrln_mask_host.cpp")), "-o", str(exe)], check=True)
+    subprocess.run(
+        [
+            "c++",
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            f"-I{ROOT / 'kernels' / 'csrc'}",
+            str(Path(__file__).with_name("bdrln_mask_host.cpp")),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+    )
     for seed, offset, rows, p in [(0, 0, 3, 0.1), (2**40 + 17, 2**33 + 4, 5, 0.5)]:
-        out = subprocess.run([str(exe), str(seed), str(offset), str(rows),
-                              str(ref.drop_threshold(p))], check=True, capture_output=True,
-                             text=True).stdout.split()
+        out = subprocess.run(
+            [str(exe), str(seed), str(offset), str(rows), str(ref.drop_threshold(p))],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
         words = torch.tensor([int(w) for w in out], dtype=torch.int64).reshape(rows, 32)
         expected = ref.pack_dropout_mask(ref.dropout_keep_mask(rows, p, seed, offset))
         assert torch.equal(words, expected.to(torch.int64) & 0xFFFFFFFF)
@@ -94,11 +117,13 @@ def test_kernel_mask_function_matches_reference(tmp_path):
 @pytest.mark.parametrize("p", [0.0, 0.1])
 def test_forward_reference_matches_composition(p):
     x, bias, residual, weight, ln_bias = make_inputs(13, torch.float32, torch.float32)
-    y, z, mean, rstd, mask = ref.bdrln_forward_ref(x, bias, residual, weight, ln_bias, p, EPS,
-                                                   seed=5, offset=0)
+    y, z, mean, rstd, mask = ref.bdrln_forward_ref(
+        x, bias, residual, weight, ln_bias, p, EPS, seed=5, offset=0
+    )
     keep = ref.unpack_dropout_mask(mask)
-    expected = ref.bias_dropout_residual_layernorm_ref(x, bias, residual, weight, ln_bias, p,
-                                                       EPS, keep)
+    expected = ref.bias_dropout_residual_layernorm_ref(
+        x, bias, residual, weight, ln_bias, p, EPS, keep
+    )
     torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(z, residual + (x + bias) * keep / (1 - p), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(mean, z.mean(-1))
@@ -116,11 +141,21 @@ def test_backward_formula_matches_autograd(p):
     z = residual + (x + bias) * keep / (1 - p)
     mean, rstd = z.mean(-1), torch.rsqrt(z.var(-1, unbiased=False) + EPS)
     dx, dres, dweight, dln_bias, dbias = ref.bdrln_backward_ref(
-        dy, z.detach(), mean.detach().float(), rstd.detach().float(), ref.pack_dropout_mask(keep),
-        weight.detach(), p)
-    for name, got, want in [("x", dx, expected[0]), ("bias", dbias, expected[1]),
-                            ("residual", dres, expected[2]), ("weight", dweight, expected[3]),
-                            ("ln_bias", dln_bias, expected[4])]:
+        dy,
+        z.detach(),
+        mean.detach().float(),
+        rstd.detach().float(),
+        ref.pack_dropout_mask(keep),
+        weight.detach(),
+        p,
+    )
+    for name, got, want in [
+        ("x", dx, expected[0]),
+        ("bias", dbias, expected[1]),
+        ("residual", dres, expected[2]),
+        ("weight", dweight, expected[3]),
+        ("ln_bias", dln_bias, expected[4]),
+    ]:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
 
 
@@ -145,8 +180,9 @@ def test_functional_autograd_on_cpu_matches_composition():
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     # Evaluation mode: no dropout.
     y_eval = bias_dropout_residual_layernorm(*inputs, p=0.2, eps=EPS, training=False)
-    torch.testing.assert_close(y_eval, ref.bias_dropout_residual_layernorm_ref(*twins, 0.0, EPS),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        y_eval, ref.bias_dropout_residual_layernorm_ref(*twins, 0.0, EPS), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_traces_under_torch_compile_on_cpu():
@@ -194,8 +230,13 @@ def test_kernel_matches_reference(cuda_kernels, tokens, dtype, param_dtype, p):
     (y, grads, saved), (y_low, grads_low), (y_ref, grads_ref) = run_all(tokens, dtype, pdt, p)
     assert y.dtype == dtype and [g.dtype for g in grads] == [dtype, pdt, dtype, pdt, pdt]
     assert_within_torch_error("y", y, y_low, y_ref)
-    for name, g, g_low, g_ref in zip(("dx", "dbias", "dresidual", "dweight", "dln_bias"), grads,
-                                     grads_low, grads_ref, strict=True):
+    for name, g, g_low, g_ref in zip(
+        ("dx", "dbias", "dresidual", "dweight", "dln_bias"),
+        grads,
+        grads_low,
+        grads_ref,
+        strict=True,
+    ):
         assert_within_torch_error(name, g, g_low, g_ref)
 
 
@@ -261,8 +302,9 @@ def test_kernel_under_torch_compile(cuda_kernels):
 
 @pytest.mark.gpu
 def test_kernel_binding_rejects_bad_tensors(cuda_kernels):
-    x, bias, residual, weight, ln_bias = [t.detach() for t in make_inputs(
-        8, torch.float16, torch.float32, device="cuda")]
+    x, bias, residual, weight, ln_bias = [
+        t.detach() for t in make_inputs(8, torch.float16, torch.float32, device="cuda")
+    ]
     raw = torch.ops.bert_kernels_cuda.bdrln_forward
     with pytest.raises(RuntimeError, match="contiguous"):
         raw(x, bias, residual.t().contiguous().t(), weight, ln_bias, 0.1, EPS, 1, 0)
@@ -273,7 +315,26 @@ def test_kernel_binding_rejects_bad_tensors(cuda_kernels):
     with pytest.raises(RuntimeError, match="CUDA tensor"):
         raw(x, bias.cpu(), residual, weight, ln_bias, 0.1, EPS, 1, 0)
     with pytest.raises(RuntimeError, match="aligned"):
-        raw(x.view(-1)[4:4 + 7 * H].view(7, H), bias, residual[:7], weight, ln_bias, 0.1, EPS, 1, 0)
+        raw(
+            x.view(-1)[4 : 4 + 7 * H].view(7, H),
+            bias,
+            residual[:7],
+            weight,
+            ln_bias,
+            0.1,
+            EPS,
+            1,
+            0,
+        )
     with pytest.raises(RuntimeError, match="hidden size 1024"):
-        raw(x[:, :512].contiguous(), bias, residual[:, :512].contiguous(), weight, ln_bias, 0.1,
-            EPS, 1, 0)
+        raw(
+            x[:, :512].contiguous(),
+            bias,
+            residual[:, :512].contiguous(),
+            weight,
+            ln_bias,
+            0.1,
+            EPS,
+            1,
+            0,
+        )

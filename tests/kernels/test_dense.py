@@ -1,4 +1,5 @@
 """dense (cuBLASLt epilogues): references and op registration (CPU), the GEMMs (GPU, -m gpu)."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ def make_layer(tokens, in_features, out_features, dtype, device="cpu", bias=True
     """x ~ N(0, 1) and weight ~ N(0, 1/in): outputs of order 1, where GeLU is curved."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(tokens, in_features, generator=g)
-    w = torch.randn(out_features, in_features, generator=g) / in_features ** 0.5
+    w = torch.randn(out_features, in_features, generator=g) / in_features**0.5
     b = 0.5 * torch.randn(out_features, generator=g) if bias else None
     return [None if t is None else t.to(device, dtype).requires_grad_() for t in (x, w, b)]
 
@@ -79,8 +80,9 @@ def test_backward_references_match_autograd():
     dw1, none = ref.dense_wgrad_ref(x.detach(), dpre, False)
     dx, none_too = ref.dense_dgrad_ref(dpre, w1.detach(), dres, None)
     assert none.shape == (0,) and none_too.shape == (0,)
-    for name, got, want in zip(("x", "w1", "b1", "w2", "b2"), (dx, dw1, db1, dw2, db2), expected,
-                               strict=True):
+    for name, got, want in zip(
+        ("x", "w1", "b1", "w2", "b2"), (dx, dw1, db1, dw2, db2), expected, strict=True
+    ):
         torch.testing.assert_close(got, want, msg=name)
     with pytest.raises(ValueError, match="not both"):
         ref.dense_dgrad_ref(dy, w2, dres[:, :1].expand(11, 32), pre)
@@ -101,10 +103,14 @@ def test_custom_ops_pass_opcheck():
 
 CASES = {
     "linear_bias": (lambda a, **kw: linear_bias(*a, **kw), lambda a: ref.linear_ref(*a)),
-    "linear_bias_gelu": (lambda a, **kw: linear_bias_gelu(*a, **kw),
-                         lambda a: ref.linear_gelu_ref(*a)),
-    "linear_gelu_linear": (lambda a, **kw: linear_gelu_linear(*a, **kw),
-                           lambda a: ref.linear_gelu_linear_ref(*a)),
+    "linear_bias_gelu": (
+        lambda a, **kw: linear_bias_gelu(*a, **kw),
+        lambda a: ref.linear_gelu_ref(*a),
+    ),
+    "linear_gelu_linear": (
+        lambda a, **kw: linear_gelu_linear(*a, **kw),
+        lambda a: ref.linear_gelu_linear_ref(*a),
+    ),
 }
 
 
@@ -130,8 +136,10 @@ def test_functions_match_composition_on_cpu(name, residual):
         want = grads([y_ref, twins[0].view_as(twins[0])], twins, [torch.ones_like(y_ref), dres])
     else:
         y = out
-        got, want = grads([y], inputs, [torch.ones_like(y)]), grads([y_ref], twins,
-                                                                    [torch.ones_like(y_ref)])
+        got, want = (
+            grads([y], inputs, [torch.ones_like(y)]),
+            grads([y_ref], twins, [torch.ones_like(y_ref)]),
+        )
     torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
     for got_g, want_g in zip(got, want, strict=True):
         torch.testing.assert_close(got_g, want_g, rtol=1e-4, atol=1e-5)
@@ -174,8 +182,9 @@ def test_traces_under_torch_compile_on_cpu():
     got = compiled(*inputs)
     expected = f(*inputs)
     torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(torch.autograd.grad(got, inputs),
-                               torch.autograd.grad(expected, inputs))
+    torch.testing.assert_close(
+        torch.autograd.grad(got, inputs), torch.autograd.grad(expected, inputs)
+    )
 
 
 def test_fake_tensors_give_bert_large_shapes():
@@ -234,14 +243,16 @@ def test_fake_impl_applies_the_cuda_rules():
     except (RuntimeError, AssertionError) as err:  # some CPU builds cannot fake a CUDA device
         pytest.skip(f"cannot fake CUDA tensors here: {err}")
     with FakeTensorMode():
+
         def empty(*shape, dtype=torch.float16):
             return torch.empty(*shape, device="cuda", dtype=dtype)
 
         with pytest.raises(ValueError, match="multiple of 8"):
             torch.ops.bert_kernels.dense_forward(empty(7, H), empty(12, H), None, False)
         with pytest.raises(ValueError, match="float16 or bfloat16"):
-            torch.ops.bert_kernels.dense_forward(empty(7, H, dtype=torch.float32),
-                                                 empty(8, H, dtype=torch.float32), None, False)
+            torch.ops.bert_kernels.dense_forward(
+                empty(7, H, dtype=torch.float32), empty(8, H, dtype=torch.float32), None, False
+            )
         y, pre = torch.ops.bert_kernels.dense_forward(empty(7, H), empty(8, H), None, True)
         assert y.device.type == "cuda" and pre.shape == (7, 8)
 
@@ -326,7 +337,7 @@ def test_kernel_raw_ops_match_their_contracts(cuda_kernels, dtype):
     torch.testing.assert_close(pre, pre_ref, **tol)
     torch.testing.assert_close(y, y_ref, **tol)
     dh = torch.randn_like(y)
-    w2 = torch.randn(H, FFN, device="cuda", dtype=dtype) / FFN ** 0.5
+    w2 = torch.randn(H, FFN, device="cuda", dtype=dtype) / FFN**0.5
     dy = torch.randn(tokens, H, device="cuda", dtype=dtype)
     for extra in ((None, None), (torch.randn_like(pre), None), (None, pre)):
         dgrad, db = torch.ops.bert_kernels_cuda.dense_dgrad(dy, w2, *extra)
@@ -378,7 +389,7 @@ def test_kernel_rejects_bad_tensors(cuda_kernels):
     with pytest.raises(RuntimeError, match="contiguous"):
         raw.dense_forward(x, w.t(), b, False)
     with pytest.raises(RuntimeError, match="aligned"):
-        raw.dense_forward(x.view(-1)[1:1 + 6 * H].view(6, H), w, b, False)  # 2 bytes off
+        raw.dense_forward(x.view(-1)[1 : 1 + 6 * H].view(6, H), w, b, False)  # 2 bytes off
     with pytest.raises(RuntimeError, match="CUDA tensor"):
         raw.dense_forward(x, w.cpu(), b, False)
     with pytest.raises(RuntimeError, match="float16 or bfloat16"):
@@ -434,8 +445,9 @@ def test_kernel_under_torch_compile(cuda_kernels):
     eager = f(*inputs)
     compiled = torch.compile(f, fullgraph=True)(*inputs)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-3)
-    for a, b in zip(torch.autograd.grad(compiled, inputs), torch.autograd.grad(eager, inputs),
-                    strict=True):
+    for a, b in zip(
+        torch.autograd.grad(compiled, inputs), torch.autograd.grad(eager, inputs), strict=True
+    ):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 

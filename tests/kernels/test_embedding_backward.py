@@ -1,4 +1,5 @@
 """embedding_backward: reference checks (CPU) and the packed-atomic kernel (GPU, -m gpu)."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,8 +43,9 @@ def test_custom_ops_on_cpu():
     g = torch.Generator().manual_seed(1)
     indices = zipf_indices(40, 17, g)
     grad = torch.randn(40, H, generator=g)
-    torch.library.opcheck(torch.ops.bert_kernels.embedding_backward.default,
-                          (grad, indices, 17, torch.float32))
+    torch.library.opcheck(
+        torch.ops.bert_kernels.embedding_backward.default, (grad, indices, 17, torch.float32)
+    )
     weight = torch.randn(17, H, requires_grad=True)
     torch.library.opcheck(torch.ops.bert_kernels.embedding.default, (weight, indices, False))
     out = embedding(indices.int(), weight)
@@ -61,12 +63,15 @@ def test_rejects_other_hidden_sizes():
 def grads(indices, grad, weight_dtype, fp32_accumulate=False):
     """(kernel, PyTorch in weight_dtype, fp32 reference) weight gradients."""
     weight = torch.zeros(VOCAB, H, device="cuda", dtype=weight_dtype, requires_grad=True)
-    (kernel,) = torch.autograd.grad(embedding(indices, weight, fp32_accumulate), weight,
-                                    grad.to(weight_dtype))
-    (torch_low,) = torch.autograd.grad(F.embedding(indices, weight), weight,
-                                       grad.to(weight_dtype))
-    return kernel, torch_low, ref.embedding_backward_ref(grad.to(weight_dtype), indices, VOCAB,
-                                                         torch.float32)
+    (kernel,) = torch.autograd.grad(
+        embedding(indices, weight, fp32_accumulate), weight, grad.to(weight_dtype)
+    )
+    (torch_low,) = torch.autograd.grad(F.embedding(indices, weight), weight, grad.to(weight_dtype))
+    return (
+        kernel,
+        torch_low,
+        ref.embedding_backward_ref(grad.to(weight_dtype), indices, VOCAB, torch.float32),
+    )
 
 
 @pytest.mark.gpu

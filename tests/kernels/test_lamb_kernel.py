@@ -7,6 +7,7 @@ the plumbing: the segment table, the per-group decays and lrs, the
 in-place contracts and the hooks. The GPU tests compare the kernels with that reference run on the
 same CUDA tensors, at fp32 rounding tolerance, on BERT-Large's parameter set.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,10 @@ import test_distributed_lamb as tdl  # noqa: E402
 BETAS, EPS, LR = (0.9, 0.999), 1e-6, 1e-3
 DECAYS = [0.01, 0.0]  # group 0 decays (trust ratio), group 1 does not (biases, LayerNorm)
 # Odd sizes, a 1-element parameter, both groups interleaved in the flat shard.
-SHAPES = [torch.Size(s) for s in [(7, 5), (300,), (1,), (64, 40), (129,), (2, 2, 2), (1000,),
-                                  (33,), (17, 3)]]
+SHAPES = [
+    torch.Size(s)
+    for s in [(7, 5), (300,), (1,), (64, 40), (129,), (2, 2, 2), (1000,), (33,), (17, 3)]
+]
 GROUP_OF = [0, 1, 0, 0, 1, 0, 0, 1, 0]
 ZERO_WEIGHT, ZERO_EVERYTHING = 5, 8  # |w| = 0 (ratio 1); w = g = m = v = 0 (u = 0, ratio 1)
 HOOKS = dict(sums_fn=ref.fused_sums, update_fn=ref.fused_update)
@@ -49,8 +52,9 @@ def no_reduce(t: torch.Tensor) -> torch.Tensor:
     return t  # one rank: the sums are already global
 
 
-def make_shard(dtype=torch.float32, device="cpu", world=1, rank=0, align=8,
-               seed=0) -> ref.ShardBuffers:
+def make_shard(
+    dtype=torch.float32, device="cpu", world=1, rank=0, align=8, seed=0
+) -> ref.ShardBuffers:
     """A random shard of `SHAPES` with its zero-norm parameters."""
     shard = random_shard(SHAPES, GROUP_OF, DECAYS, world, rank, dtype, device, seed, align)
     for start, length, param, _ in shard.segments.tolist():
@@ -63,14 +67,28 @@ def make_shard(dtype=torch.float32, device="cpu", world=1, rank=0, align=8,
     return shard
 
 
-def step_inputs(shard: ref.ShardBuffers, sums: torch.Tensor, coef: float = 0.5, ok=None,
-                trust_ratio: bool = True, step: int = 3) -> ref.StepInputs:
+def step_inputs(
+    shard: ref.ShardBuffers,
+    sums: torch.Tensor,
+    coef: float = 0.5,
+    ok=None,
+    trust_ratio: bool = True,
+    step: int = 3,
+) -> ref.StepInputs:
     """What ShardedOptimizer._step_inputs hands the update, for given sums and coef."""
     device = shard.master.device
     t = torch.tensor(float(step), dtype=torch.float64, device=device)
     lrs = [torch.tensor(LR, device=device), 0.5 * LR]  # a tensor lr and a float lr
-    return ref.StepInputs(torch.tensor(coef, device=device), ok, 1.0 - BETAS[0] ** t,
-                          1.0 - BETAS[1] ** t, lrs, sums[1:] if trust_ratio else None, BETAS, EPS)
+    return ref.StepInputs(
+        torch.tensor(coef, device=device),
+        ok,
+        1.0 - BETAS[0] ** t,
+        1.0 - BETAS[1] ** t,
+        lrs,
+        sums[1:] if trust_ratio else None,
+        BETAS,
+        EPS,
+    )
 
 
 def reference_and_fused_step(shard, coef=0.5, ok=None, trust_ratio=True):
@@ -88,15 +106,16 @@ STATE = ("master", "exp_avg", "exp_avg_sq", "model")
 
 
 # ---- CPU: the ops' reference path is the optimizer's step -----------------------------------
-@pytest.mark.parametrize("case", ["fp32", "fp16_model_copy", "bf16_model_copy", "no_clip",
-                                  "adam"])
+@pytest.mark.parametrize("case", ["fp32", "fp16_model_copy", "bf16_model_copy", "no_clip", "adam"])
 def test_ops_equal_the_reference_step(case):
     dtype = {"fp16_model_copy": torch.float16, "bf16_model_copy": torch.bfloat16}.get(
-        case, torch.float32)
+        case, torch.float32
+    )
     shard = make_shard(dtype)
     assert (shard.model is None) == (dtype == torch.float32)
     (expected, sums), (actual, fused_sums) = reference_and_fused_step(
-        shard, coef=1.0 if case == "no_clip" else 0.5, trust_ratio=case != "adam")
+        shard, coef=1.0 if case == "no_clip" else 0.5, trust_ratio=case != "adam"
+    )
     assert torch.equal(fused_sums, sums)
     assert sums.shape == ((1,) if case == "adam" else (1 + len(SHAPES),))
     for key in STATE:
@@ -112,15 +131,16 @@ def test_zero_norm_parameters_get_trust_ratio_one():
     rows = {param: (start, length) for start, length, param, _ in shard.segments.tolist()}
     assert sums[1 + ZERO_WEIGHT] == 0 and sums[1 + ZERO_EVERYTHING] == 0
     start, length = rows[ZERO_EVERYTHING]
-    assert (actual.master[start:start + length] == 0).all()
+    assert (actual.master[start : start + length] == 0).all()
     # |w| = 0: w_new = -lr * u with u the plain Adam direction (wd * w = 0).
     start, length = rows[ZERO_WEIGHT]
     t = 3
     m = BETAS[0] * shard.exp_avg + (1 - BETAS[0]) * 0.5 * shard.grad
     v = BETAS[1] * shard.exp_avg_sq + (1 - BETAS[1]) * (0.5 * shard.grad) ** 2
     u = (m / (1 - BETAS[0] ** t)) / ((v / (1 - BETAS[1] ** t)).sqrt() + EPS)
-    torch.testing.assert_close(actual.master[start:start + length],
-                               -LR * u[start:start + length], rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(
+        actual.master[start : start + length], -LR * u[start : start + length], rtol=1e-5, atol=1e-9
+    )
 
 
 def test_no_decay_segments_get_neither_decay_nor_trust_ratio():
@@ -129,14 +149,18 @@ def test_no_decay_segments_get_neither_decay_nor_trust_ratio():
     _, (actual, _) = reference_and_fused_step(shard, coef=1.0)
     t = 3
     m = BETAS[0] * shard.exp_avg + (1 - BETAS[0]) * shard.grad
-    v = BETAS[1] * shard.exp_avg_sq + (1 - BETAS[1]) * shard.grad ** 2
+    v = BETAS[1] * shard.exp_avg_sq + (1 - BETAS[1]) * shard.grad**2
     u = (m / (1 - BETAS[0] ** t)) / ((v / (1 - BETAS[1] ** t)).sqrt() + EPS)
     checked = 0
     for start, length, _, group in shard.segments.tolist():
         if group == 1:
             piece = slice(start, start + length)
-            torch.testing.assert_close(actual.master[piece], shard.master[piece] - 0.5 * LR *
-                                       u[piece], rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(
+                actual.master[piece],
+                shard.master[piece] - 0.5 * LR * u[piece],
+                rtol=1e-6,
+                atol=1e-9,
+            )
             checked += 1
     assert checked >= 2
 
@@ -146,7 +170,8 @@ def test_overflow_skips_the_step_bit_identically(bad):
     shard = make_shard(torch.float16)
     shard.grad[shard.segments[2, 0]] = bad
     (expected, sums), (actual, fused_sums) = reference_and_fused_step(
-        shard, coef=0.0, ok=torch.tensor(False))
+        shard, coef=0.0, ok=torch.tensor(False)
+    )
     assert not torch.isfinite(fused_sums[0]) and torch.equal(fused_sums[1:], sums[1:])
     for key in STATE:
         assert torch.equal(getattr(actual, key), getattr(expected, key)), key
@@ -162,26 +187,55 @@ def test_sums_accumulate_and_skip_no_decay_weights():
         torch.ops.bert_kernels.lamb_sums(shard.grad, shard.master, shard.segments, DECAYS, sums)
     torch.testing.assert_close(sums[0], 2 * shard.grad.square().sum())
     for start, length, param, group in shard.segments.tolist():
-        w_sq = shard.master[start:start + length].square().sum()
-        torch.testing.assert_close(sums[1 + param], 2 * w_sq if group == 0 else torch.tensor(0.))
+        w_sq = shard.master[start : start + length].square().sum()
+        torch.testing.assert_close(sums[1 + param], 2 * w_sq if group == 0 else torch.tensor(0.0))
 
 
 def test_custom_ops_pass_opcheck():
     shard = make_shard(torch.float16)
     n, s = len(SHAPES), shard.segments
-    torch.library.opcheck(torch.ops.bert_kernels.lamb_sums.default,
-                          (shard.grad, shard.master, s, DECAYS, torch.zeros(1 + n)))
+    torch.library.opcheck(
+        torch.ops.bert_kernels.lamb_sums.default,
+        (shard.grad, shard.master, s, DECAYS, torch.zeros(1 + n)),
+    )
     ok, f64 = torch.tensor(True), dict(dtype=torch.float64)
-    torch.library.opcheck(torch.ops.bert_kernels.lamb_update.default,
-                          (shard.grad, shard.master, shard.exp_avg, shard.exp_avg_sq, shard.update,
-                           s, DECAYS, torch.tensor(0.5), ok, torch.tensor(0.1, **f64),
-                           torch.tensor(0.01, **f64), *BETAS, EPS, torch.zeros(n)))
-    torch.library.opcheck(torch.ops.bert_kernels.lamb_apply.default,
-                          (shard.master, shard.update, s, DECAYS, torch.tensor([LR, LR]), ok,
-                           torch.rand(n), torch.rand(n), shard.model))
-    torch.library.opcheck(torch.ops.bert_kernels.lamb_apply.default,
-                          (shard.master, shard.update, s, DECAYS, torch.tensor([LR, LR]), None,
-                           None, None, None))
+    torch.library.opcheck(
+        torch.ops.bert_kernels.lamb_update.default,
+        (
+            shard.grad,
+            shard.master,
+            shard.exp_avg,
+            shard.exp_avg_sq,
+            shard.update,
+            s,
+            DECAYS,
+            torch.tensor(0.5),
+            ok,
+            torch.tensor(0.1, **f64),
+            torch.tensor(0.01, **f64),
+            *BETAS,
+            EPS,
+            torch.zeros(n),
+        ),
+    )
+    torch.library.opcheck(
+        torch.ops.bert_kernels.lamb_apply.default,
+        (
+            shard.master,
+            shard.update,
+            s,
+            DECAYS,
+            torch.tensor([LR, LR]),
+            ok,
+            torch.rand(n),
+            torch.rand(n),
+            shard.model,
+        ),
+    )
+    torch.library.opcheck(
+        torch.ops.bert_kernels.lamb_apply.default,
+        (shard.master, shard.update, s, DECAYS, torch.tensor([LR, LR]), None, None, None, None),
+    )
 
 
 # ---- CPU: the sharded optimizer with the fused hooks -----------------------------------------
@@ -220,8 +274,9 @@ def test_fp16_parameters_get_their_copy_from_the_fused_apply():
 
 def _worker_with_fused_scenario(*args):
     """A spawned rank: tdl's worker, with the fused hooks added as a scenario."""
-    tdl.SCENARIOS["fused"] = lambda r, w, o, c: tdl._result(*tdl._train(r, w, range(tdl.STEPS),
-                                                                         **HOOKS))
+    tdl.SCENARIOS["fused"] = lambda r, w, o, c: tdl._result(
+        *tdl._train(r, w, range(tdl.STEPS), **HOOKS)
+    )
     tdl._worker(*args)
 
 
@@ -230,8 +285,12 @@ def test_fused_hooks_on_two_gloo_ranks_equal_the_reference(tmp_path, monkeypatch
     """Pieces of parameters cut by the shard boundary: |w|^2 and |u|^2 summed over ranks."""
     monkeypatch.setattr(tdl, "_worker", _worker_with_fused_scenario)
     results = tdl.launch(2, ["after_allreduce", "fused"], tmp_path / "w2")
-    tdl.assert_params_close(tdl._agreed(results, "fused"), tdl._agreed(results, "after_allreduce"),
-                            "2 ranks, fused hooks", dict(rtol=0, atol=0))
+    tdl.assert_params_close(
+        tdl._agreed(results, "fused"),
+        tdl._agreed(results, "after_allreduce"),
+        "2 ranks, fused hooks",
+        dict(rtol=0, atol=0),
+    )
 
 
 # ---- CPU: configuration ----------------------------------------------------------------------
@@ -245,8 +304,9 @@ def test_fused_kernel_needs_the_sharded_optimizer():
 @pytest.mark.parametrize("fused", [False, True])
 def test_build_optimizer_plugs_in_the_fused_hooks(fused):
     cfg = load_config(None, ["optim.sharded=true", f"optim.fused_kernel={fused}"])
-    opt = build_optimizer(tdl.make_model(), cfg.optim, cfg.schedule, False,
-                          DistContext(0, 1, 0, torch.device("cpu")))
+    opt = build_optimizer(
+        tdl.make_model(), cfg.optim, cfg.schedule, False, DistContext(0, 1, 0, torch.device("cpu"))
+    )
     expected = HOOKS if fused else REFERENCE
     assert {name: getattr(opt.optimizer, name) for name in expected} == expected
 
@@ -266,14 +326,33 @@ def test_benchmark_runs_on_cpu(tmp_path):
     """Smoke run of scripts/bench/bench_lamb.py at a tiny size; checks the JSON record."""
     out = tmp_path / "bench_lamb.json"
     script = TESTS.parent / "scripts" / "bench" / "bench_lamb.py"
-    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--tiny", "--warmup",
-                           "1", "--iters", "2", "--out", str(out)], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--device",
+            "cpu",
+            "--tiny",
+            "--warmup",
+            "1",
+            "--iters",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
     assert {"device", "date", "commit", "command", "results"} <= set(record)
     assert {(r["world"], r["param_dtype"]) for r in record["results"]} == {
-        (1, "fp32"), (8, "fp32"), (1, "fp16"), (8, "fp16")}
+        (1, "fp32"),
+        (8, "fp32"),
+        (1, "fp16"),
+        (8, "fp16"),
+    }
     for row in record["results"]:
         assert row["torch_eager_ms"] > 0 and row["fused_ms"] > 0 and row["elements"] > 0
         # The compiled reference is timed, or why it could not be is recorded.
@@ -299,9 +378,13 @@ def assert_state_close(actual: ref.ShardBuffers, expected: ref.ShardBuffers, wha
             continue
         # A w close to a 16-bit rounding boundary may round either way in the model copy.
         rtol = 1e-6 if want.dtype == torch.float32 else torch.finfo(want.dtype).eps
-        torch.testing.assert_close(got.float(), want.float(), rtol=rtol,
-                                   atol=1e-6 * want.abs().max().item(),
-                                   msg=lambda m: f"{what}: {key}: {m}")
+        torch.testing.assert_close(
+            got.float(),
+            want.float(),
+            rtol=rtol,
+            atol=1e-6 * want.abs().max().item(),
+            msg=lambda m: f"{what}: {key}: {m}",
+        )
 
 
 @pytest.mark.gpu
@@ -324,16 +407,39 @@ def test_update_direction_and_norms_match_reference(cuda_kernels):
     shard = bert_large_shard(8, 2, torch.float32)
     expected, actual = copy.deepcopy(shard), copy.deepcopy(shard)
     inputs = step_inputs(shard, ref.reference_sums(shard, True), coef=0.25)
-    tensor_ref.update_direction(expected.grad, expected.exp_avg, expected.exp_avg_sq,
-                                expected.update, expected.groups, inputs.coef, None, inputs.bc1,
-                                inputs.bc2, BETAS, EPS)
-    u_sq = tensor_ref.sum_squares(expected.groups, "update", shard.num_params,
-                                  expected.update.device)
+    tensor_ref.update_direction(
+        expected.grad,
+        expected.exp_avg,
+        expected.exp_avg_sq,
+        expected.update,
+        expected.groups,
+        inputs.coef,
+        None,
+        inputs.bc1,
+        inputs.bc2,
+        BETAS,
+        EPS,
+    )
+    u_sq = tensor_ref.sum_squares(
+        expected.groups, "update", shard.num_params, expected.update.device
+    )
     fused_u_sq = torch.zeros_like(u_sq)
     torch.ops.bert_kernels.lamb_update(
-        actual.grad, actual.master, actual.exp_avg, actual.exp_avg_sq, actual.update,
-        actual.segments, DECAYS, inputs.coef, None, inputs.bc1, inputs.bc2, *BETAS, EPS,
-        fused_u_sq)
+        actual.grad,
+        actual.master,
+        actual.exp_avg,
+        actual.exp_avg_sq,
+        actual.update,
+        actual.segments,
+        DECAYS,
+        inputs.coef,
+        None,
+        inputs.bc1,
+        inputs.bc2,
+        *BETAS,
+        EPS,
+        fused_u_sq,
+    )
     # A few fp32 ulps of the direction's scale: u = m/(sqrt(v)+eps) + wd*w cancels to near zero
     # in places, where the kernel's and torch's roundings differ by more than any rtol allows
     # (the 2026-11-26 window: 6e-8 against atol 1e-12 on 2786 of 42M elements).
@@ -350,7 +456,8 @@ def test_kernels_match_reference_on_odd_segments(cuda_kernels, align):
         shard = make_shard(torch.float16, "cuda", world, rank, align)
         for trust_ratio in (True, False):
             (expected, sums), (actual, fused_sums) = reference_and_fused_step(
-                shard, ok=torch.tensor(True, device="cuda"), trust_ratio=trust_ratio)
+                shard, ok=torch.tensor(True, device="cuda"), trust_ratio=trust_ratio
+            )
             torch.testing.assert_close(fused_sums, sums, rtol=1e-5, atol=0)
             assert_state_close(actual, expected, f"align {align}, {world} ranks, {trust_ratio}")
 
@@ -383,8 +490,7 @@ def test_sharded_optimizer_on_cuda_with_fused_hooks(cuda_kernels):
             tdl.loss_of(model, tdl.local_batch(k, 0, 1).to("cuda")).backward()
             opt.step()
         finals.append(tdl.params_of(model))
-    tdl.assert_params_close(finals[1], finals[0], "cuda, fused hooks", dict(rtol=1e-5,
-                                                                           atol=1e-6))
+    tdl.assert_params_close(finals[1], finals[0], "cuda, fused hooks", dict(rtol=1e-5, atol=1e-6))
 
 
 @pytest.mark.gpu
@@ -403,6 +509,14 @@ def test_bindings_reject_bad_inputs(cuda_kernels):
     with pytest.raises(RuntimeError, match="param groups"):
         raw(shard.grad, shard.master, shard.segments, [0.01] * 9, sums)
     with pytest.raises(RuntimeError, match="w_sq and u_sq"):
-        torch.ops.bert_kernels_cuda.lamb_apply(shard.master, shard.update, shard.segments,
-                                               DECAYS, torch.ones(2, device="cuda"), None,
-                                               sums[1:], None, None)
+        torch.ops.bert_kernels_cuda.lamb_apply(
+            shard.master,
+            shard.update,
+            shard.segments,
+            DECAYS,
+            torch.ones(2, device="cuda"),
+            None,
+            sums[1:],
+            None,
+            None,
+        )

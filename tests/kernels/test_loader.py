@@ -1,4 +1,5 @@
 """`import kernels` needs no build; a missing build fails only when a fused op is asked for."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,10 +14,12 @@ from kernels import _library, _loader, build
 
 def test_import_needs_no_build_and_no_gpu():
     # A fresh interpreter: importing must not initialize CUDA nor load the extension.
-    code = ("import torch, kernels; "
-            "assert not torch.cuda.is_initialized(); "
-            "assert kernels.load_error() is None; "
-            "assert hasattr(torch.ops.bert_kernels, 'bdrln_forward')")
+    code = (
+        "import torch, kernels; "
+        "assert not torch.cuda.is_initialized(); "
+        "assert kernels.load_error() is None; "
+        "assert hasattr(torch.ops.bert_kernels, 'bdrln_forward')"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -57,8 +60,9 @@ def test_cpu_fallback_runs_reference_even_without_a_build(monkeypatch):
 
     monkeypatch.setattr(_loader, "_error", RuntimeError("not built"))
     x = torch.randn(3, 1024)
-    y = torch.ops.bert_kernels.bdrln_forward(x, torch.zeros(1024), x, torch.ones(1024),
-                                             torch.zeros(1024), 0.0, 1e-5, 0, 0)[0]
+    y = torch.ops.bert_kernels.bdrln_forward(
+        x, torch.zeros(1024), x, torch.ones(1024), torch.zeros(1024), 0.0, 1e-5, 0, 0
+    )[0]
     torch.testing.assert_close(y, torch.nn.functional.layer_norm(2 * x, (1024,), eps=1e-5))
 
 
@@ -70,8 +74,9 @@ def test_raise_check_fails_a_library_that_cannot_raise(tmp_path, capsys):
 
     not_a_library = tmp_path / "bert_kernels_cuda.so"
     not_a_library.write_bytes(b"not an ELF file")
-    with pytest.raises(RuntimeError, match="does not raise on a rejected input: the check "
-                                           "exited 1"):
+    with pytest.raises(
+        RuntimeError, match="does not raise on a rejected input: the check exited 1"
+    ):
         check_library_raises(not_a_library)
     assert "kernels.raise_check diagnostics:" in capsys.readouterr().err
 
@@ -89,15 +94,21 @@ def test_ops_are_read_from_their_own_sources():
         assert (folder / f"{op}.cu").is_file() and (folder / f"{op}_api.cpp").is_file()
         assert (_library.CSRC.parent / f"{op}.py").is_file()
         assert getattr(kernels, op).__name__ == f"kernels.{op}"  # imported by the package
-    schemas = [name for path in sorted(_library.CSRC.glob("*/*_api.cpp"))
-               for name in re.findall(r'm\.def\(\s*"(\w+)\(', path.read_text())]
+    schemas = [
+        name
+        for path in sorted(_library.CSRC.glob("*/*_api.cpp"))
+        for name in re.findall(r'm\.def\(\s*"(\w+)\(', path.read_text())
+    ]
     assert sorted(_library.RAW_OPS) == sorted(schemas) and len(set(schemas)) == len(schemas)
     from bert.model.fused import FUSED_OPS
     from bert.optim.registry import OPTIMIZERS
 
     registered = {op.kernel for op in FUSED_OPS.values()}
-    registered |= {spec.sharded.fused_op for spec in OPTIMIZERS.values()
-                   if spec.sharded is not None and spec.sharded.fused_op}
+    registered |= {
+        spec.sharded.fused_op
+        for spec in OPTIMIZERS.values()
+        if spec.sharded is not None and spec.sharded.fused_op
+    }
     assert registered == set(_library.OPS)  # every kernel is registered once, and only those
 
 
@@ -122,7 +133,8 @@ def test_the_library_links_the_processs_own_libstdcxx_first(tmp_path):
     maps.write_text(
         "7f00-7f01 r--p 00000000 fd:01 11 /usr/lib/libc10.so\n"
         "7f01-7f02 r-xp 00001000 fd:01 12 /opt/x/lib/libstdc++.so.6.0.33\n"
-        "7f02-7f03 rw-p 00000000 00:00 0\n")
+        "7f02-7f03 rw-p 00000000 00:00 0\n"
+    )
     assert build.loaded_stdcxx(maps) == "/opt/x/lib/libstdc++.so.6.0.33"
     assert build.loaded_stdcxx(tmp_path / "absent") is None
     flags = build.stdcxx_ldflags()  # this process: torch is imported, so one is mapped

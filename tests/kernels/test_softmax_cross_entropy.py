@@ -1,4 +1,5 @@
 """softmax_cross_entropy: reference checks (CPU) and the fused criterion (GPU, -m gpu)."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,18 +40,22 @@ def test_reference_matches_autograd():
 
 def test_reference_flags_bad_labels():
     logits = torch.randn(3, 16)
-    losses, grad = ref.softmax_cross_entropy_ref(logits, torch.tensor([0, -100, 12]), 10, -100,
-                                                 True)
+    losses, grad = ref.softmax_cross_entropy_ref(
+        logits, torch.tensor([0, -100, 12]), 10, -100, True
+    )
     assert losses[0].isfinite() and losses[1] == 0 and losses[2].isnan()
     assert (grad[1] == 0).all() and grad[2, :10].isnan().all() and (grad[2, 10:] == 0).all()
 
 
 def test_custom_ops_on_cpu():
     logits, labels = make_inputs(9, 16, 13, torch.float32)
-    torch.library.opcheck(torch.ops.bert_kernels.softmax_cross_entropy.default,
-                          (logits, labels, 13, -100, True))
-    torch.library.opcheck(torch.ops.bert_kernels.softmax_cross_entropy_backward.default,
-                          (torch.randn(9, 16), torch.rand(9)))
+    torch.library.opcheck(
+        torch.ops.bert_kernels.softmax_cross_entropy.default, (logits, labels, 13, -100, True)
+    )
+    torch.library.opcheck(
+        torch.ops.bert_kernels.softmax_cross_entropy_backward.default,
+        (torch.randn(9, 16), torch.rand(9)),
+    )
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -60,17 +65,20 @@ def test_functional_matches_cross_entropy_on_cpu(reduction):
     expected = torch_loss(logits, labels, 35, reduction)
     torch.testing.assert_close(loss, expected)
     w = torch.randn_like(loss)
-    torch.testing.assert_close(torch.autograd.grad(loss, logits, w)[0],
-                               torch.autograd.grad(expected, logits, w)[0])
+    torch.testing.assert_close(
+        torch.autograd.grad(loss, logits, w)[0], torch.autograd.grad(expected, logits, w)[0]
+    )
     with torch.no_grad():  # no gradient buffer when nothing will be differentiated
-        torch.testing.assert_close(softmax_cross_entropy(logits, labels, 35, reduction=reduction),
-                                   expected)
+        torch.testing.assert_close(
+            softmax_cross_entropy(logits, labels, 35, reduction=reduction), expected
+        )
 
 
 def test_traces_under_torch_compile_on_cpu():
     logits, labels = make_inputs(5, 16, 10, torch.float32)
-    f = torch.compile(lambda a, b: softmax_cross_entropy(a, b, 10), backend="aot_eager",
-                      fullgraph=True)
+    f = torch.compile(
+        lambda a, b: softmax_cross_entropy(a, b, 10), backend="aot_eager", fullgraph=True
+    )
     torch.testing.assert_close(f(logits, labels), torch_loss(logits, labels, 10))
 
 
@@ -100,8 +108,9 @@ def test_kernel_mean_and_no_grad(cuda_kernels):
     loss = softmax_cross_entropy(logits, labels, VOCAB)
     torch.testing.assert_close(loss, torch_loss(logits, labels, VOCAB), rtol=1e-4, atol=1e-4)
     with torch.no_grad():
-        losses, grad = torch.ops.bert_kernels.softmax_cross_entropy(logits, labels, VOCAB, -100,
-                                                                    False)
+        losses, grad = torch.ops.bert_kernels.softmax_cross_entropy(
+            logits, labels, VOCAB, -100, False
+        )
     assert grad.shape == (0, PADDED)
     torch.testing.assert_close(losses.sum() / (labels != -100).sum(), loss)
 
@@ -110,8 +119,9 @@ def test_kernel_mean_and_no_grad(cuda_kernels):
 def test_kernel_flags_bad_labels_and_rejects_bad_tensors(cuda_kernels):
     logits = torch.randn(2, PADDED, device="cuda", dtype=torch.bfloat16)
     labels = torch.tensor([VOCAB + 1, 5], device="cuda")
-    losses, grad = torch.ops.bert_kernels_cuda.softmax_cross_entropy(logits, labels, VOCAB, -100,
-                                                                     True)
+    losses, grad = torch.ops.bert_kernels_cuda.softmax_cross_entropy(
+        logits, labels, VOCAB, -100, True
+    )
     assert losses[0].isnan() and losses[1].isfinite() and grad[0, :VOCAB].isnan().all()
     raw = torch.ops.bert_kernels_cuda.softmax_cross_entropy
     with pytest.raises(RuntimeError, match="multiple of 8"):

@@ -11,6 +11,7 @@ scripts/ holds command lines only: each a thin front end over a package module, 
 sys.path (nor does any module outside tests/: the project is installed, or on PYTHONPATH). The
 facts of the MLPerf log that writer and readers share are stated once (bert/mlperf/constants.py).
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,15 +27,20 @@ MAX_LINES = 500  # any .py file outside tests/
 MAX_ENTRY_LINES = 100  # run_pretraining.py: config -> Trainer -> train()
 MAX_SCRIPT_LOGIC_LINES = 100  # any .py under scripts/: code lines, without docstrings/comments
 # package -> the project packages it must not import
-FORBIDDEN = {"data": {"bert"}, "kernels": {"bert", "data"},
-             "bert.core": {"bert", "data", "kernels"}}
+FORBIDDEN = {
+    "data": {"bert"},
+    "kernels": {"bert", "data"},
+    "bert.core": {"bert", "data", "kernels"},
+}
 BOTTOM = "bert.core"  # the one part of bert/ that every package may import
 # The data-prep benchmarks time the reference algorithm through the tests' own oracles
 # (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: issue 24 keeps the
 # oracle in the tests, not in the package), so they put tests/ on sys.path; the only three.
-SCRIPT_EXCEPTIONS = {"scripts/bench/bench_prepare.py",
-                     "scripts/bench/compare_tokenizer_library.py",
-                     "scripts/bench/measure_prepare_sizes.py"}  # bench_prepare's stand-in text
+SCRIPT_EXCEPTIONS = {
+    "scripts/bench/bench_prepare.py",
+    "scripts/bench/compare_tokenizer_library.py",
+    "scripts/bench/measure_prepare_sizes.py",
+}  # bench_prepare's stand-in text
 # A fact of the MLPerf log -> whether a string literal states it. Each may appear in one file.
 SHARED_FACTS = {
     "ruleset": lambda text: text == "5.0.0",
@@ -50,12 +56,22 @@ def source_files() -> list[Path]:
     """The .py files git knows (tracked or new, not ignored), as the checkout has them; without
     git (a container image), every .py file outside hidden, build and results folders."""
     try:
-        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
-                                 "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     except (OSError, subprocess.CalledProcessError):
         skip = {"build", "results"}
-        return sorted(p for p in ROOT.rglob("*.py") if not any(
-            part.startswith(".") or part in skip for part in p.relative_to(ROOT).parts[:-1]))
+        return sorted(
+            p
+            for p in ROOT.rglob("*.py")
+            if not any(
+                part.startswith(".") or part in skip for part in p.relative_to(ROOT).parts[:-1]
+            )
+        )
     return sorted(ROOT / name for name in listed.stdout.split() if (ROOT / name).is_file())
 
 
@@ -69,14 +85,20 @@ def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this file's package
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 found.add(".".join(base + ([node.module] if node.module else [])))
             else:
                 found.add(node.module)
-        elif (isinstance(node, ast.Call) and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and (getattr(node.func, "attr", None) == "import_module"
-                   or getattr(node.func, "id", None) in ("__import__", "import_module"))):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                getattr(node.func, "attr", None) == "import_module"
+                or getattr(node.func, "id", None) in ("__import__", "import_module")
+            )
+        ):
             found.add(node.args[0].value)
     return found
 
@@ -102,16 +124,17 @@ def import_cycles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
     """Loops in the file-level import graph of the project's modules (every import counts,
     lazy ones too): each as the list of modules around it."""
     modules = {module_name(p, root): p for p in files}
-    graph = {name: sorted({_owner(m, modules) for m in runtime_imports(path, root)} - {None,
-                                                                                      name})
-             for name, path in modules.items()}
+    graph = {
+        name: sorted({_owner(m, modules) for m in runtime_imports(path, root)} - {None, name})
+        for name, path in modules.items()
+    }
     cycles, state = [], {}
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = "open"
         for nxt in graph[node]:
             if state.get(nxt) == "open":
-                cycles.append(stack[stack.index(nxt):] + [nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -129,8 +152,11 @@ def runtime_imports(path: Path, root: Path = ROOT) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
             node.body = []
-    package = module_name(path, root).rsplit(".", 1)[0] if path.name != "__init__.py" else \
-        module_name(path, root)
+    package = (
+        module_name(path, root).rsplit(".", 1)[0]
+        if path.name != "__init__.py"
+        else module_name(path, root)
+    )
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -139,7 +165,7 @@ def runtime_imports(path: Path, root: Path = ROOT) -> set[str]:
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found |= {f"{base}.{alias.name}" for alias in node.names}
     return found
 
@@ -159,8 +185,9 @@ def test_imports_run_one_way(package):
 
 
 def test_no_import_cycles():
-    package_files = [p for p in source_files()
-                     if p.relative_to(ROOT).parts[0] in ("bert", "data", "kernels")]
+    package_files = [
+        p for p in source_files() if p.relative_to(ROOT).parts[0] in ("bert", "data", "kernels")
+    ]
     assert import_cycles(package_files) == []
 
 
@@ -187,18 +214,25 @@ def test_the_bottom_layer_is_below_everything(tmp_path):
 def test_the_checker_sees_lazy_relative_and_dynamic_imports(tmp_path):
     probe = tmp_path / "kernels" / "probe.py"
     probe.parent.mkdir()
-    probe.write_text("import importlib\nfrom . import _loader\n"
-                     "def f():\n    from bert.model import fused\n"
-                     "    importlib.import_module('data.packing')\n")
+    probe.write_text(
+        "import importlib\nfrom . import _loader\n"
+        "def f():\n    from bert.model import fused\n"
+        "    importlib.import_module('data.packing')\n"
+    )
     assert violations("kernels", [probe], tmp_path) == [
-        "kernels/probe.py imports bert.model", "kernels/probe.py imports data.packing"]
+        "kernels/probe.py imports bert.model",
+        "kernels/probe.py imports data.packing",
+    ]
     assert "kernels" in imported_modules(probe, tmp_path)  # relative: its own package
 
 
 def test_no_file_over_500_lines_outside_tests():
-    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in source_files()
-            if p.relative_to(ROOT).parts[0] != "tests"
-            and (n := len(p.read_text().splitlines())) > MAX_LINES]
+    long = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for p in source_files()
+        if p.relative_to(ROOT).parts[0] != "tests"
+        and (n := len(p.read_text().splitlines())) > MAX_LINES
+    ]
     assert long == []
 
 
@@ -208,22 +242,33 @@ def test_the_entry_point_stays_thin():
 
 # -- scripts are thin, nothing edits sys.path, shared facts live once ------------------------------
 
+
 def docstring_lines(tree: ast.AST) -> set[int]:
     """Line numbers of every module, class and function docstring."""
     lines = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 lines.update(range(first.lineno, first.end_lineno + 1))
     return lines
 
 
 def logic_lines(source: str) -> int:
     """Lines holding code: not blank, not only a comment, not part of a docstring."""
-    layout = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-              tokenize.ENCODING, tokenize.ENDMARKER}
+    layout = {
+        tokenize.COMMENT,
+        tokenize.NL,
+        tokenize.NEWLINE,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.ENCODING,
+        tokenize.ENDMARKER,
+    }
     code = set()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type not in layout:
@@ -232,21 +277,31 @@ def logic_lines(source: str) -> int:
 
 
 def is_sys_path(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "path"
-            and isinstance(node.value, ast.Name) and node.value.id == "sys")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    )
 
 
 def sys_path_edits(source: str) -> list[int]:
     """Lines that change sys.path: a mutating call on it, or an assignment to it or its items."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in SYS_PATH_EDITS and is_sys_path(node.func.value)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in SYS_PATH_EDITS
+            and is_sys_path(node.func.value)
+        ):
             found.append(node.lineno)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value))
-                   for t in targets):
+            if any(
+                is_sys_path(t) or (isinstance(t, ast.Subscript) and is_sys_path(t.value))
+                for t in targets
+            ):
                 found.append(node.lineno)
     return sorted(found)
 
@@ -255,10 +310,15 @@ def stated_facts(source: str) -> set[str]:
     """The SHARED_FACTS a file's string literals state (docstrings, which only explain, aside)."""
     tree = ast.parse(source)
     explained = docstring_lines(tree)
-    return {fact for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.lineno not in explained
-            for fact, states in SHARED_FACTS.items() if states(node.value)}
+    return {
+        fact
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.lineno not in explained
+        for fact, states in SHARED_FACTS.items()
+        if states(node.value)
+    }
 
 
 def outside_tests() -> list[Path]:
@@ -266,18 +326,28 @@ def outside_tests() -> list[Path]:
 
 
 def test_scripts_are_thin_front_ends():
-    scripts = [p for p in outside_tests() if p.relative_to(ROOT).parts[0] == "scripts"
-               and p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS]
+    scripts = [
+        p
+        for p in outside_tests()
+        if p.relative_to(ROOT).parts[0] == "scripts"
+        and p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS
+    ]
     assert scripts, "no scripts found"
-    thick = [f"{p.relative_to(ROOT)}: {n} lines of logic" for p in scripts
-             if (n := logic_lines(p.read_text())) > MAX_SCRIPT_LOGIC_LINES]
+    thick = [
+        f"{p.relative_to(ROOT)}: {n} lines of logic"
+        for p in scripts
+        if (n := logic_lines(p.read_text())) > MAX_SCRIPT_LOGIC_LINES
+    ]
     assert thick == []
 
 
 def test_nothing_outside_tests_edits_sys_path():
-    edits = [f"{p.relative_to(ROOT)}:{line}" for p in outside_tests()
-             if p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS
-             for line in sys_path_edits(p.read_text())]
+    edits = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in outside_tests()
+        if p.relative_to(ROOT).as_posix() not in SCRIPT_EXCEPTIONS
+        for line in sys_path_edits(p.read_text())
+    ]
     assert edits == []
 
 
@@ -294,12 +364,16 @@ def test_the_checkers_find_what_they_look_for():
     thick = '"""doc\nstring"""\n# comment\n\n' + "x = 1\n" * (MAX_SCRIPT_LOGIC_LINES + 1)
     assert logic_lines(thick) == MAX_SCRIPT_LOGIC_LINES + 1
     assert logic_lines('def f():\n    """doc."""\n    return (1,\n            2)  # two\n') == 3
-    edits = ("import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[0] = 'z'\n"
-             "sys.path = []\nprint(sys.path.index('x'))\n")
+    edits = (
+        "import sys\nsys.path.insert(0, 'x')\nsys.path += ['y']\nsys.path[0] = 'z'\n"
+        "sys.path = []\nprint(sys.path.index('x'))\n"
+    )
     assert sys_path_edits(edits) == [2, 3, 4, 5]
     assert stated_facts('"""ruleset 5.0.0, :::MLLOG"""\nRULESET = "5.0.0"\n') == {"ruleset"}
     assert stated_facts('name = f"mlperf_resumed_step_{n}.log"\nx = ":::MLLOG {"\n') == {
-        "resumed log name", "line marker"}
+        "resumed log name",
+        "line marker",
+    }
 
 
 def test_every_cited_source_is_defined_in_docs_references():
@@ -312,8 +386,9 @@ def test_every_cited_source_is_defined_in_docs_references():
     facts = set(re.findall(r"^\| REFERENCE (\d+) \|", references, re.M))
     assert papers == {"[Zeng]", "[Kim]", "[Zhang]", "[Paddle]", "[LightSeq2]"}
     assert facts == {str(n) for n in range(1, 9)}
-    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     undefined = []
     for name in tracked:
         path = ROOT / name
@@ -321,6 +396,9 @@ def test_every_cited_source_is_defined_in_docs_references():
             continue
         text = path.read_text(errors="replace")
         undefined += [f"{name}: {m}" for m in re.findall(r"\b[Ss]eed 00\d\b", text)]
-        undefined += [f"{name}: REFERENCE {n}" for n in re.findall(r"\bREFERENCE (\d+)", text)
-                      if n not in facts]
+        undefined += [
+            f"{name}: REFERENCE {n}"
+            for n in re.findall(r"\bREFERENCE (\d+)", text)
+            if n not in facts
+        ]
     assert undefined == []

@@ -1,5 +1,6 @@
 """scripts/bench_pipeline.py: it runs and writes its JSON (timings are not asserted), and what it
 times for each rank is that rank's share of the strategy's assignment."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,30 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_bench_pipeline_writes_json(tmp_path):
     out, record = tmp_path / "bench.json", tmp_path / "record.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_pipeline.py"), "--iters", "4",
-         "--warmup", "1", "--batches", "1", "--global-batch", "32", "--ranks", "4",
-         "--accum", "2", "--json", str(out), "--record", str(record)],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_pipeline.py"),
+            "--iters",
+            "4",
+            "--warmup",
+            "1",
+            "--batches",
+            "1",
+            "--global-batch",
+            "32",
+            "--ranks",
+            "4",
+            "--accum",
+            "2",
+            "--json",
+            str(out),
+            "--record",
+            str(record),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out.read_text())
     assert sorted(results) == sorted(STRATEGIES)
@@ -40,13 +61,30 @@ def test_bench_pipeline_writes_json(tmp_path):
 def test_each_rank_packs_its_assignment_row(strategy):
     """With two 2-rank nodes, what a rank packs is its row of the strategy's assignment: the
     benchmark times the real work (the node's all-gather, or the sparse transport replayed)."""
-    args = bench.parse_args(["--global-batch", "24", "--ranks", "4", "--ranks-per-node", "2",
-                             "--batches", "1", "--max-len", "64", "--max-pred", "10"])
+    args = bench.parse_args(
+        [
+            "--global-batch",
+            "24",
+            "--ranks",
+            "4",
+            "--ranks-per-node",
+            "2",
+            "--batches",
+            "1",
+            "--max-len",
+            "64",
+            "--max-pred",
+            "10",
+        ]
+    )
     geometry = BatchGeometry.build(args, args.ranks)
     raw = bench.global_batches(strategy, args, geometry, np.random.default_rng(0))[0]
     record = STRATEGIES[strategy]
-    gathered = (bench.Recorded.of(record, raw, 2) if record.transport == "sparse"
-                else [encode(s, bench.no_origin(s)) for s in raw])
+    gathered = (
+        bench.Recorded.of(record, raw, 2)
+        if record.transport == "sparse"
+        else [encode(s, bench.no_origin(s)) for s in raw]
+    )
     flat = [s for rank in raw for s in rank]
     assignment = balance(strategy, np.array([len(s.input_ids) for s in flat]), 4, 2)
     for rank in range(4):

@@ -2,6 +2,7 @@
 
 Only the schema is checked: performance is measured by the script, never asserted by a test.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,56 @@ import pytest
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
-TOP_KEYS = {"device", "torch", "commit", "command", "date", "model", "precision",
-            "matmul_peak_tflops", "variants", "ratios", "workload", "flop_formula", "profile"}
-VARIANT_KEYS = {"samples_per_s", "tokens_per_s", "mfu", "peak_mem_gb", "seconds_per_step",
-                "options"}
+TOP_KEYS = {
+    "device",
+    "torch",
+    "commit",
+    "command",
+    "date",
+    "model",
+    "precision",
+    "matmul_peak_tflops",
+    "variants",
+    "ratios",
+    "workload",
+    "flop_formula",
+    "profile",
+}
+VARIANT_KEYS = {
+    "samples_per_s",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_gb",
+    "seconds_per_step",
+    "options",
+}
 
 
 def test_cpu_run_writes_schema(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
-           "--model", "mini", "--batch", "2", "--steps", "1", "--warmup", "1", "--repeats", "2",
-           "--max-length", "32", "--threads", "1", "--profile", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench_throughput.py"),
+        "--device",
+        "cpu",
+        "--model",
+        "mini",
+        "--batch",
+        "2",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--repeats",
+        "2",
+        "--max-length",
+        "32",
+        "--threads",
+        "1",
+        "--profile",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -36,8 +76,7 @@ def test_cpu_run_writes_schema(tmp_path):
         assert variant["samples_per_s"] > 0 and variant["mfu"] > 0, name
     assert record["variants"]["reference"]["options"]["attention"] == "padded_sdpa"
     assert record["variants"]["hf_eager"]["options"]["padding"] == "batch_max"
-    assert {"fastest/hf_eager", "fastest/reference", "reference/hf_eager"} <= set(
-        record["ratios"])
+    assert {"fastest/hf_eager", "fastest/reference", "reference/hf_eager"} <= set(record["ratios"])
     assert record["model"] == "mini" and record["precision"] == "fp32"
     assert record["commit"] and record["matmul_peak_tflops"] > 0
     profile = record["profile"]
@@ -60,16 +99,46 @@ def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
         real_write(path, payload)
 
     monkeypatch.setattr(bench_throughput, "write_json", spy)
-    bench_throughput.main(["--device", "cpu", "--model", "mini", "--batch", "2", "--steps", "1",
-                           "--warmup", "1", "--repeats", "2", "--max-length", "32",
-                           "--threads", "1", "--variants", "reference",
-                           "--json", str(tmp_path / "b.json")])
+    bench_throughput.main(
+        [
+            "--device",
+            "cpu",
+            "--model",
+            "mini",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+            "--max-length",
+            "32",
+            "--threads",
+            "1",
+            "--variants",
+            "reference",
+            "--json",
+            str(tmp_path / "b.json"),
+        ]
+    )
     assert seen == [(True, 1), (True, 2), (False, 2)]
 
 
 def test_bad_variant_is_refused(tmp_path):
-    cmd = [sys.executable, str(ROOT / "scripts" / "bench_throughput.py"), "--device", "cpu",
-           "--model", "mini", "--variants", "fastest,nope", "--json", str(tmp_path / "x.json")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench_throughput.py"),
+        "--device",
+        "cpu",
+        "--model",
+        "mini",
+        "--variants",
+        "fastest,nope",
+        "--json",
+        str(tmp_path / "x.json"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "nope" in done.stderr
     assert not (tmp_path / "x.json").exists()
@@ -83,8 +152,14 @@ def test_tiny_is_the_default_runs_model():
 
     want = load_config(ROOT / "configs" / "tiny_cpu.yaml").model
     got = model_config("tiny")
-    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-              "vocab_size", "max_position_embeddings")
+    fields = (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+    )
     assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
 
 
@@ -110,8 +185,9 @@ def test_optimizer_kinds_do_the_same_lamb_step(kind):
 
     def trained(optimizer_kind: str) -> dict:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32),
-                                    torch.nn.Linear(32, 4))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+        )
         optimizer = make_optimizer(model, optimizer_kind, torch.device("cpu"))
         data = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
         for _ in range(2):

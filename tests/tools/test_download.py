@@ -8,6 +8,7 @@ request, restart when the server ignores Range, text unpacking, and that every b
 file in the way, an unreachable server, a malformed .uri, an unsafe archive) ends with one
 `error:` line and exit status 2, good files kept and nothing under a final name half-written.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,7 +58,8 @@ def test_the_published_table_is_well_formed():
     # REFERENCE 8: the two official metadata files, and eval.md5's value in the retired README.
     assert published.DEFAULT_METADATA == (
         "https://training.mlcommons-storage.org/metadata/bert-input-files.uri",
-        "https://training.mlcommons-storage.org/metadata/bert-preprocessed-wikipedia-dataset.uri")
+        "https://training.mlcommons-storage.org/metadata/bert-preprocessed-wikipedia-dataset.uri",
+    )
     assert published.TEXT_FILES_MD5["eval.md5"] == "71a58382a68947e93e88aa0d42431b6c"
     for dataset in published.DATASETS.values():
         assert set(dataset.needed) <= set(dataset.md5)
@@ -114,8 +116,10 @@ def test_a_retry_resumes_within_the_same_run(r2, tmp_path):
     out, path = tmp_path / "data", f"/{r2.file_path(INPUTS, BIG).relative_to(r2.root)}"
     r2.behaviour.drop_after[path] = 123_456
     assert download(r2, out, "--retries", "1") == 0
-    assert [r for r in r2.behaviour.requests if r[0] == path] == \
-        [(path, None), (path, "bytes=123456-")]
+    assert [r for r in r2.behaviour.requests if r[0] == path] == [
+        (path, None),
+        (path, "bytes=123456-"),
+    ]
     assert (out / "download" / INPUTS / BIG).read_bytes() == r2.contents[INPUTS][BIG]
 
 
@@ -131,8 +135,9 @@ def test_a_server_that_ignores_range_gets_a_fresh_download(r2, tmp_path):
 def test_a_corrupt_file_is_refused_and_the_good_ones_kept(r2, tmp_path, capsys, damage):
     served = r2.file_path(INPUTS, "bert_config.json")
     data = served.read_bytes()
-    served.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:]
-                       if damage == "flip_a_byte" else data[:-1])
+    served.write_bytes(
+        data[:100] + bytes([data[100] ^ 1]) + data[101:] if damage == "flip_a_byte" else data[:-1]
+    )
     out = tmp_path / "data"
     assert download(r2, out) == 2
     err = one_error(capsys)
@@ -144,8 +149,9 @@ def test_a_corrupt_file_is_refused_and_the_good_ones_kept(r2, tmp_path, capsys, 
     assert not (out / "download" / TEXT).exists()  # stopped there: nothing after it
 
 
-def test_a_server_list_that_disagrees_with_the_published_table_is_refused(r2, tmp_path, capsys,
-                                                                          monkeypatch):
+def test_a_server_list_that_disagrees_with_the_published_table_is_refused(
+    r2, tmp_path, capsys, monkeypatch
+):
     tables = dict(published.DATASETS)
     real = tables[INPUTS]
     tables[INPUTS] = published.Dataset({**real.md5, "vocab.txt": "0" * 32}, real.needed, "pub")
@@ -156,8 +162,7 @@ def test_a_server_list_that_disagrees_with_the_published_table_is_refused(r2, tm
     assert r2.data_requests() == []
 
 
-def test_the_real_table_refuses_other_files_under_the_real_names(r2, tmp_path, capsys,
-                                                                 monkeypatch):
+def test_the_real_table_refuses_other_files_under_the_real_names(r2, tmp_path, capsys, monkeypatch):
     monkeypatch.undo()  # published.py as shipped: the small files are not the published ones
     assert download(r2, tmp_path / "data") == 2
     assert "the published value is" in one_error(capsys)
@@ -188,18 +193,33 @@ def test_an_unreachable_server_is_one_error(tmp_path, capsys):
 
 def test_the_shell_front_end_runs_the_same_command(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "download_data.sh"), str(tmp_path),
-                           "--metadata", closed_port_url(), "--retries", "0"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            "bash",
+            str(ROOT / "scripts" / "download_data.sh"),
+            str(tmp_path),
+            "--metadata",
+            closed_port_url(),
+            "--retries",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
-@pytest.mark.parametrize("url_end, body, message", [
-    ("/metadata/bert-input-files.txt", None, "not an MLC R2 metadata URL"),
-    ("/metadata/bert-input-files.uri", "<html>login</html>\n", "not an MLC R2 .uri file"),
-    ("/metadata/nothing-here.uri", None, "HTTP 404"),
-])
+@pytest.mark.parametrize(
+    "url_end, body, message",
+    [
+        ("/metadata/bert-input-files.txt", None, "not an MLC R2 metadata URL"),
+        ("/metadata/bert-input-files.uri", "<html>login</html>\n", "not an MLC R2 .uri file"),
+        ("/metadata/nothing-here.uri", None, "HTTP 404"),
+    ],
+)
 def test_bad_metadata_is_one_error(r2, tmp_path, capsys, url_end, body, message):
     if body is not None:
         (r2.root / "metadata" / f"{INPUTS}.uri").write_text(body)
@@ -208,18 +228,23 @@ def test_bad_metadata_is_one_error(r2, tmp_path, capsys, url_end, body, message)
     assert r2.data_requests() == []
 
 
-def test_a_text_part_that_differs_from_the_reference_list_is_refused(r2, tmp_path, capsys,
-                                                                     monkeypatch):
+def test_a_text_part_that_differs_from_the_reference_list_is_refused(
+    r2, tmp_path, capsys, monkeypatch
+):
     text = dict(r2.text, **{"part-00001-of-00500": b"other text\n"})
     archive = r2.archive(text)
     r2.file_path(TEXT, published.TEXT_ARCHIVE).write_bytes(archive)
     tables = dict(published.DATASETS)
     real = tables[TEXT]
-    tables[TEXT] = published.Dataset({**real.md5, published.TEXT_ARCHIVE: md5(archive)},
-                                     real.needed, real.source)
+    tables[TEXT] = published.Dataset(
+        {**real.md5, published.TEXT_ARCHIVE: md5(archive)}, real.needed, real.source
+    )
     monkeypatch.setattr(published, "DATASETS", tables)
-    r2.write_dataset(TEXT, {published.TEXT_ARCHIVE: archive},
-                     listed="".join(f"{h}  {p}\n" for p, h in tables[TEXT].md5.items()))
+    r2.write_dataset(
+        TEXT,
+        {published.TEXT_ARCHIVE: archive},
+        listed="".join(f"{h}  {p}\n" for p, h in tables[TEXT].md5.items()),
+    )
     out = tmp_path / "data"
     assert download(r2, out) == 2
     assert "part-00001-of-00500: md5" in one_error(capsys)
@@ -234,8 +259,9 @@ def test_an_archive_member_outside_the_folder_is_refused(r2, tmp_path, capsys, m
     r2.file_path(TEXT, published.TEXT_ARCHIVE).write_bytes(archive)
     tables = dict(published.DATASETS)
     real = tables[TEXT]
-    tables[TEXT] = published.Dataset({**real.md5, published.TEXT_ARCHIVE: md5(archive)},
-                                     real.needed, real.source)
+    tables[TEXT] = published.Dataset(
+        {**real.md5, published.TEXT_ARCHIVE: md5(archive)}, real.needed, real.source
+    )
     monkeypatch.setattr(published, "DATASETS", tables)
     r2.write_dataset(TEXT, {}, listed="".join(f"{h}  {p}\n" for p, h in tables[TEXT].md5.items()))
     assert download(r2, tmp_path / "data") == 2

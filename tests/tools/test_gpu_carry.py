@@ -1,6 +1,7 @@
 """What the GPU image lacks must travel in .whl/ (bert/tools/gpu/carry.py), checked on the CPU:
 the 2026-11-26 window lost a device call to `import annotated_types` (pydantic was neither on
 the image nor carried)."""
+
 from __future__ import annotations
 
 from bert.tools.gpu import carry
@@ -15,8 +16,10 @@ def test_the_2026_11_26_carry_would_have_been_caught():
     alone names what pydantic itself needs and the image lacks."""
     assert carry.uncovered(carried={"mlperf-logging"}) == ["pydantic (needed by the project)"]
     assert carry.uncovered(carried={"mlperf-logging", "pydantic"}) == [
-        "annotated-types (needed by pydantic)", "pydantic-core (needed by pydantic)",
-        "typing-inspection (needed by pydantic)"]
+        "annotated-types (needed by pydantic)",
+        "pydantic-core (needed by pydantic)",
+        "typing-inspection (needed by pydantic)",
+    ]
 
 
 def test_requirement_names_and_extras():

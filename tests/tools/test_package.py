@@ -14,6 +14,7 @@ Rules from REFERENCE 1: 10 runs, drop the fastest and slowest, average 8; at mos
 fail to converge (it counts as the slowest). Exit status 0 ok, 1 checker or rule failure,
 2 bad input.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -49,9 +50,13 @@ TINY_GBS, KILL_STEP, RESUME_STEP = 8, 5, 4
 
 # -- logs -----------------------------------------------------------------------------------------
 
+
 def records(path: Path) -> list[dict]:
-    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()
-            if ":::MLLOG" in line]
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG" in line
+    ]
 
 
 def write_records(path: Path, recs: list[dict]) -> Path:
@@ -100,8 +105,12 @@ def retime(path: Path, minutes: float, t0_ms: int = 1_700_000_000_000) -> Path:
 def make_runs(folder: Path, failed: tuple[int, ...] = ()) -> Path:
     """result_0..9.txt as launch/run_and_time.sh leaves them."""
     for i, minutes in enumerate(MINUTES):
-        log = write_log(folder / f"result_{i}.txt", seed=1000 + 7 * i, converge=i not in failed,
-                        blocks=16 + i % 2)
+        log = write_log(
+            folder / f"result_{i}.txt",
+            seed=1000 + 7 * i,
+            converge=i not in failed,
+            blocks=16 + i % 2,
+        )
         retime(log, minutes)
     return folder
 
@@ -124,8 +133,15 @@ def with_event(src: Path, dst: Path, key: str, value, after: str = "eval_samples
     for r in records(src):
         out.append(r)
         if r["key"] == after:
-            out.append({**r, "event_type": "POINT_IN_TIME", "key": key, "value": value,
-                        "metadata": {"file": "hand-edited", "lineno": 0}})
+            out.append(
+                {
+                    **r,
+                    "event_type": "POINT_IN_TIME",
+                    "key": key,
+                    "value": value,
+                    "metadata": {"file": "hand-edited", "lineno": 0},
+                }
+            )
     return write_records(dst, out)
 
 
@@ -137,19 +153,41 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     resume from the step-4 checkpoint)."""
     base = tmp_path_factory.mktemp("tiny_runs")
     data = base / "data"
-    generate(data, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
+    generate(
+        data,
+        num_shards=2,
+        samples_per_shard=48,
+        eval_samples=40,
+        max_seq_length=64,
+        max_predictions=10,
+        vocab_size=256,
+        seed=5,
+    )
     settings = {
-        "model.vocab_size": 256, "model.hidden_size": 32, "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2, "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64, "data.max_seq_length": 64,
-        "data.max_predictions_per_seq": 10, "data.synthetic.enabled": "false",
-        "data.train_dir": data, "data.eval_file": data / "eval.hdf5",
-        "run.global_batch_size": TINY_GBS, "run.max_steps": 8,
-        "eval.interval_samples": 2 * TINY_GBS, "eval.samples": 40, "run.device": "cpu",
-        "run.seed": 7, "eval.target_mlm_accuracy": 1.0, "checkpoint.interval_steps": 2,
-        "log.interval_s": 1000, "schedule.total_steps": 20, "schedule.warmup_steps": 2,
-        "submission.division": "closed"}
+        "model.vocab_size": 256,
+        "model.hidden_size": 32,
+        "model.num_hidden_layers": 1,
+        "model.num_attention_heads": 2,
+        "model.intermediate_size": 64,
+        "model.max_position_embeddings": 64,
+        "data.max_seq_length": 64,
+        "data.max_predictions_per_seq": 10,
+        "data.synthetic.enabled": "false",
+        "data.train_dir": data,
+        "data.eval_file": data / "eval.hdf5",
+        "run.global_batch_size": TINY_GBS,
+        "run.max_steps": 8,
+        "eval.interval_samples": 2 * TINY_GBS,
+        "eval.samples": 40,
+        "run.device": "cpu",
+        "run.seed": 7,
+        "eval.target_mlm_accuracy": 1.0,
+        "checkpoint.interval_steps": 2,
+        "log.interval_s": 1000,
+        "schedule.total_steps": 20,
+        "schedule.warmup_steps": 2,
+        "submission.division": "closed",
+    }
 
     def run(out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
         # tests/faults.py is run_pretraining.py with the faults `env` asks for
@@ -157,8 +195,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         args = [sys.executable, str(program), "--quiet", *extra]
         for key, value in {**settings, "run.output_dir": out}.items():
             args += ["--set", f"{key}={value}"]
-        return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                              env={**os.environ, **env})
+        return subprocess.run(
+            args, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
+        )
 
     whole = run(base / "whole")
     assert whole.returncode == 1, whole.stdout[-2000:] + whole.stderr[-2000:]  # not converged
@@ -167,17 +206,24 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     resumed = run(base / "killed", "--resume", "auto")
     assert resumed.returncode == 1, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert not (base / "killed" / "mlperf.log").exists()
-    logs = {"whole": base / "whole" / "mlperf.log",
-            "killed": next((base / "killed").glob("mlperf.log.*.partial")),
-            "resumed": base / "killed" / f"mlperf_resumed_step_{RESUME_STEP}.log"}
+    logs = {
+        "whole": base / "whole" / "mlperf.log",
+        "killed": next((base / "killed").glob("mlperf.log.*.partial")),
+        "resumed": base / "killed" / f"mlperf_resumed_step_{RESUME_STEP}.log",
+    }
     for path in logs.values():
         assert path.is_file(), sorted(p.name for p in path.parent.iterdir())
     return logs
 
 
 def package(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "package_results.py"), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "package_results.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def last_line(proc: subprocess.CompletedProcess) -> str:
@@ -197,6 +243,7 @@ def assert_refused(proc: subprocess.CompletedProcess, *fragments: str) -> str:
 
 # -- which logs are runs --------------------------------------------------------------------------
 
+
 def test_the_real_logs_are_what_the_fixture_says(tiny):
     """The trainer's own logs: a killed run has no run_stop; the resumed one starts at step 4."""
     assert not any(r["key"] == "run_stop" for r in records(tiny["killed"]))
@@ -209,37 +256,55 @@ def test_the_real_logs_are_what_the_fixture_says(tiny):
 def _drop_run(src: Path, dst: Path) -> Path:
     """An eval-only-like log: everything from run_start on removed."""
     recs = records(src)
-    return write_records(dst, recs[:next(i for i, r in enumerate(recs)
-                                         if r["key"] == "run_start")])
+    return write_records(
+        dst, recs[: next(i for i, r in enumerate(recs) if r["key"] == "run_start")]
+    )
 
 
 LOG_CASES = {
     # name: (make(tiny, tmp) -> log path, refusal fragment or None, with --allow-aborted)
-    "converged": (lambda t, d: converged_copy(t["whole"], d / "result_0.txt", 1, 2.0),
-                  None, False),
+    "converged": (lambda t, d: converged_copy(t["whole"], d / "result_0.txt", 1, 2.0), None, False),
     "not converged": (lambda t, d: t["whole"], "run_stop status aborted", False),
     "not converged, allowed": (lambda t, d: t["whole"], None, True),
     "killed": (lambda t, d: t["killed"], "no run_stop", True),
-    "resumed, trainer's name": (lambda t, d: t["resumed"],
-                                "file name mlperf_resumed_step_4.log", True),
+    "resumed, trainer's name": (
+        lambda t, d: t["resumed"],
+        "file name mlperf_resumed_step_4.log",
+        True,
+    ),
     # a renamed copy of the resumed log: the trainer's mark says it resumed
-    "resumed, renamed": (lambda t, d: shutil.copyfile(t["resumed"], d / "result_0.txt"),
-                         f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}",
-                         True),
+    "resumed, renamed": (
+        lambda t, d: shutil.copyfile(t["resumed"], d / "result_0.txt"),
+        f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}",
+        True,
+    ),
     # the same without the mark (a log from before it existed): its first block starts late
     "resumed, renamed, unmarked": (
-        lambda t, d: write_records(d / "result_0.txt", [
-            r for r in records(t["resumed"]) if r["key"] != "resumed_from_checkpoint"]),
-        f"first block starts after {RESUME_STEP * TINY_GBS} samples", True),
+        lambda t, d: write_records(
+            d / "result_0.txt",
+            [r for r in records(t["resumed"]) if r["key"] != "resumed_from_checkpoint"],
+        ),
+        f"first block starts after {RESUME_STEP * TINY_GBS} samples",
+        True,
+    ),
     # the mark itself, on a log that would otherwise be a converged fresh run
     "resumed, MLLOG mark": (
-        lambda t, d: with_event(converged_copy(t["whole"], d / "c.txt", 1, 2.0),
-                                d / "result_0.txt", "resumed_from_checkpoint", RESUME_STEP),
-        f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}", True),
+        lambda t, d: with_event(
+            converged_copy(t["whole"], d / "c.txt", 1, 2.0),
+            d / "result_0.txt",
+            "resumed_from_checkpoint",
+            RESUME_STEP,
+        ),
+        f"MLLOG resumed_from_checkpoint event: resumed from step {RESUME_STEP}",
+        True,
+    ),
     "no run": (lambda t, d: _drop_run(t["whole"], d / "result_0.txt"), "no run_start", True),
     # stopped from outside its loop (SIGTERM): refused even as the one aborted run allowed
-    "interrupted": (lambda t, d: _interrupted(t["whole"], d / "result_0.txt"),
-                    "stopped from outside the training loop (interrupted by SIGTERM", True),
+    "interrupted": (
+        lambda t, d: _interrupted(t["whole"], d / "result_0.txt"),
+        "stopped from outside the training loop (interrupted by SIGTERM",
+        True,
+    ),
 }
 
 
@@ -269,35 +334,56 @@ def test_resumed_mark_key():
 def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tiny, tmp_path):
     """The user's report: the official checker takes a resumed log for a complete run."""
     log = converged_copy(tiny["resumed"], tmp_path / "result_0.txt", 1, 0.2)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                           str(log)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"PASS {log}" in proc.stdout
-    assert (f"note: resumed log (MLLOG resumed_from_checkpoint event: resumed from step "
-            f"{RESUME_STEP}): not a timed MLPerf run") in proc.stdout
+    assert (
+        f"note: resumed log (MLLOG resumed_from_checkpoint event: resumed from step "
+        f"{RESUME_STEP}): not a timed MLPerf run"
+    ) in proc.stdout
     fresh = converged_copy(tiny["whole"], tmp_path / "result_1.txt", 1, 0.2)
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_compliance.py"),
-                           str(fresh)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(fresh)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "note: resumed" not in proc.stdout, proc.stdout
 
 
 REFUSED = {
     # name: (arguments built from the tiny logs, fragments of the one error line)
-    "the resumed log": (lambda t, d: [str(t["resumed"])],
-                        ["mlperf_resumed_step_4.log: resumed log", "times only the part"]),
+    "the resumed log": (
+        lambda t, d: [str(t["resumed"])],
+        ["mlperf_resumed_step_4.log: resumed log", "times only the part"],
+    ),
     # the killed run's folder: its log stayed partial (not a *.log), the other log is a resume
     "the killed run's folder": (
         lambda t, d: [str(t["killed"].parent)],
-        ["no complete, non-resumed log", "mlperf_resumed_step_4.log: resumed log"]),
+        ["no complete, non-resumed log", "mlperf_resumed_step_4.log: resumed log"],
+    ),
     "the killed log": (lambda t, d: [str(t["killed"])], ["incomplete: no run_stop"]),
     "a resumed copy among results": (
-        lambda t, d: [str(_results(d, [converged_copy(t["whole"], d / "c.txt", 1, 2.0),
-                                       t["resumed"]]))],
-        ["result_1.txt: resumed log"]),
+        lambda t, d: [
+            str(_results(d, [converged_copy(t["whole"], d / "c.txt", 1, 2.0), t["resumed"]]))
+        ],
+        ["result_1.txt: resumed log"],
+    ),
     "an aborted run without --allow-aborted": (
-        lambda t, d: [str(t["whole"])], ["run_stop status aborted", "--allow-aborted"]),
-    "the same log twice": (lambda t, d: [str(t["whole"]), str(t["whole"]), "--allow-aborted"],
-                           ["given twice"]),
+        lambda t, d: [str(t["whole"])],
+        ["run_stop status aborted", "--allow-aborted"],
+    ),
+    "the same log twice": (
+        lambda t, d: [str(t["whole"]), str(t["whole"]), "--allow-aborted"],
+        ["given twice"],
+    ),
     "a file that is no log": (lambda t, d: [str(ROOT / "README.md")], ["no :::MLLOG lines"]),
 }
 
@@ -347,8 +433,14 @@ def test_output_dir_with_two_complete_logs_is_refused(tiny, tmp_path):
 
 
 def test_output_dir_with_an_aborted_log_needs_allow_aborted(tiny, tmp_path):
-    args = [str(tiny["whole"].parent), "--system", "s", "--out", str(tmp_path / "o"),
-            "--unofficial"]
+    args = [
+        str(tiny["whole"].parent),
+        "--system",
+        "s",
+        "--out",
+        str(tmp_path / "o"),
+        "--unofficial",
+    ]
     assert_refused(package(*args), "mlperf.log: incomplete: run_stop status aborted")
     proc = package(*args, "--allow-aborted")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -357,20 +449,34 @@ def test_output_dir_with_an_aborted_log_needs_allow_aborted(tiny, tmp_path):
 
 # -- checkers and rules ---------------------------------------------------------------------------
 
+
 def test_package_layout_checkers_and_score(tmp_path):
     runs = make_runs(tmp_path / "runs", failed=(7,))
     out = tmp_path / "submission"
-    proc = package(str(runs), "--system", "1x8xA100", "--out", str(out), "--allow-aborted",
-                   "--accelerators-per-node", "8", "--accelerator", "NVIDIA A100-SXM4-80GB")
+    proc = package(
+        str(runs),
+        "--system",
+        "1x8xA100",
+        "--out",
+        str(out),
+        "--allow-aborted",
+        "--accelerators-per-node",
+        "8",
+        "--accelerator",
+        "NVIDIA A100-SXM4-80GB",
+    )
     # One non-converged run is allowed: it fails compliance but not the package.
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bench = out / "results" / "1x8xA100" / "bert"
-    assert sorted(p.name for p in bench.glob("result_*.txt")) == \
-        sorted(f"result_{i}.txt" for i in range(10))
+    assert sorted(p.name for p in bench.glob("result_*.txt")) == sorted(
+        f"result_{i}.txt" for i in range(10)
+    )
     assert (bench / "result_3.txt").read_text() == (runs / "result_3.txt").read_text()
     from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
-    valid, name, _, _ = check_system_desc(str(out / "systems" / "1x8xA100.json"), "training",
-                                          "5.0.0")
+
+    valid, name, _, _ = check_system_desc(
+        str(out / "systems" / "1x8xA100.json"), "training", "5.0.0"
+    )
     assert valid and name == "1x8xA100"
     desc = json.loads((out / "systems" / "1x8xA100.json").read_text())
     assert desc["accelerators_per_node"] == "8"
@@ -389,8 +495,9 @@ def test_package_layout_checkers_and_score(tmp_path):
 
 def test_two_nonconverged_runs_give_no_score(tmp_path):
     runs = make_runs(tmp_path / "runs", failed=(2, 5))
-    proc = package(str(runs), "--system", "s", "--out", str(tmp_path / "o"), "--skip-checks",
-                   "--allow-aborted")
+    proc = package(
+        str(runs), "--system", "s", "--out", str(tmp_path / "o"), "--skip-checks", "--allow-aborted"
+    )
     assert proc.returncode == 1
     assert "score: none (2 runs did not converge; at most one may" in proc.stdout
     assert last_line(proc).startswith("result: FAIL: not a valid submission (1 problem(s))")
@@ -466,9 +573,21 @@ def test_official_package_checker_exits_0_despite_errors(five_tiny_runs, tmp_pat
     """Why exit statuses are not trusted: the official tool prints ERROR and exits 0."""
     out = tmp_path / "o"
     package(str(five_tiny_runs), "--system", "s", "--out", str(out), "--unofficial")
-    proc = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", str(out),
-                           "training", "5.0.0", "--log_output", str(tmp_path / "pc.log")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.package_checker",
+            str(out),
+            "training",
+            "5.0.0",
+            "--log_output",
+            str(tmp_path / "pc.log"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0
     assert "ERROR - Incorrect number of files" in proc.stdout + proc.stderr
 
@@ -505,8 +624,7 @@ def test_unofficial_packages_test_runs_but_says_they_would_be_rejected(five_tiny
     if system_desc.local_cuda() is None:
         assert desc["accelerators_per_node"] == "0"
         assert desc["accelerator_model_name"] == "N/A"
-    assert desc["host_processor_model_name"] == (cpu_model()
-                                                 or "unknown")
+    assert desc["host_processor_model_name"] == (cpu_model() or "unknown")
     assert desc["framework"].startswith("PyTorch ")
 
 
@@ -520,13 +638,17 @@ def test_topology_keys_in_the_logs_describe_the_system(five_tiny_runs, tmp_path)
     proc = package(str(five_tiny_runs), "--system", "gpu", "--out", str(out), "--unofficial")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     desc = json.loads((out / "systems" / "gpu.json").read_text())
-    assert (desc["number_of_nodes"], desc["accelerators_per_node"],
-            desc["accelerator_model_name"]) == ("1", "8", "NVIDIA H100 80GB HBM3")
-    assert "system: 1 node(s) x 8 accelerator(s) [NVIDIA H100 80GB HBM3] (from the logs)" \
+    assert (
+        desc["number_of_nodes"],
+        desc["accelerators_per_node"],
+        desc["accelerator_model_name"],
+    ) == ("1", "8", "NVIDIA H100 80GB HBM3")
+    assert (
+        "system: 1 node(s) x 8 accelerator(s) [NVIDIA H100 80GB HBM3] (from the logs)"
         in proc.stdout
+    )
     # the official compliance checker ignores these keys
-    assert all("compliance PASS" in x for x in proc.stdout.splitlines()
-               if x.startswith("result_"))
+    assert all("compliance PASS" in x for x in proc.stdout.splitlines() if x.startswith("result_"))
 
 
 def test_a_later_valid_package_removes_the_marker(tmp_path):
@@ -534,8 +656,17 @@ def test_a_later_valid_package_removes_the_marker(tmp_path):
     out = tmp_path / "o"
     (out).mkdir()
     (out / "NOT_A_VALID_SUBMISSION.txt").write_text("stale\n")
-    proc = package(str(runs), "--system", "s", "--out", str(out), "--accelerators-per-node", "8",
-                   "--accelerator", "A100")
+    proc = package(
+        str(runs),
+        "--system",
+        "s",
+        "--out",
+        str(out),
+        "--accelerators-per-node",
+        "8",
+        "--accelerator",
+        "A100",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not (out / "NOT_A_VALID_SUBMISSION.txt").exists()
 
@@ -543,13 +674,22 @@ def test_a_later_valid_package_removes_the_marker(tmp_path):
 CHECKER_OUTPUTS = [
     # (exit status, output, errors expected)
     (0, "INFO - x\nINFO - PACKAGE CHECKER FOUND NO ERRORS, SUCCESS !", []),
-    (0, "ERROR - Incorrect number of files, found 5, expected 10\n"
+    (
+        0,
+        "ERROR - Incorrect number of files, found 5, expected 10\n"
         "INFO - PACKAGE CHECKER FOUND ERRORS, LOOK INTO ERROR LOG LINES AND FIX THEM.",
-     ["Incorrect number of files, found 5, expected 10"]),
-    (1, "ERROR - Missing RCP, RCP test FAILED\nERROR - Missing RCP, RCP test FAILED",
-     ["Missing RCP, RCP test FAILED"]),
-    (1, "Traceback (most recent call last):\n  ...\nKeyError: 'division'",
-     ["exited with status 1: KeyError: 'division'"]),
+        ["Incorrect number of files, found 5, expected 10"],
+    ),
+    (
+        1,
+        "ERROR - Missing RCP, RCP test FAILED\nERROR - Missing RCP, RCP test FAILED",
+        ["Missing RCP, RCP test FAILED"],
+    ),
+    (
+        1,
+        "Traceback (most recent call last):\n  ...\nKeyError: 'division'",
+        ["exited with status 1: KeyError: 'division'"],
+    ),
     (0, "", ["no verdict (expected 'PACKAGE CHECKER FOUND NO ERRORS')"]),
     # a value that merely contains the word is no ERROR line
     (0, "INFO - value ERROR - x\nINFO - PACKAGE CHECKER FOUND NO ERRORS", []),
@@ -562,18 +702,23 @@ def test_checker_errors(code, output, expected):
     assert script.checker_errors(code, output, "PACKAGE CHECKER FOUND NO ERRORS") == expected
 
 
-@pytest.mark.parametrize("sizes,division,expected", [
-    ([448], "closed", None),
-    ([8], "closed", "below the smallest entry"),
-    ([1000], "closed", "interpolation of its neighbours"),
-    ([20_000], "closed", "nothing to compare it with"),
-    ([8], "open", None),
-    ([448, 256], "closed", "different global batch sizes"),
-])
+@pytest.mark.parametrize(
+    "sizes,division,expected",
+    [
+        ([448], "closed", None),
+        ([8], "closed", "below the smallest entry"),
+        ([1000], "closed", "interpolation of its neighbours"),
+        ([20_000], "closed", "nothing to compare it with"),
+        ([8], "open", None),
+        ([448, 256], "closed", "different global batch sizes"),
+    ],
+)
 def test_rcp_note(sizes, division, expected):
     script = package_results
-    runs = [script.Run(Path(f"r{i}"), i, True, "success", 1.0, None, division, None, gbs, None)
-            for i, gbs in enumerate(sizes)]
+    runs = [
+        script.Run(Path(f"r{i}"), i, True, "success", 1.0, None, division, None, gbs, None)
+        for i, gbs in enumerate(sizes)
+    ]
     note = script.rcp_note(runs, division)
     assert note is None if expected is None else expected in note, note
 
@@ -588,13 +733,16 @@ def test_rules_count_runs_and_seeds():
     script = package_results
 
     def runs(seeds):
-        return [script.Run(Path(f"r{i}"), s, True, "success", 1.0, None, "closed", None, 448,
-                           None) for i, s in enumerate(seeds)]
+        return [
+            script.Run(Path(f"r{i}"), s, True, "success", 1.0, None, "closed", None, 448, None)
+            for i, s in enumerate(seeds)
+        ]
 
     assert script.rule_problems(runs(range(10))) == []
     assert "exactly 10 runs" in script.rule_problems(runs(range(9)))[0]
     assert script.rule_problems(runs([1, 2, 3, 4, 5, 6, 7, 8, 9, 9])) == [
-        "seed(s) 9 used by more than one run; each run needs its own seed"]
+        "seed(s) 9 used by more than one run; each run needs its own seed"
+    ]
 
 
 def test_olympic_mean_arithmetic():
@@ -616,6 +764,7 @@ def test_score_is_run_stop_minus_run_start(tmp_path):
 
 
 # -- plots ----------------------------------------------------------------------------------------
+
 
 def test_plot_data_from_log(tmp_path):
     plot = plot_run
@@ -639,8 +788,11 @@ def test_plot_renders(tmp_path):
 
 def test_plot_labels_curves_by_run_folder(tmp_path):
     plot = plot_run
-    logs = [tmp_path / "a" / "run_0" / "mlperf.log", tmp_path / "a" / "run_1" / "mlperf.log",
-            tmp_path / "a" / "run_1" / "mlperf_resumed_step_8.log"]
+    logs = [
+        tmp_path / "a" / "run_0" / "mlperf.log",
+        tmp_path / "a" / "run_1" / "mlperf.log",
+        tmp_path / "a" / "run_1" / "mlperf_resumed_step_8.log",
+    ]
     assert plot.curve_labels(logs) == ["run_0", "run_1", "run_1/mlperf_resumed_step_8.log"]
     same_name = [tmp_path / "x" / "run" / "mlperf.log", tmp_path / "y" / "run" / "mlperf.log"]
     assert plot.curve_labels(same_name) == ["x/run", "y/run"]

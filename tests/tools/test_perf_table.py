@@ -1,6 +1,7 @@
 """The README's GPU performance table is generated from the committed throughput records
 (issue 23): it must equal what the generator makes of them, and the goals line must read the
 numbers, not restate them."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import pytest
 
 from bert.tools.common import ROOT
 from bert.tools.gpu import perf_table
-
 
 
 def readme_block() -> str:

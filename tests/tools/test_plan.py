@@ -1,5 +1,6 @@
 """`python -m bert.plan` (issue 29): RCP hyperparameters, counted activation memory, the CLI,
 the written config, the start-of-run RCP warning and the comparison with published results."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,11 +19,18 @@ from bert.plan import activations, check, published, rcp
 from bert.plan.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ModelConfig(vocab_size=1024, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, max_position_embeddings=128)
+SMALL = ModelConfig(
+    vocab_size=1024,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=256,
+    max_position_embeddings=128,
+)
 
 
 # -- RCP table --------------------------------------------------------------------------------
+
 
 def test_rcp_table_is_the_installed_checkers():
     """REFERENCE 8: 13 RCPs from 256 to 16,384; BS 448: lr 4.25e-4, 6,700 steps, about 2.41M
@@ -53,6 +61,7 @@ def test_batch_above_the_largest_rcp_is_refused():
 
 
 # -- activation memory --------------------------------------------------------------------------
+
 
 def measured_forward_bytes(cfg: ModelConfig, lengths) -> int:
     """Net CPU memory a training forward leaves allocated (the profiler's allocation events):
@@ -87,8 +96,11 @@ def test_meta_count_reports_the_16_bit_weight_copies():
     with torch.device("meta"):
         model = BertForPretraining(SMALL)
     fp32_only = ("layer_norm", "position_embeddings", "token_type_embeddings")
-    cast = sum(p.numel() for name, p in model.named_parameters()
-               if not any(part in name for part in fp32_only) and not name.endswith("bias"))
+    cast = sum(
+        p.numel()
+        for name, p in model.named_parameters()
+        if not any(part in name for part in fp32_only) and not name.endswith("bias")
+    )
     assert counted.weight_copies == 2 * cast
     fp32 = activations.count_saved(SMALL, [100, 60], "fp32", "meta", max_predictions=20)
     assert fp32.weight_copies == 0 and fp32.activations > counted.activations
@@ -102,6 +114,7 @@ def test_mix_lengths_have_the_reference_mean():
 
 # -- the command ------------------------------------------------------------------------------
 
+
 def test_plan_for_8_a100s(capsys):
     assert main(["--gpus", "8", "--gpu", "a100-80gb"]) == 0
     out = capsys.readouterr().out
@@ -111,16 +124,27 @@ def test_plan_for_8_a100s(capsys):
     assert "activations, MLPerf mix (counted)" in out and "assumed: efficiency" in out
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--gpus", "8", "--gpu", "tpu-v9"], "unknown GPU kind"),
-    (["--gpus", "0", "--gpu", "h100"], "need at least one GPU"),
-    (["--gpus", "8", "--gpu", "h100", "--batch", "1001"], "not a multiple"),
-    (["--gpus", "8", "--gpu", "h100", "--batch", "20000"], "above the largest"),
-    (["--gpus", "12", "--gpus-per-node", "8", "--gpu", "h100"], "must divide"),
-    (["--gpus", "8", "--gpu", "x", "--memory-gib", "40"], "go together"),
-    (["--gpus", "eight", "--gpu", "h100"], "invalid int value"),
-], ids=["unknown_gpu", "zero_gpus", "indivisible_batch", "batch_above_rcps", "nodes",
-        "half_custom", "not_a_number"])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--gpus", "8", "--gpu", "tpu-v9"], "unknown GPU kind"),
+        (["--gpus", "0", "--gpu", "h100"], "need at least one GPU"),
+        (["--gpus", "8", "--gpu", "h100", "--batch", "1001"], "not a multiple"),
+        (["--gpus", "8", "--gpu", "h100", "--batch", "20000"], "above the largest"),
+        (["--gpus", "12", "--gpus-per-node", "8", "--gpu", "h100"], "must divide"),
+        (["--gpus", "8", "--gpu", "x", "--memory-gib", "40"], "go together"),
+        (["--gpus", "eight", "--gpu", "h100"], "invalid int value"),
+    ],
+    ids=[
+        "unknown_gpu",
+        "zero_gpus",
+        "indivisible_batch",
+        "batch_above_rcps",
+        "nodes",
+        "half_custom",
+        "not_a_number",
+    ],
+)
 def test_bad_input_is_one_error_line(args, fragment, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err.splitlines()
@@ -130,34 +154,79 @@ def test_bad_input_is_one_error_line(args, fragment, capsys):
 def test_written_config_runs_as_is(tmp_path, capsys):
     """--write-config names the file by the configs' scheme; the file starts a run on the CPU
     with only device, size and data overrides (as the other tests shrink configs)."""
-    assert main(["--gpus", "1", "--gpu", "a100-80gb", "--batch", "768",
-                 "--write-config", str(tmp_path)]) == 0
+    assert (
+        main(
+            ["--gpus", "1", "--gpu", "a100-80gb", "--batch", "768", "--write-config", str(tmp_path)]
+        )
+        == 0
+    )
     written = sorted(tmp_path.glob("*.yaml"))
     assert [p.name for p in written] == ["bert_large_1x1xa100_lb96_ga8.yaml"], written
     cfg = load_config(written[0])
     assert cfg.run.global_batch_size == 768 and cfg.run.gradient_accumulation_steps == 8
     assert "no RCP of its own" in check.rcp_warning(cfg)  # 768 is interpolated
-    assert main(["--gpus", "1", "--gpu", "a100-80gb", "--batch", "768",
-                 "--write-config", str(written[0])]) == 2  # never replaces a file
-    small = [f"model.{k}={v}" for k, v in (("vocab_size", 1024), ("hidden_size", 32),
-             ("num_hidden_layers", 1), ("num_attention_heads", 2), ("intermediate_size", 64),
-             ("max_position_embeddings", 64), ("attention", "per_sequence"))]
-    small += ["run.device=cpu", "run.precision=fp32", "run.threads=1", "run.global_batch_size=8",
-              "run.gradient_accumulation_steps=2", "run.max_steps=2", "run.init_checkpoint=",
-              f"run.output_dir={tmp_path / 'out'}", "data.train_dir=", "data.eval_file=",
-              "data.synthetic.enabled=true", "data.synthetic.num_shards=1",
-              "data.synthetic.samples_per_shard=64", "data.synthetic.eval_samples=32",
-              f"data.synthetic.cache_dir={tmp_path / 'cache'}", "data.max_seq_length=64",
-              "data.max_predictions_per_seq=10", "eval.samples=32", "log.interval_s=1000"]
+    assert (
+        main(
+            [
+                "--gpus",
+                "1",
+                "--gpu",
+                "a100-80gb",
+                "--batch",
+                "768",
+                "--write-config",
+                str(written[0]),
+            ]
+        )
+        == 2
+    )  # never replaces a file
+    small = [
+        f"model.{k}={v}"
+        for k, v in (
+            ("vocab_size", 1024),
+            ("hidden_size", 32),
+            ("num_hidden_layers", 1),
+            ("num_attention_heads", 2),
+            ("intermediate_size", 64),
+            ("max_position_embeddings", 64),
+            ("attention", "per_sequence"),
+        )
+    ]
+    small += [
+        "run.device=cpu",
+        "run.precision=fp32",
+        "run.threads=1",
+        "run.global_batch_size=8",
+        "run.gradient_accumulation_steps=2",
+        "run.max_steps=2",
+        "run.init_checkpoint=",
+        f"run.output_dir={tmp_path / 'out'}",
+        "data.train_dir=",
+        "data.eval_file=",
+        "data.synthetic.enabled=true",
+        "data.synthetic.num_shards=1",
+        "data.synthetic.samples_per_shard=64",
+        "data.synthetic.eval_samples=32",
+        f"data.synthetic.cache_dir={tmp_path / 'cache'}",
+        "data.max_seq_length=64",
+        "data.max_predictions_per_seq=10",
+        "eval.samples=32",
+        "log.interval_s=1000",
+    ]
     args = [a for item in small for a in ("--set", item)]
-    proc = subprocess.run([sys.executable, str(ROOT / "run_pretraining.py"), "--config",
-                           str(written[0]), *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "run_pretraining.py"), "--config", str(written[0]), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert (tmp_path / "out" / "mlperf.log").exists()
 
 
 # -- start of run, packaging --------------------------------------------------------------------
+
 
 def test_rcp_warning_for_the_shipped_configs():
     a100 = load_config(ROOT / "configs" / "bert_large_1x8xa100_lb56_ga1.yaml")
@@ -165,8 +234,7 @@ def test_rcp_warning_for_the_shipped_configs():
     assert check.rcp_warning(a100) is None  # REFERENCE 3 = the 448 RCP
     assert "global batch 768 has no RCP of its own" in check.rcp_warning(h100)
     assert check.rcp_warning(load_config(ROOT / "configs" / "tiny_cpu.yaml")) is None
-    changed = load_config(ROOT / "configs" / "bert_large_1x8xa100_lb56_ga1.yaml",
-                          ["optim.lr=5e-4"])
+    changed = load_config(ROOT / "configs" / "bert_large_1x8xa100_lb56_ga1.yaml", ["optim.lr=5e-4"])
     assert "optim.lr=0.0005 (RCP: 0.000425)" in check.rcp_warning(changed)
 
 
@@ -177,6 +245,7 @@ def test_package_reference_names_the_rcp():
 
 
 # -- published results ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("row", published.PUBLISHED, ids=lambda r: f"{r.submitter}-{r.round}")
 def test_prediction_of_published_results_within_15_percent(row):
@@ -201,12 +270,13 @@ def test_published_rows_are_the_logs_figures():
         assert len(runs) == 10 and all(run["status"] == "success" for run in runs)
         minutes = sorted(run["minutes"] for run in runs)
         assert row.minutes == pytest.approx(statistics.mean(minutes[1:-1]), abs=1e-3)
-        rates = [run["throughput_reported"] or run["samples"] / (run["minutes"] * 60)
-                 for run in runs]
+        rates = [
+            run["throughput_reported"] or run["samples"] / (run["minutes"] * 60) for run in runs
+        ]
         assert row.per_gpu_samples_per_s == pytest.approx(
-            statistics.median(rates) / record["gpus"], abs=0.01)
-        assert (row.gpus, row.global_batch_size) == (record["gpus"],
-                                                     record["global_batch_size"])
+            statistics.median(rates) / record["gpus"], abs=0.01
+        )
+        assert (row.gpus, row.global_batch_size) == (record["gpus"], record["global_batch_size"])
 
 
 def test_own_gpu_records_set_the_default_efficiency():

@@ -2,6 +2,7 @@
 
 The token ranges against [Kim]'s Table 5 are tested in tests/unit/test_balance.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ KEYS = {"spread_tokens", "max_over_min", "moved_fraction", "host_bytes_per_rank_
 @pytest.fixture(scope="module")
 def sim():
     from bert.tools import simulate_balance
+
     return simulate_balance
 
 
@@ -39,23 +41,26 @@ def test_all_gather_bytes_are_the_codecs(sim):
     wire = sx.META_BYTES + sx.payload_bytes(lengths, masked)[0]  # meta row + payload
     own = wire.reshape(4, 2).sum(axis=1)
     a = bal.balance("serpentine", lengths, 4, 2)
-    np.testing.assert_array_equal(sim.host_bytes("serpentine", lengths, masked, a, 2)[0],
-                                  own.sum() - own)
+    np.testing.assert_array_equal(
+        sim.host_bytes("serpentine", lengths, masked, a, 2)[0], own.sum() - own
+    )
     a = bal.balance("stratified_local_snake", lengths, 4, 2)
     node = np.repeat(own.reshape(2, 2).sum(axis=1), 2)
     np.testing.assert_array_equal(
-        sim.host_bytes("stratified_local_snake", lengths, masked, a, 2)[0], node - own)
-    assert not sim.host_bytes("none", lengths, masked, bal.balance("none", lengths, 4, 2),
-                              2).any()
+        sim.host_bytes("stratified_local_snake", lengths, masked, a, 2)[0], node - own
+    )
+    assert not sim.host_bytes("none", lengths, masked, bal.balance("none", lengths, 4, 2), 2).any()
     a = bal.balance("node_swap", lengths, 4, 2)
-    np.testing.assert_array_equal(sim.host_bytes("node_swap", lengths, masked, a, 2),
-                                  sx.received_bytes(lengths, masked, a))
+    np.testing.assert_array_equal(
+        sim.host_bytes("node_swap", lengths, masked, a, 2), sx.received_bytes(lengths, masked, a)
+    )
 
 
 def test_masked_counts_follow_the_data_preparation(sim):
     # round(0.15 * l) (half to even), at least 1, at most max_predictions_per_seq
-    np.testing.assert_array_equal(sim.masked_counts(np.array([1, 3, 10, 30, 300, 512]), 76),
-                                  [1, 1, 2, 4, 45, 76])
+    np.testing.assert_array_equal(
+        sim.masked_counts(np.array([1, 3, 10, 30, 300, 512]), 76), [1, 1, 2, 4, 45, 76]
+    )
 
 
 def test_moved_fraction(sim):
@@ -78,8 +83,13 @@ def test_issue_15_targets_in_the_simulator(sim):
     """1,024 ranks x 16, 8 per node: node_swap's spread within 2x serpentine's and 72 tokens,
     at most 10 % moved, at most 1/20 of the full all-gather's bytes per rank."""
     args = _args(sim, "--ranks", "1024", "--timing-batches", "1")
-    r = sim.simulate(1024, args, 4, ln.length_pmf(512),
-                     strategies=("serpentine", "node_swap", "stratified_node_swap"))
+    r = sim.simulate(
+        1024,
+        args,
+        4,
+        ln.length_pmf(512),
+        strategies=("serpentine", "node_swap", "stratified_node_swap"),
+    )
     for name in ("node_swap", "stratified_node_swap"):
         assert r[name]["spread_tokens"] <= min(72, 2 * r["serpentine"]["spread_tokens"])
         assert r[name]["moved_fraction"] <= 0.10
@@ -92,9 +102,29 @@ def test_script_json_and_sweep(tmp_path):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "sim.json", tmp_path / "sweep.png"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--ranks", "16", "--trials", "5", "--ranks-sweep",
-         "16,32", "--sweep-trials", "3", "--timing-batches", "1", "--json", str(out),
-         "--plot", str(png)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--ranks",
+            "16",
+            "--trials",
+            "5",
+            "--ranks-sweep",
+            "16,32",
+            "--sweep-trials",
+            "3",
+            "--timing-batches",
+            "1",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert set(result["strategies"]) == set(bal.STRATEGIES)

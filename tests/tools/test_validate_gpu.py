@@ -1,5 +1,6 @@
 """The GPU harness (scripts/bench/validate_gpu.sh) on a CPU machine: its dry run, which CI runs so
 the harness cannot rot between GPU windows, and the pieces a GPU run depends on."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,14 @@ HARNESS = ROOT / "scripts" / "bench" / "validate_gpu.sh"
 
 
 def dry_run(stage: str, out: Path, **env) -> tuple[subprocess.CompletedProcess, dict]:
-    run = subprocess.run([str(HARNESS), "--dry-run", stage], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "OUT": str(out), "PYTHON": sys.executable,
-                                         **env}, timeout=600)
+    run = subprocess.run(
+        [str(HARNESS), "--dry-run", stage],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OUT": str(out), "PYTHON": sys.executable, **env},
+        timeout=600,
+    )
     summary = out / "summary.json"
     return run, json.loads(summary.read_text()) if summary.is_file() else {}
 
@@ -41,8 +47,12 @@ def test_dry_run_collects_every_gpu_test_without_mlperf_logging(tmp_path):
     # Every GPU-marked test file is collected (none lost to an import of mlperf_logging).
     assert tests["errored"] == 0
     assert tests["collected"] >= 280
-    for name in ("tests/kernels/test_dense.py", "tests/unit/test_fused_model.py",
-                 "tests/unit/test_sync_free.py", "tests/unit/test_attention.py"):
+    for name in (
+        "tests/kernels/test_dense.py",
+        "tests/unit/test_fused_model.py",
+        "tests/unit/test_sync_free.py",
+        "tests/unit/test_attention.py",
+    ):
         assert tests["per_file"][name]["collected"] > 0
     steps = {s["name"]: s for s in summary["steps"]}
     assert steps["build"]["status"] == "skipped"
@@ -67,8 +77,11 @@ def test_dry_run_throughput_stages(tmp_path, stage):
 
 def test_dry_run_rejects_an_unknown_flag(tmp_path, monkeypatch):
     """A benchmark command that no longer matches its script fails the dry run (and CI)."""
-    monkeypatch.setitem(validate_gpu.THROUGHPUT, "throughput",
-                        [("renamed", ["--fastest", "flash_varlen", "--no-such-flag"], 60)])
+    monkeypatch.setitem(
+        validate_gpu.THROUGHPUT,
+        "throughput",
+        [("renamed", ["--fastest", "flash_varlen", "--no-such-flag"], 60)],
+    )
     monkeypatch.setenv("OUT", str(tmp_path))
     assert validate_gpu.main(["throughput", "--dry-run"]) == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -101,23 +114,31 @@ def test_kernel_tests_fail_instead_of_skipping_when_the_harness_requires_them():
     env = {k: v for k, v in os.environ.items() if not k.startswith("BERT_REQUIRE")}
     plain = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
     assert plain.returncode == 0 and "skipped" in plain.stdout, plain.stdout
-    required = subprocess.run(args, cwd=ROOT, capture_output=True, text=True,
-                              env={**env, "BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1"})
+    required = subprocess.run(
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, "BERT_REQUIRE_GPU": "1", "BERT_REQUIRE_KERNELS": "1"},
+    )
     assert required.returncode != 0
     assert "error" in required.stdout.splitlines()[-1] and "skipped" not in required.stdout
 
 
 def test_a_hung_step_costs_its_timeout_and_later_steps_are_skipped(tmp_path):
-    harness = validate_gpu.Harness("kernels", tmp_path, dry_run=True,
-                                   budget_s=validate_gpu.RESERVE_S + 8)
+    harness = validate_gpu.Harness(
+        "kernels", tmp_path, dry_run=True, budget_s=validate_gpu.RESERVE_S + 8
+    )
     assert harness.step("hang", [sys.executable, "-c", "import time; time.sleep(60)"], 2) == 124
     while harness.remaining() >= 5:  # wait out the rest of the budget
         pass
     assert harness.step("late", [sys.executable, "-c", "pass"], 60) == 124
     assert harness.finish() == 1
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert [(s["name"], s["status"]) for s in summary["steps"]] == [("hang", "timeout"),
-                                                                    ("late", "skipped")]
+    assert [(s["name"], s["status"]) for s in summary["steps"]] == [
+        ("hang", "timeout"),
+        ("late", "skipped"),
+    ]
     assert summary["failed_steps"] == ["hang"]
 
 
@@ -130,10 +151,20 @@ def test_junit_counts_per_file(tmp_path):
       <testcase classname="tests.test_attention" name="d"><error message="e"/></testcase>
     </testsuite></testsuites>""")
     counts = gpu_report.junit_counts(xml)
-    assert (counts["collected"], counts["passed"], counts["failed"], counts["skipped"],
-            counts["errored"]) == (4, 1, 1, 1, 1)
+    assert (
+        counts["collected"],
+        counts["passed"],
+        counts["failed"],
+        counts["skipped"],
+        counts["errored"],
+    ) == (4, 1, 1, 1, 1)
     assert counts["per_file"]["tests/kernels/test_dense.py"] == {
-        "passed": 1, "failed": 1, "skipped": 0, "errored": 0, "crashed": 0}
+        "passed": 1,
+        "failed": 1,
+        "skipped": 0,
+        "errored": 0,
+        "crashed": 0,
+    }
     assert gpu_report.junit_counts(tmp_path / "missing.xml")["collected"] == 0
 
 
@@ -159,29 +190,65 @@ def test_a_crashing_test_costs_only_itself(tmp_path):
     test_file.parent.mkdir()
     test_file.write_text(CRASHING_TESTS)
     harness = validate_gpu.Harness("window", tmp_path / "out", dry_run=False, budget_s=240)
-    tests = harness.run_gpu_test_file("tests_test_crashing", str(test_file),
-                                      harness.work / "j.xml", 200, require_kernels=False)
+    tests = harness.run_gpu_test_file(
+        "tests_test_crashing", str(test_file), harness.work / "j.xml", 200, require_kernels=False
+    )
     outcomes = {nodeid.split("::")[-1]: test["outcome"] for nodeid, test in tests.items()}
-    assert outcomes == {"test_a": "passed", "test_b": "failed", "test_c": "crashed",
-                        "test_d": "passed", "test_e": "crashed", "test_f": "passed"}
+    assert outcomes == {
+        "test_a": "passed",
+        "test_b": "failed",
+        "test_c": "crashed",
+        "test_d": "passed",
+        "test_e": "crashed",
+        "test_f": "passed",
+    }
     assert [s["name"] for s in harness.summary["steps"]] == [
-        "tests_test_crashing", "tests_test_crashing_after_crash_1",
-        "tests_test_crashing_after_crash_2"]
-    assert gpu_report.journal_counts(tests) == {"passed": 3, "failed": 1, "skipped": 0,
-                                                "errored": 0, "crashed": 2}
+        "tests_test_crashing",
+        "tests_test_crashing_after_crash_1",
+        "tests_test_crashing_after_crash_2",
+    ]
+    assert gpu_report.journal_counts(tests) == {
+        "passed": 3,
+        "failed": 1,
+        "skipped": 0,
+        "errored": 0,
+        "crashed": 2,
+    }
     failures = gpu_report.journal_failures(tests)
     assert "a plain failure" in failures[next(n for n in failures if n.endswith("test_b"))]
     assert sum(text.startswith("crashed") for text in failures.values()) == 2
 
 
 def test_speedups_and_targets():
-    rows = gpu_report.speedups({"results": [
-        {"tokens": 4096, "dtype": "bf16", "torch_eager_ms": 2.0, "torch_compile_ms": 1.0,
-         "fused_ms": 0.5, "fused_gbps": 900.0, "target_met": True}]})
-    assert rows == [{"tokens": 4096, "dtype": "bf16", "fused_vs_torch_eager": 4.0,
-                     "fused_vs_torch_compile": 2.0}]
-    measured = {"run": {"variants": {"fastest": {"samples_per_s": 1200.0, "mfu": 0.5}},
-                        "ratios": {"fastest/hf_eager": 3.5, "fastest/hf_compile": 1.5}}}
+    rows = gpu_report.speedups(
+        {
+            "results": [
+                {
+                    "tokens": 4096,
+                    "dtype": "bf16",
+                    "torch_eager_ms": 2.0,
+                    "torch_compile_ms": 1.0,
+                    "fused_ms": 0.5,
+                    "fused_gbps": 900.0,
+                    "target_met": True,
+                }
+            ]
+        }
+    )
+    assert rows == [
+        {
+            "tokens": 4096,
+            "dtype": "bf16",
+            "fused_vs_torch_eager": 4.0,
+            "fused_vs_torch_compile": 2.0,
+        }
+    ]
+    measured = {
+        "run": {
+            "variants": {"fastest": {"samples_per_s": 1200.0, "mfu": 0.5}},
+            "ratios": {"fastest/hf_eager": 3.5, "fastest/hf_compile": 1.5},
+        }
+    }
     targets = gpu_report.targets(measured)
     assert targets["fastest_samples_per_s"] == {"target": 1000.0, "measured": 1200.0, "met": True}
     assert targets["fastest/hf_compile"]["met"] is False
@@ -210,16 +277,22 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     tests = summary["tests"]
     assert tests["errored"] == 0 and tests["collected"] >= 280
     assert set(tests["per_file"]) <= set(summary["test_files"])
-    assert summary["test_files"][:2] == ["tests/unit/test_fused_model.py",
-                                         "tests/unit/test_attention.py"]
+    assert summary["test_files"][:2] == [
+        "tests/unit/test_fused_model.py",
+        "tests/unit/test_attention.py",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs_window.tar.gz", "summary.json"]
 
 
 def test_window_killed_mid_step_leaves_a_summary_of_the_finished_steps(tmp_path):
-    proc = subprocess.Popen([str(HARNESS), "--dry-run", "window"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable},
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(HARNESS), "--dry-run", "window"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable},
+        start_new_session=True,
+    )
     summary_path = tmp_path / "summary.json"
     try:
         for _ in range(1200):  # until three steps are recorded (a fourth is then running)
@@ -246,19 +319,31 @@ def test_window_continue_runs_only_what_the_first_call_left(tmp_path, monkeypatc
         def run(h, step):
             ran.append(name)
             h.step(name, [sys.executable, "-c", "pass"], 30)
+
         return run
 
-    steps = tuple(gpu_window.Step(n, 10, True, fake(n))
-                  for n in ("device", "sdpa_probe", "smoke", "build", "throughput_eager"))
+    steps = tuple(
+        gpu_window.Step(n, 10, True, fake(n))
+        for n in ("device", "sdpa_probe", "smoke", "build", "throughput_eager")
+    )
     monkeypatch.setattr(gpu_window, "STEPS", steps)
     first = tmp_path / "first.json"
-    first.write_text(json.dumps({"commit": "c1", "date": "d", "smoke": {"full_run": True},
-                                 "steps": [{"name": "device", "status": "ok"},
-                                           {"name": "sdpa_probe", "status": "ok"},
-                                           {"name": "smoke", "status": "ok"},
-                                           {"name": "build", "status": "ok"},
-                                           {"name": "throughput_eager",
-                                            "status": "timeout"}]}))
+    first.write_text(
+        json.dumps(
+            {
+                "commit": "c1",
+                "date": "d",
+                "smoke": {"full_run": True},
+                "steps": [
+                    {"name": "device", "status": "ok"},
+                    {"name": "sdpa_probe", "status": "ok"},
+                    {"name": "smoke", "status": "ok"},
+                    {"name": "build", "status": "ok"},
+                    {"name": "throughput_eager", "status": "timeout"},
+                ],
+            }
+        )
+    )
     monkeypatch.setenv("OUT", str(tmp_path / "second"))
     assert validate_gpu.main(["window", "--dry-run", "--continue", str(first)]) == 0
     assert ran == ["device", "build", "throughput_eager"]
@@ -278,8 +363,10 @@ def test_window_continue_with_an_unreadable_summary_is_one_error(tmp_path, capsy
 def test_plan_does_not_fit_when_a_cap_grows(monkeypatch):
     """The plan check can fail: a planned step 300 s longer breaks the 420-s window."""
     assert gpu_window.plan_fits(420, validate_gpu.RESERVE_S)["fits"]
-    longer = tuple(gpu_window.Step(s.name, s.cap_s + (300 if s.name == "smoke" else 0),
-                                   s.planned, s.run) for s in gpu_window.STEPS)
+    longer = tuple(
+        gpu_window.Step(s.name, s.cap_s + (300 if s.name == "smoke" else 0), s.planned, s.run)
+        for s in gpu_window.STEPS
+    )
     monkeypatch.setattr(gpu_window, "STEPS", longer)
     assert not gpu_window.plan_fits(420, validate_gpu.RESERVE_S)["fits"]
 
@@ -287,9 +374,11 @@ def test_plan_does_not_fit_when_a_cap_grows(monkeypatch):
 def test_a_timed_out_step_kills_its_whole_process_group(tmp_path):
     """A step's children (pytest workers, compilers) die with it: nothing outlives its cap."""
     marker = tmp_path / "child.pid"
-    code = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
-            f"'import time; time.sleep(60)']); open({str(marker)!r}, 'w').write(str(p.pid)); "
-            f"time.sleep(60)")
+    code = (
+        f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', "
+        f"'import time; time.sleep(60)']); open({str(marker)!r}, 'w').write(str(p.pid)); "
+        f"time.sleep(60)"
+    )
     with open(tmp_path / "log", "w") as log:
         assert run_capped([sys.executable, "-c", code], dict(os.environ), log, 3) == 124
     child = int(marker.read_text())

@@ -1,5 +1,6 @@
 """Attention backends of bert/model/attention.py against the reference, padded_sdpa (CPU,
 fp32/fp64)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,21 +18,38 @@ HEADS, HEAD_DIM = 3, 8
 
 
 def tiny_config(attention: str = "padded_sdpa") -> ModelConfig:
-    cfg = ModelConfig(vocab_size=101, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      intermediate_size=96, max_position_embeddings=48,
-                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                      attention=attention)
+    cfg = ModelConfig(
+        vocab_size=101,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=48,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attention=attention,
+    )
     return cfg
 
 
 def packed_qkv(lengths, dtype=torch.float32, seed=0):
     """q, k, v (T, heads, head_dim) with grads, plus cu_seqlens, max_seqlen and token_index."""
-    samples = [Sample(np.ones(n, np.int16), np.zeros(n, np.int8), np.zeros(1, np.int16),
-                      np.ones(1, np.int16), 0) for n in lengths]
+    samples = [
+        Sample(
+            np.ones(n, np.int16),
+            np.zeros(n, np.int8),
+            np.zeros(1, np.int16),
+            np.ones(1, np.int16),
+            0,
+        )
+        for n in lengths
+    ]
     batch = pack_samples(samples, attention_groups=True).to("cpu")
     gen = torch.Generator().manual_seed(seed)
-    qkv = [torch.randn(batch.num_tokens, HEADS, HEAD_DIM, generator=gen, dtype=dtype)
-           .requires_grad_() for _ in range(3)]
+    qkv = [
+        torch.randn(batch.num_tokens, HEADS, HEAD_DIM, generator=gen, dtype=dtype).requires_grad_()
+        for _ in range(3)
+    ]
     return qkv, batch
 
 
@@ -40,8 +58,9 @@ def attention(backend, qkv, batch, dropout_p=0.0):
 
 
 def grads(out, qkv, seed=1):
-    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed),
-                           dtype=out.dtype)
+    upstream = torch.randn(
+        out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype
+    )
     return torch.autograd.grad(out, qkv, upstream)
 
 
@@ -105,9 +124,16 @@ def test_model_with_per_sequence_matches_reference_model():
     fast = BertForPretraining(tiny_config("per_sequence")).eval()
     fast.load_state_dict(reference.state_dict())
     rng = np.random.default_rng(0)
-    samples = [Sample(rng.integers(1, cfg.vocab_size, n).astype(np.int16),
-                      (np.arange(n) >= n // 2).astype(np.int8), np.array([0], np.int16),
-                      np.array([7], np.int16), i % 2) for i, n in enumerate(LENGTHS)]
+    samples = [
+        Sample(
+            rng.integers(1, cfg.vocab_size, n).astype(np.int16),
+            (np.arange(n) >= n // 2).astype(np.int8),
+            np.array([0], np.int16),
+            np.array([7], np.int16),
+            i % 2,
+        )
+        for i, n in enumerate(LENGTHS)
+    ]
     batch = pack_samples(samples).to("cpu")
     losses = []
     for model in (reference, fast):
@@ -133,15 +159,17 @@ def test_attention_groups_metadata():
     assert sorted(g.order) == list(range(total))
     assert (g.order[g.inverse] == np.arange(total)).all()
     members = ([0, 2, 4], [1, 5], [3, 6])  # sequences in batch order within each group
-    assert g.shapes == tuple((len(m), int(lengths[m].sum()), int(lengths[m].max()))
-                             for m in members)
+    assert g.shapes == tuple(
+        (len(m), int(lengths[m].sum()), int(lengths[m].max())) for m in members
+    )
     expected_order = np.concatenate([np.arange(cu[i], cu[i + 1]) for m in members for i in m])
     assert (g.order == expected_order).all()
     expected_cu = np.concatenate([np.concatenate([[0], np.cumsum(lengths[m])]) for m in members])
     assert g.cu_seqlens.dtype == np.int32
     assert (g.cu_seqlens == expected_cu).all()
-    expected_index = np.concatenate([j * lengths[m].max() + np.arange(lengths[i])
-                                     for m in members for j, i in enumerate(m)])
+    expected_index = np.concatenate(
+        [j * lengths[m].max() + np.arange(lengths[i]) for m in members for j, i in enumerate(m)]
+    )
     assert (g.token_index == expected_index).all()
 
 
@@ -150,8 +178,20 @@ def test_pack_samples_groups_by_the_seed_bounds():
     assert [shape[0] for shape in batch.groups.shapes] == [4, 4, 2, 2]
     assert [shape[2] for shape in batch.groups.shapes] == [128, 256, 384, 512]
     # only the backend that reads them gets them: no group arrays otherwise
-    assert pack_samples([Sample(np.ones(3, np.int16), np.zeros(3, np.int8),
-                                np.zeros(1, np.int16), np.ones(1, np.int16), 0)]).groups is None
+    assert (
+        pack_samples(
+            [
+                Sample(
+                    np.ones(3, np.int16),
+                    np.zeros(3, np.int8),
+                    np.zeros(1, np.int16),
+                    np.ones(1, np.int16),
+                    0,
+                )
+            ]
+        ).groups
+        is None
+    )
 
 
 @pytest.mark.parametrize("lengths", [GROUPED_LENGTHS, (5, 5, 5), (512,), (1,)])
@@ -195,25 +235,41 @@ def test_grouped_reads_nothing_back(monkeypatch):
 def _refuse_host_read(name):
     def refuse(self, *args, **kwargs):
         raise AssertionError(f"Tensor.{name}() in grouped attention: a host read")
+
     return refuse
 
 
 def test_model_with_grouped_matches_reference_model():
     """The whole model across all four groups, dropout off: same losses and gradients."""
+
     def config(attention):
-        return ModelConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2,
-                           num_attention_heads=2, intermediate_size=48,
-                           max_position_embeddings=512, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0, attention=attention)
+        return ModelConfig(
+            vocab_size=101,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=48,
+            max_position_embeddings=512,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            attention=attention,
+        )
 
     torch.manual_seed(0)
     reference = BertForPretraining(config("padded_sdpa")).eval()
     grouped = BertForPretraining(config("grouped_flash")).eval()
     grouped.load_state_dict(reference.state_dict())
     rng = np.random.default_rng(1)
-    samples = [Sample(rng.integers(1, 101, n).astype(np.int16),
-                      (np.arange(n) >= n // 2).astype(np.int8), np.array([0, n - 1], np.int16),
-                      np.array([7, 9], np.int16), i % 2) for i, n in enumerate(GROUPED_LENGTHS)]
+    samples = [
+        Sample(
+            rng.integers(1, 101, n).astype(np.int16),
+            (np.arange(n) >= n // 2).astype(np.int8),
+            np.array([0, n - 1], np.int16),
+            np.array([7, 9], np.int16),
+            i % 2,
+        )
+        for i, n in enumerate(GROUPED_LENGTHS)
+    ]
     batch = pack_samples(samples, attention_groups=True).to("cpu")
     losses = []
     for model in (reference, grouped):
@@ -258,8 +314,9 @@ def test_cuda_backend_on_gpu(backend, dtype):
         torch.cuda.set_sync_debug_mode("default")
     pairs = [("out", tested, torch_lp, oracle)]
     torch_grads = torch.autograd.grad(torch_lp, qkv16, upstream_lp)
-    for name, g, t, o in zip("qkv", tested_grads, torch_grads,
-                             torch.autograd.grad(oracle, qkv32, upstream)):
+    for name, g, t, o in zip(
+        "qkv", tested_grads, torch_grads, torch.autograd.grad(oracle, qkv32, upstream)
+    ):
         pairs.append((f"d{name}", g, t, o))
     for name, got, torch_out, ref in pairs:
         bound = 2 * max_error(torch_out, ref) + 1e-5 * max(1.0, ref.abs().max().item())
@@ -276,10 +333,14 @@ def test_padded_sdpa_pins_its_cuda_kernels(monkeypatch):
     seen = []
 
     def stub(q, k, v, attn_mask=None, dropout_p=0.0):
-        seen.append({"cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
-                     "flash": torch.backends.cuda.flash_sdp_enabled(),
-                     "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
-                     "math": torch.backends.cuda.math_sdp_enabled()})
+        seen.append(
+            {
+                "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+                "flash": torch.backends.cuda.flash_sdp_enabled(),
+                "efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+                "math": torch.backends.cuda.math_sdp_enabled(),
+            }
+        )
         return q
 
     monkeypatch.setattr(backends.F, "scaled_dot_product_attention", stub)
@@ -301,12 +362,22 @@ def test_padded_sdpa_yardstick_on_gpu(dtype, longest, monkeypatch):
     rounding of the largest value) of an fp64 oracle (the math kernel on the CPU)."""
     require_cuda()
     lengths = (longest, 1, 130, longest - 63, 64, 200)
-    samples = [Sample(np.ones(n, np.int16), np.zeros(n, np.int8), np.zeros(1, np.int16),
-                      np.ones(1, np.int16), 0) for n in lengths]
+    samples = [
+        Sample(
+            np.ones(n, np.int16),
+            np.zeros(n, np.int8),
+            np.zeros(1, np.int16),
+            np.ones(1, np.int16),
+            0,
+        )
+        for n in lengths
+    ]
     host = pack_samples(samples).to("cpu")
     gen = torch.Generator().manual_seed(0)
-    qkv64 = [torch.randn(host.num_tokens, 16, 64, generator=gen, dtype=torch.float64)
-             .requires_grad_() for _ in range(3)]
+    qkv64 = [
+        torch.randn(host.num_tokens, 16, 64, generator=gen, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    ]
     upstream = torch.randn(host.num_tokens, 16, 64, generator=gen, dtype=torch.float64)
     oracle = attention("padded_sdpa", qkv64, host)
     oracle_grads = torch.autograd.grad(oracle, qkv64, upstream)
@@ -319,7 +390,8 @@ def test_padded_sdpa_yardstick_on_gpu(dtype, longest, monkeypatch):
     math_out = attention("padded_sdpa", qkv_math, batch)
     math_grads = torch.autograd.grad(math_out, qkv_math, upstream.cuda().to(dtype))
     pairs = [("out", out, math_out, oracle)] + [
-        (f"d{n}", g, m, o) for n, g, m, o in zip("qkv", got_grads, math_grads, oracle_grads)]
+        (f"d{n}", g, m, o) for n, g, m, o in zip("qkv", got_grads, math_grads, oracle_grads)
+    ]
     eps = torch.finfo(dtype).eps  # one rounding of the largest value (probe_sdpa.py's rule)
     for name, got, math, ref in pairs:
         ref = ref.cuda()

@@ -1,5 +1,6 @@
 """Tests for data/order/ (strategies, lengths, simulate) and scripts/simulate_balance.py (CPU,
 a few seconds)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,17 @@ REPO = Path(__file__).resolve().parents[2]
 ALL = tuple(bal.STRATEGIES)
 
 # (world, local, ranks_per_node): world 1, odd local batches, partial and several nodes
-SHAPES = [(1, 1, 1), (1, 5, 8), (2, 3, 2), (3, 1, 8), (4, 7, 2), (6, 5, 3), (8, 16, 8),
-          (16, 3, 8), (16, 16, 4)]
+SHAPES = [
+    (1, 1, 1),
+    (1, 5, 8),
+    (2, 3, 2),
+    (3, 1, 8),
+    (4, 7, 2),
+    (6, 5, 3),
+    (8, 16, 8),
+    (16, 3, 8),
+    (16, 16, 4),
+]
 
 
 def _is_permutation(assignment: np.ndarray, n: int) -> bool:
@@ -58,8 +68,9 @@ def test_batched_input_equals_one_batch_at_a_time(strategy):
     np.testing.assert_array_equal(batched, single)
 
 
-@pytest.mark.parametrize("strategy", [n for n, s in bal.STRATEGIES.items()
-                                      if s.transport == "sparse"])
+@pytest.mark.parametrize(
+    "strategy", [n for n, s in bal.STRATEGIES.items() if s.transport == "sparse"]
+)
 def test_sparse_transport_computes_the_records_deal(strategy):
     """The sparse transport computes the record's `rows`, not its deal: they must be the same
     rows for every rank."""
@@ -77,8 +88,7 @@ def test_a_sparse_strategy_must_name_its_rows():
     with pytest.raises(ValueError, match="rows function"):
         bal.Strategy(bal.assign_serpentine, source="shards", scope="world", transport="sparse")
     with pytest.raises(ValueError, match="rows function"):
-        bal.Strategy(bal.assign_serpentine, source="shards", scope="world",
-                     rows=node_swap_rows)
+        bal.Strategy(bal.assign_serpentine, source="shards", scope="world", rows=node_swap_rows)
 
 
 def test_bad_arguments_are_rejected():
@@ -122,13 +132,13 @@ def test_local_strategies_on_hand_example():
     snake = bal.balance("stratified_local_snake", lengths, 4, 2)
     np.testing.assert_array_equal(snake, [[3, 0], [2, 1], [4, 7], [5, 6]])
     for name in ("none", "stratified"):
-        np.testing.assert_array_equal(bal.balance(name, lengths, 4, 2),
-                                      np.arange(8).reshape(4, 2))
+        np.testing.assert_array_equal(bal.balance(name, lengths, 4, 2), np.arange(8).reshape(4, 2))
 
 
 @pytest.mark.parametrize("world,local,rpn", [(16, 16, 8), (24, 5, 4), (8, 3, 2), (4, 7, 8)])
-@pytest.mark.parametrize("strategy", sorted(n for n, s in bal.STRATEGIES.items()
-                                              if s.scope != "world"))
+@pytest.mark.parametrize(
+    "strategy", sorted(n for n, s in bal.STRATEGIES.items() if s.scope != "world")
+)
 def test_local_strategies_never_cross_nodes(strategy, world, local, rpn):
     rng = np.random.default_rng(7)
     lengths = rng.integers(1, 513, size=(3, world * local))
@@ -267,8 +277,21 @@ def test_single_node_ordering():
 def test_script_writes_json(tmp_path):
     out = tmp_path / "sim.json"
     proc = subprocess.run(
-        [sys.executable, "scripts/simulate_balance.py", "--trials", "20", "--ranks", "16",
-         "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "scripts/simulate_balance.py",
+            "--trials",
+            "20",
+            "--ranks",
+            "16",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "stratified_local_snake" in proc.stdout
     # schema: tests/tools/test_simulate_balance.py
@@ -281,13 +304,24 @@ def test_script_writes_json(tmp_path):
 def test_script_plot_needs_matplotlib(tmp_path):
     try:
         import matplotlib  # noqa: F401
+
         pytest.skip("matplotlib is installed")
     except ImportError:
         pass
     proc = subprocess.run(
-        [sys.executable, "scripts/simulate_balance.py", "--trials", "2",
-         "--plot", str(tmp_path / "x.png")], cwd=REPO, capture_output=True, text=True,
-        timeout=60)
+        [
+            sys.executable,
+            "scripts/simulate_balance.py",
+            "--trials",
+            "2",
+            "--plot",
+            str(tmp_path / "x.png"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "pip install matplotlib" in proc.stderr
 
 
@@ -296,6 +330,10 @@ def test_script_plot_renders_png(tmp_path):
     png = tmp_path / "x.png"
     proc = subprocess.run(
         [sys.executable, "scripts/simulate_balance.py", "--trials", "2", "--plot", str(png)],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

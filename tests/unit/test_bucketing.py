@@ -1,5 +1,6 @@
 """Tests for data/order/bucketing.py: buckets, exactly-once passes, resume, two ranks (CPU,
 fast)."""
+
 from __future__ import annotations
 
 import json
@@ -64,6 +65,7 @@ def check_passes(sampler: bk.BucketSampler, batches: list[bk.BucketBatch]) -> in
 
 # ------------------------------------------------------------------------- boundaries
 
+
 def test_uniform_boundaries_and_bucket_of():
     assert bk.uniform_boundaries(128, 16) == [16, 32, 48, 64, 80, 96, 112, 128]
     assert bk.uniform_boundaries(100, 32) == [32, 64, 96, 100]
@@ -98,6 +100,7 @@ def test_bad_provenance_shape():
 
 # ------------------------------------------------------------------------- drawing
 
+
 @pytest.mark.parametrize("tail", ["carry", "drop"])
 def test_batches_stay_in_their_bucket_and_passes_are_exact(tail):
     lengths, prov = make_pool(700, seed=1, shard=3)
@@ -107,8 +110,9 @@ def test_batches_stay_in_their_bucket_and_passes_are_exact(tail):
     edges = [0] + BOUNDS
     for batch in batches:
         assert batch.indices.size == 32
-        assert np.all((batch.lengths > edges[batch.bucket])
-                      & (batch.lengths <= edges[batch.bucket + 1]))
+        assert np.all(
+            (batch.lengths > edges[batch.bucket]) & (batch.lengths <= edges[batch.bucket + 1])
+        )
         np.testing.assert_array_equal(batch.lengths, lengths[batch.indices])
         np.testing.assert_array_equal(batch.provenance, prov[batch.indices])
     assert check_passes(s, batches) >= 4 * 3
@@ -199,12 +203,15 @@ CURRICULUM_OPTS = {
 }
 
 
-def make_stream(name: str, lengths, prov, seed: int = 3, rank: int = 0,
-                tail: str = "carry") -> bk.CurriculumSampler:
-    sampler = bk.BucketSampler(lengths, BOUNDS, 16, seed=seed, rank=rank, provenance=prov,
-                               tail=tail)
-    return bk.CurriculumSampler(sampler, curricula.make_curriculum(name, 4, seed,
-                                                             **CURRICULUM_OPTS[name]))
+def make_stream(
+    name: str, lengths, prov, seed: int = 3, rank: int = 0, tail: str = "carry"
+) -> bk.CurriculumSampler:
+    sampler = bk.BucketSampler(
+        lengths, BOUNDS, 16, seed=seed, rank=rank, provenance=prov, tail=tail
+    )
+    return bk.CurriculumSampler(
+        sampler, curricula.make_curriculum(name, 4, seed, **CURRICULUM_OPTS[name])
+    )
 
 
 @pytest.mark.parametrize("name", curricula.CURRICULA)
@@ -241,13 +248,15 @@ def test_proportional_round_is_one_epoch():
     assert visits == [4, 2, 6, 3]
     for name in ("increasing", "decreasing", "random", "shuffled"):
         sampler = bk.BucketSampler(lengths, BOUNDS, 16, seed=0)
-        stream = bk.CurriculumSampler(sampler, curricula.make_curriculum(
-            name, 4, seed=1, batches_per_visit=visits))
+        stream = bk.CurriculumSampler(
+            sampler, curricula.make_curriculum(name, 4, seed=1, batches_per_visit=visits)
+        )
         used = np.concatenate([stream.next_batch(s).indices for s in range(15)])
         assert sorted(used.tolist()) == list(range(lengths.size))
 
 
 # ------------------------------------------------------------------------- two ranks
+
 
 @pytest.mark.parametrize("name", curricula.CURRICULA)
 def test_two_ranks_agree_on_buckets_and_draw_disjoint_samples(name):

@@ -6,6 +6,7 @@ compiler may reorder a reduction), must compile once for every layer and every t
 the Trainer. On the CPU the compiler is inductor's C++ backend; its GPU speed is measured by
 scripts/bench_throughput.py `--fastest flash_varlen+sublayers` (kernels/VALIDATION.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,9 +32,16 @@ RTOL, ATOL = 1e-5, 1e-5
 
 
 def config(**overrides) -> ModelConfig:
-    base = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                intermediate_size=128, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0)
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return ModelConfig(**{**base, **overrides})
 
 
@@ -42,10 +50,15 @@ def batch(seed: int, lengths: tuple[int, ...]):
     samples = []
     for i, n in enumerate(lengths):
         positions = np.sort(rng.choice(np.arange(1, n), size=max(1, n // 7), replace=False))
-        samples.append(Sample(rng.integers(1, VOCAB, n).astype(np.int16),
-                              (np.arange(n) >= n // 2).astype(np.int8),
-                              positions.astype(np.int16),
-                              rng.integers(0, VOCAB, positions.size).astype(np.int16), i % 2))
+        samples.append(
+            Sample(
+                rng.integers(1, VOCAB, n).astype(np.int16),
+                (np.arange(n) >= n // 2).astype(np.int8),
+                positions.astype(np.int16),
+                rng.integers(0, VOCAB, positions.size).astype(np.int16),
+                i % 2,
+            )
+        )
     return pack_samples(samples).to("cpu")
 
 
@@ -93,8 +106,7 @@ def test_one_graph_per_sublayer_for_every_layer_and_token_count(fresh_dynamo):
 def test_compile_and_the_fused_sublayer_kernels_are_exclusive():
     for flag in ("fused_dense", "fused_bias_dropout_residual_layernorm"):
         with pytest.raises(ConfigError, match=f"compile_sublayers=true .*model.{flag}"):
-            config(hidden_size=1024, num_attention_heads=16, compile_sublayers=True,
-                   **{flag: True})
+            config(hidden_size=1024, num_attention_heads=16, compile_sublayers=True, **{flag: True})
     config(compile_sublayers=True, fused_mlm_loss=True)  # not a sublayer: combines
 
 

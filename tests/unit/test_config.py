@@ -1,4 +1,5 @@
 """Config loading, overrides, validation and derived values."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,8 +7,13 @@ from pathlib import Path
 import pytest
 
 from bert.train.config import mlperf_eval_interval
-from bert.config import (BatchGeometry, Config, ConfigError, describe_fields, load_config,
-                         )
+from bert.config import (
+    BatchGeometry,
+    Config,
+    ConfigError,
+    describe_fields,
+    load_config,
+)
 from bert.train.config import RunConfig
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
@@ -22,33 +28,48 @@ def test_every_shipped_config_loads(path):
 def test_defaults_are_bert_large_mlperf_a100():
     """REFERENCE 1 and 3: BERT-Large, A100 v2.0 hyperparameters."""
     cfg = Config()
-    assert (cfg.model.hidden_size, cfg.model.num_hidden_layers, cfg.model.num_attention_heads,
-            cfg.model.intermediate_size) == (1024, 24, 16, 4096)
+    assert (
+        cfg.model.hidden_size,
+        cfg.model.num_hidden_layers,
+        cfg.model.num_attention_heads,
+        cfg.model.intermediate_size,
+    ) == (1024, 24, 16, 4096)
     assert cfg.model.padded_vocab_size == 30528
     assert (cfg.optim.lr, cfg.optim.beta1, cfg.optim.beta2) == (4.25e-4, 0.9, 0.999)
     assert cfg.schedule.total_steps == 6700 and cfg.run.global_batch_size == 448
 
 
 def test_overrides_are_typed():
-    cfg = load_config(None, ["optim.lr=1e-3", "log.quiet=true", "run.global_batch_size=64",
-                             "data.synthetic.num_shards=2", "model.attention=grouped_flash"])
+    cfg = load_config(
+        None,
+        [
+            "optim.lr=1e-3",
+            "log.quiet=true",
+            "run.global_batch_size=64",
+            "data.synthetic.num_shards=2",
+            "model.attention=grouped_flash",
+        ],
+    )
     assert cfg.optim.lr == 1e-3 and isinstance(cfg.optim.lr, float)
     assert cfg.log.quiet is True and cfg.run.global_batch_size == 64
     assert cfg.data.synthetic.num_shards == 2 and cfg.model.attention == "grouped_flash"
 
 
-@pytest.mark.parametrize("override, message", [
-    ("run.foo=1", "unknown config key 'run.foo'"),
-    ("nosuch.key=1", "unknown config key 'nosuch'"),
-    ("run.global_batch_size=abc", "run.global_batch_size='abc': expected an integer"),
-    ("run.global_batch_size=1.5", "expected an integer"),
-    ("log.quiet=maybe", "log.quiet='maybe': expected true or false"),
-    ("run.precision=fp8", "run.precision='fp8'"),
-    ("optim.beta1=1.0", "optim.beta1=1.0 must be in"),
-    ("model.num_attention_heads=5", "not divisible by model.num_attention_heads=5"),
-    ("schedule.warmup_steps=99999", "schedule.warmup_steps=99999"),
-    ("run.global_batch_size", "expected section.key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("run.foo=1", "unknown config key 'run.foo'"),
+        ("nosuch.key=1", "unknown config key 'nosuch'"),
+        ("run.global_batch_size=abc", "run.global_batch_size='abc': expected an integer"),
+        ("run.global_batch_size=1.5", "expected an integer"),
+        ("log.quiet=maybe", "log.quiet='maybe': expected true or false"),
+        ("run.precision=fp8", "run.precision='fp8'"),
+        ("optim.beta1=1.0", "optim.beta1=1.0 must be in"),
+        ("model.num_attention_heads=5", "not divisible by model.num_attention_heads=5"),
+        ("schedule.warmup_steps=99999", "schedule.warmup_steps=99999"),
+        ("run.global_batch_size", "expected section.key=value"),
+    ],
+)
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         load_config(None, [override])
@@ -65,8 +86,10 @@ def test_bad_yaml_file(tmp_path):
 
 def test_bert_config_json(tmp_path):
     path = tmp_path / "bert_config.json"
-    path.write_text('{"hidden_size": 256, "num_attention_heads": 4, "vocab_size": 30522,'
-                    ' "intermediate_size": 1024, "num_hidden_layers": 4}')
+    path.write_text(
+        '{"hidden_size": 256, "num_attention_heads": 4, "vocab_size": 30522,'
+        ' "intermediate_size": 1024, "num_hidden_layers": 4}'
+    )
     cfg = load_config(None, [f"model.bert_config_file={path}"])
     assert (cfg.model.hidden_size, cfg.model.num_hidden_layers) == (256, 4)
 

@@ -4,6 +4,7 @@ test_no_new_cli_options is the model).
 A new key or flag is a decision: when this test fails, add it here on purpose, with its
 default in the section's dataclass, a comment there saying what it does, and the docs.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -12,25 +13,88 @@ from bert.config import MOVED_KEYS, describe_fields, load_config
 from bert.train.cli import build_parser
 
 KEYS = {
-    "model": ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size", "hidden_act", "hidden_dropout_prob",
-              "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
-              "initializer_range", "layer_norm_eps", "pad_vocab_to_multiple_of", "attention",
-              "last_layer_subset", "fused_bias_dropout_residual_layernorm",
-              "fused_embedding_backward", "fused_mlm_loss", "fused_dense", "fused_dense_gelu",
-              "compile_sublayers", "bert_config_file"],
-    "data": ["train_dir", "eval_file", "max_seq_length", "max_predictions_per_seq", "balance",
-             "ranks_per_node", "prefetch_depth"],
-    "data.synthetic": ["enabled", "num_shards", "samples_per_shard", "eval_samples", "seed",
-                       "cache_dir"],
-    "data.curriculum": ["name", "bucket_boundaries", "round_batches", "loss_targets",
-                        "loss_window", "max_batches", "eta", "gamma", "alpha", "reward"],
-    "optim": ["name", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "sharded",
-              "clip_mode", "bucket_cap_mb", "fused_kernel"],
+    "model": [
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "hidden_act",
+        "hidden_dropout_prob",
+        "attention_probs_dropout_prob",
+        "max_position_embeddings",
+        "type_vocab_size",
+        "initializer_range",
+        "layer_norm_eps",
+        "pad_vocab_to_multiple_of",
+        "attention",
+        "last_layer_subset",
+        "fused_bias_dropout_residual_layernorm",
+        "fused_embedding_backward",
+        "fused_mlm_loss",
+        "fused_dense",
+        "fused_dense_gelu",
+        "compile_sublayers",
+        "bert_config_file",
+    ],
+    "data": [
+        "train_dir",
+        "eval_file",
+        "max_seq_length",
+        "max_predictions_per_seq",
+        "balance",
+        "ranks_per_node",
+        "prefetch_depth",
+    ],
+    "data.synthetic": [
+        "enabled",
+        "num_shards",
+        "samples_per_shard",
+        "eval_samples",
+        "seed",
+        "cache_dir",
+    ],
+    "data.curriculum": [
+        "name",
+        "bucket_boundaries",
+        "round_batches",
+        "loss_targets",
+        "loss_window",
+        "max_batches",
+        "eta",
+        "gamma",
+        "alpha",
+        "reward",
+    ],
+    "optim": [
+        "name",
+        "lr",
+        "beta1",
+        "beta2",
+        "eps",
+        "weight_decay",
+        "max_grad_norm",
+        "sharded",
+        "clip_mode",
+        "bucket_cap_mb",
+        "fused_kernel",
+    ],
     "schedule": ["total_steps", "warmup_steps", "start_warmup_step", "power"],
-    "run": ["global_batch_size", "gradient_accumulation_steps", "max_steps", "max_samples",
-            "seed", "precision", "device", "threads", "cache_cleared", "init_checkpoint",
-            "output_dir", "eval_only", "max_nonfinite_steps"],
+    "run": [
+        "global_batch_size",
+        "gradient_accumulation_steps",
+        "max_steps",
+        "max_samples",
+        "seed",
+        "precision",
+        "device",
+        "threads",
+        "cache_cleared",
+        "init_checkpoint",
+        "output_dir",
+        "eval_only",
+        "max_nonfinite_steps",
+    ],
     "eval": ["target_mlm_accuracy", "interval_samples", "samples", "batch_size"],
     "checkpoint": ["interval_steps", "keep", "resume"],
     "log": ["interval_s", "quiet", "record_samples_dir", "tensorboard", "all_ranks"],
@@ -38,8 +102,17 @@ KEYS = {
     "submission": ["org", "platform", "division", "status"],
     "profile": ["start_step", "steps", "dir", "memory_snapshot", "nvtx"],
 }
-CLI_FLAGS = ["--config", "--eval-only", "--help", "--help-config", "--print-config", "--quiet",
-             "--record-samples", "--resume", "--set"]
+CLI_FLAGS = [
+    "--config",
+    "--eval-only",
+    "--help",
+    "--help-config",
+    "--print-config",
+    "--quiet",
+    "--record-samples",
+    "--resume",
+    "--set",
+]
 
 
 def test_no_new_config_keys():
@@ -52,11 +125,19 @@ def test_no_new_config_keys():
 def test_moved_keys_still_load_into_their_new_place():
     """An old key sets the new one, with a warning that names both."""
     assert set(MOVED_KEYS.values()) <= {line.split(" ")[0] for line in describe_fields()}
-    examples = {"data.curriculum.name": "random", "data.curriculum.bucket_boundaries": "256,512",
-                "data.curriculum.alpha": "1/t", "data.curriculum.reward": "visit_gain",
-                "data.curriculum.loss_targets": "3.0", "submission.division": "open",
-                "log.quiet": "true", "checkpoint.resume": "auto", "log.record_samples_dir": "x",
-                "eval.target_mlm_accuracy": "0.5", "data.curriculum.gamma": "0.5"}
+    examples = {
+        "data.curriculum.name": "random",
+        "data.curriculum.bucket_boundaries": "256,512",
+        "data.curriculum.alpha": "1/t",
+        "data.curriculum.reward": "visit_gain",
+        "data.curriculum.loss_targets": "3.0",
+        "submission.division": "open",
+        "log.quiet": "true",
+        "checkpoint.resume": "auto",
+        "log.record_samples_dir": "x",
+        "eval.target_mlm_accuracy": "0.5",
+        "data.curriculum.gamma": "0.5",
+    }
     base = ["submission.division=open", "data.curriculum.name=shuffled"]
     for old, new in MOVED_KEYS.items():
         value = examples.get(new, "7")
@@ -66,6 +147,10 @@ def test_moved_keys_still_load_into_their_new_place():
 
 
 def test_no_new_cli_flags():
-    flags = sorted(flag for action in build_parser()._actions
-                   for flag in action.option_strings if flag.startswith("--"))
+    flags = sorted(
+        flag
+        for action in build_parser()._actions
+        for flag in action.option_strings
+        if flag.startswith("--")
+    )
     assert flags == CLI_FLAGS

@@ -6,6 +6,7 @@ slow-marked test adds a preparation with 2 and compares).
 NVIDIA's published eval value (REFERENCE 8) needs the real data: only the comparison logic is
 tested here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,16 +72,40 @@ def prepare(tmp_path_factory):
         if workers not in made:
             out = corpus / f"out_{workers}"
             proc = subprocess.run(
-                [sys.executable, str(ROOT / "scripts" / "prepare_data.py"), "all",
-                 "--train-text", str(texts[0].parent), "--eval-text", str(eval_text),
-                 "--vocab", str(vocab), "--out", str(out), "--num-shards", "4",
-                 "--eval-samples", "50", "--max-seq-length", str(MAX_LEN),
-                 "--max-predictions", str(MAX_PRED), "--dupe-factor", "3",
-                 "--workers", str(workers)],
-                cwd=ROOT, capture_output=True, text=True, timeout=300)
+                [
+                    sys.executable,
+                    str(ROOT / "scripts" / "prepare_data.py"),
+                    "all",
+                    "--train-text",
+                    str(texts[0].parent),
+                    "--eval-text",
+                    str(eval_text),
+                    "--vocab",
+                    str(vocab),
+                    "--out",
+                    str(out),
+                    "--num-shards",
+                    "4",
+                    "--eval-samples",
+                    "50",
+                    "--max-seq-length",
+                    str(MAX_LEN),
+                    "--max-predictions",
+                    str(MAX_PRED),
+                    "--dupe-factor",
+                    "3",
+                    "--workers",
+                    str(workers),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert proc.returncode == 0, proc.stdout + proc.stderr
             made[workers] = out
         return made[workers]
+
     return run
 
 
@@ -95,8 +120,7 @@ def recorded(out: Path) -> tuple[list[str], list[str]]:
 def test_stable_across_hash_workers_and_runs(prepare):
     out = prepare(1)
     names, digests = recorded(out)
-    assert names == ["eval/eval_50.hdf5"] + [f"train/part_{i:05d}_of_00004.hdf5"
-                                             for i in range(4)]
+    assert names == ["eval/eval_50.hdf5"] + [f"train/part_{i:05d}_of_00004.hdf5" for i in range(4)]
     assert len(set(digests)) == 5  # distinct files, distinct hashes
     files = [out / n for n in names]
     assert ch.content_hashes(files, workers=1) == digests

@@ -1,4 +1,5 @@
 """Tests for data/order/curriculum.py and scripts/curriculum_experiment.py (CPU, a few seconds)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -62,12 +63,19 @@ def run(curriculum, steps: range, lag: int = 0) -> list[int]:
 #   w = (1.4760516566757156, 0.6273722405253606, -1.1084643475007616)
 #   pi = (0.5987894837776564, 0.29440445267936133, 0.1068060635429823)
 HAND_STEPS = [  # (arm, reward, pi before the draw, w after the update)
-    (0, 1.0, (1 / 3, 1 / 3, 1 / 3),
-     (1.4922009680605304, 0.01725865428783131, 0.01725865428783131)),
-    (2, -0.5, (0.615520168447214, 0.192239915776393, 0.192239915776393),
-     (1.4836198373787575, 0.03038803819455915, -1.1983254309541604)),
-    (1, 0.25, (0.6809911763830053, 0.21030398600188183, 0.1087048376151129),
-     (1.4760516566757156, 0.6273722405253606, -1.1084643475007616)),
+    (0, 1.0, (1 / 3, 1 / 3, 1 / 3), (1.4922009680605304, 0.01725865428783131, 0.01725865428783131)),
+    (
+        2,
+        -0.5,
+        (0.615520168447214, 0.192239915776393, 0.192239915776393),
+        (1.4836198373787575, 0.03038803819455915, -1.1983254309541604),
+    ),
+    (
+        1,
+        0.25,
+        (0.6809911763830053, 0.21030398600188183, 0.1087048376151129),
+        (1.4760516566757156, 0.6273722405253606, -1.1084643475007616),
+    ),
 ]
 HAND_FINAL_PI = (0.5987894837776564, 0.29440445267936133, 0.1068060635429823)
 
@@ -79,8 +87,7 @@ def test_exp3s_pure_functions_match_hand_computation():
         np.testing.assert_allclose(probs, pi, rtol=0, atol=1e-12)
         w = exp3s.exp3s_update(w, arm, reward, probs[arm], eta=0.5, alpha=0.01)
         np.testing.assert_allclose(w, w_after, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(exp3s.exp3s_probabilities(w, 0.2), HAND_FINAL_PI, rtol=0,
-                               atol=1e-12)
+    np.testing.assert_allclose(exp3s.exp3s_probabilities(w, 0.2), HAND_FINAL_PI, rtol=0, atol=1e-12)
 
 
 def test_exp3s_class_matches_hand_computation():
@@ -128,6 +135,7 @@ def test_exp3s_alpha_one_over_t():
 
 
 # ------------------------------------------------------------------------- reward mapping
+
 
 def test_map_reward_equation_4():
     assert exp3s.map_reward(-5.0, 0.0, 2.0) == -1.0
@@ -217,6 +225,7 @@ def test_draws_without_updates_are_refused():
 
 # ------------------------------------------------------------------------- fixed orders
 
+
 def test_increasing_decreasing_with_fixed_batches_per_visit():
     inc = curricula.make_curriculum("increasing", 3, seed=0, batches_per_visit=2)
     assert [inc.next_bucket(s) for s in range(8)] == [0, 0, 1, 1, 2, 2, 0, 0]
@@ -227,7 +236,7 @@ def test_increasing_decreasing_with_fixed_batches_per_visit():
 def test_random_order_is_a_fresh_permutation_each_round():
     rnd = curricula.make_curriculum("random", 5, seed=3, batches_per_visit=2)
     seq = [rnd.next_bucket(s) for s in range(10 * 20)]
-    rounds = [seq[i:i + 10] for i in range(0, len(seq), 10)]
+    rounds = [seq[i : i + 10] for i in range(0, len(seq), 10)]
     orders = set()
     for r, steps in enumerate(rounds):
         assert steps[0::2] == steps[1::2]  # two consecutive batches per visit
@@ -237,14 +246,16 @@ def test_random_order_is_a_fresh_permutation_each_round():
     assert len(orders) > 10
     again = curricula.make_curriculum("random", 5, seed=3, batches_per_visit=2)
     assert [again.next_bucket(s) for s in range(200)] == seq
-    assert [curricula.make_curriculum("random", 5, seed=4, batches_per_visit=2).next_bucket(s)
-            for s in range(200)] != seq
+    assert [
+        curricula.make_curriculum("random", 5, seed=4, batches_per_visit=2).next_bucket(s)
+        for s in range(200)
+    ] != seq
 
 
 def test_shuffled_rounds_are_permutations_of_the_visits():
     sh = curricula.make_curriculum("shuffled", 4, seed=2, batches_per_visit=[3, 1, 0, 2])
     seq = [sh.next_bucket(s) for s in range(6 * 30)]
-    rounds = {tuple(seq[i:i + 6]) for i in range(0, len(seq), 6)}
+    rounds = {tuple(seq[i : i + 6]) for i in range(0, len(seq), 6)}
     for r in rounds:
         assert sorted(r) == [0, 0, 0, 1, 3, 3]
     assert len(rounds) > 10  # the order changes from round to round
@@ -263,13 +274,24 @@ def test_proportional_visits():
 
 # ------------------------------------------------------------------------- loss-controlled
 
+
 def test_loss_controlled_moves_on_when_loss_below_target():
     lc = curricula.make_curriculum("loss_controlled", 3, seed=0, targets=[2.0, 1.0, 0.5], window=2)
     seq = []
-    losses = iter([3.0, 2.5, 1.9, 1.8,   # bucket 0: mean(1.9, 1.8) < 2 after 4 batches
-                   1.5, 0.9, 0.8,        # bucket 1: mean(0.9, 0.8) < 1 after 3
-                   0.4, 0.4,             # bucket 2: mean(0.4, 0.4) < 0.5 after 2
-                   0.1])                 # round 1, bucket 0
+    losses = iter(
+        [
+            3.0,
+            2.5,
+            1.9,
+            1.8,  # bucket 0: mean(1.9, 1.8) < 2 after 4 batches
+            1.5,
+            0.9,
+            0.8,  # bucket 1: mean(0.9, 0.8) < 1 after 3
+            0.4,
+            0.4,  # bucket 2: mean(0.4, 0.4) < 0.5 after 2
+            0.1,
+        ]
+    )  # round 1, bucket 0
     for step in range(10):
         b = lc.next_bucket(step)
         seq.append(b)
@@ -280,8 +302,9 @@ def test_loss_controlled_moves_on_when_loss_below_target():
 
 
 def test_loss_controlled_min_and_max_batches():
-    lc = curricula.make_curriculum("loss_controlled", 2, seed=0, targets=1.0, window=1,
-                             min_batches=3, max_batches=5)
+    lc = curricula.make_curriculum(
+        "loss_controlled", 2, seed=0, targets=1.0, window=1, min_batches=3, max_batches=5
+    )
     seq = []
     for step in range(13):
         b = lc.next_bucket(step)
@@ -382,12 +405,17 @@ def test_factory_errors_and_describe():
 
 # ------------------------------------------------------------------------- the experiment script
 
+
 def test_experiment_plot_without_matplotlib_fails_before_training(tmp_path):
     if importlib.util.find_spec("matplotlib") is not None:
         pytest.skip("matplotlib is installed: the missing-matplotlib path cannot be exercised")
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--plot", str(tmp_path / "p.png"),
-                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--plot", str(tmp_path / "p.png"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "pip install matplotlib" in proc.stderr
     assert not out.exists()
@@ -397,11 +425,32 @@ def test_experiment_smoke(tmp_path):
     out = tmp_path / "r.json"
     # a few steps of three runs: the single-bucket baseline, a loss-driven curriculum and the
     # bandit (rewarded by visit_gain: no second forward pass)
-    cmd = [sys.executable, str(SCRIPT), "--steps", "4", "--eval-every", "2",
-           "--eval-samples", "32", "--batch-size", "8", "--samples-per-shard", "128",
-           "--num-shards", "2", "--round-batches", "8", "--boundaries", "32,64,128",
-           "--curricula", "baseline,loss_controlled,exp3s", "--out", str(out),
-           "--data-dir", str(tmp_path / "data")]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--steps",
+        "4",
+        "--eval-every",
+        "2",
+        "--eval-samples",
+        "32",
+        "--batch-size",
+        "8",
+        "--samples-per-shard",
+        "128",
+        "--num-shards",
+        "2",
+        "--round-batches",
+        "8",
+        "--boundaries",
+        "32,64,128",
+        "--curricula",
+        "baseline,loss_controlled,exp3s",
+        "--out",
+        str(out),
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())

@@ -1,6 +1,7 @@
 """What data/order/curriculum.py adds for training: exp3s's visit_gain reward, update_step, the
 curriculum a config asks for, and the MLPerf division rule (the pipeline that uses them is
 tested in tests/integration/test_bucketing_pipeline.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,16 +53,27 @@ def test_update_step_uses_the_recorded_draw():
 
 def test_curriculum_from_config():
     def build(name, *overrides):
-        d = load_config(None, [f"data.curriculum.name={name}",
-                               "data.curriculum.bucket_boundaries=32,64,128", *overrides,
-                               "data.max_seq_length=128", "model.max_position_embeddings=128",
-                               "submission.division=open"]).data
+        d = load_config(
+            None,
+            [
+                f"data.curriculum.name={name}",
+                "data.curriculum.bucket_boundaries=32,64,128",
+                *overrides,
+                "data.max_seq_length=128",
+                "model.max_position_embeddings=128",
+                "submission.division=open",
+            ],
+        ).data
         return curricula.curriculum_from_config(d.curriculum, [0.5, 0.25, 0.25], seed=3)
 
     ordered = build("increasing", "data.curriculum.round_batches=8")
     assert ordered.visits.tolist() == [4, 2, 2] and ordered.seed == 3
-    lc = build("loss_controlled", "data.curriculum.loss_targets=5,4,3",
-               "data.curriculum.loss_window=4", "data.curriculum.max_batches=9")
+    lc = build(
+        "loss_controlled",
+        "data.curriculum.loss_targets=5,4,3",
+        "data.curriculum.loss_window=4",
+        "data.curriculum.max_batches=9",
+    )
     assert lc.targets.tolist() == [5, 4, 3] and lc.window == 4 and lc.max_batches == 9
     assert build("loss_controlled", "data.curriculum.max_batches=0").max_batches is None
     bandit = build("exp3s", "data.curriculum.alpha=1/t", "data.curriculum.eta=0.3")

@@ -2,6 +2,7 @@
 
 The multi-process paths (MPIComm, GlooComm) run in tests/integration/test_data_distributed.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,11 @@ def random_samples(rng: np.random.Generator, n: int, max_len: int = 40) -> list[
         ids = rng.integers(0, 30000, length).astype(np.int16)
         seg = (np.arange(length) > length // 2).astype(np.int8)
         pos = np.sort(rng.choice(length, m, replace=False)).astype(np.int16)
-        out.append(Sample(ids, seg, pos, rng.integers(0, 30000, m).astype(np.int16),
-                          int(rng.integers(0, 2))))
+        out.append(
+            Sample(
+                ids, seg, pos, rng.integers(0, 30000, m).astype(np.int16), int(rng.integers(0, 2))
+            )
+        )
     return out
 
 
@@ -35,8 +39,7 @@ def assert_same(a: Sample, b: Sample) -> None:
 
 def simulated_gather(per_rank: list[list[Sample]]) -> GlobalBatch:
     """What every rank holds after the two all-gathers of a world of len(per_rank) ranks."""
-    encoded = [encode(s, np.array([[r, i] for i in range(len(s))]))
-               for r, s in enumerate(per_rank)]
+    encoded = [encode(s, np.array([[r, i] for i in range(len(s))])) for r, s in enumerate(per_rank)]
     return GlobalBatch([m for m, _ in encoded], [p for _, p in encoded])
 
 
@@ -48,8 +51,7 @@ def test_encode_layout():
     assert meta[:, 3:].tolist() == [[7, 0], [7, 1], [8, 5], [9, 2]]
     assert payload.size == payload_size(meta)
     tokens = meta[:, 0].sum()
-    np.testing.assert_array_equal(payload[:tokens],
-                                  np.concatenate([s.input_ids for s in samples]))
+    np.testing.assert_array_equal(payload[:tokens], np.concatenate([s.input_ids for s in samples]))
 
 
 @pytest.mark.parametrize("world, local", [(1, 1), (1, 5), (3, 4), (8, 7)])
@@ -74,8 +76,15 @@ def test_balanced_rows_pack_like_the_original_samples():
     assignment = balance("serpentine", pooled.lengths, 4, 4)
     for rows in assignment:
         got, expected = pack_samples(pooled.samples(rows)), pack_samples([flat[i] for i in rows])
-        for name in ("input_ids", "segment_ids", "cu_seqlens", "masked_positions",
-                     "masked_labels", "nsp_labels", "token_index"):
+        for name in (
+            "input_ids",
+            "segment_ids",
+            "cu_seqlens",
+            "masked_positions",
+            "masked_labels",
+            "nsp_labels",
+            "token_index",
+        ):
             np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
 
 

@@ -6,6 +6,7 @@ backs off and the skip is counted. Forced here on CPU (fp16 autocast, torch's Gr
 `Replicated`, the device `DynamicLossScaler` for `Sharded`) by a gradient hook that turns one
 parameter's gradient to inf at one step.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,10 @@ class Tiny(torch.nn.Module):
 
 def batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     gen = torch.Generator().manual_seed(1)
-    return [(torch.randn(32, 8, generator=gen), torch.randint(0, 4, (32,), generator=gen))
-            for _ in range(n)]
+    return [
+        (torch.randn(32, 8, generator=gen), torch.randint(0, 4, (32,), generator=gen))
+        for _ in range(n)
+    ]
 
 
 class Run:
@@ -73,8 +76,12 @@ class Run:
             state = self.optim.optimizer.state_dict()["state"]
             return [state[i][k] for i in sorted(state) for k in ("exp_avg", "exp_avg_sq")]
         opt = self.optim.optimizer
-        return [opt.state[p][k].clone() for g in opt.param_groups for p in g["params"]
-                for k in ("exp_avg", "exp_avg_sq")]
+        return [
+            opt.state[p][k].clone()
+            for g in opt.param_groups
+            for p in g["params"]
+            for k in ("exp_avg", "exp_avg_sq")
+        ]
 
     def updates_applied(self) -> set[int]:
         """The step count(s) the bias correction uses next (one per parameter for LAMB)."""
@@ -118,7 +125,7 @@ def test_the_skipped_step_changes_nothing_but_the_loss_scale(kind):
     assert applied_after == applied == {SKIP_AT}  # bias correction and step count held
     assert lr_after == lr  # the schedule held: the next update uses the skipped step's lr
     assert run.optim.skipped_steps() == 1
-    assert run.loss_scale() == 2.0 ** 15  # backed off once from 2**16 (both scalers' default)
+    assert run.loss_scale() == 2.0**15  # backed off once from 2**16 (both scalers' default)
 
 
 @pytest.mark.parametrize("kind", WRAPPERS)

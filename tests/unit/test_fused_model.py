@@ -11,6 +11,7 @@ PyTorch's own low-precision error.
 fused_dense_gelu needs hidden_act=gelu_tanh (cuBLASLt's GeLU), so every case with it runs both
 models with the tanh GeLU; the others keep BERT's erf GeLU.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,16 +32,25 @@ from data.packing import PackedBatch, Sample, pack_samples
 from kernels.reference import HIDDEN, dropout_keep_mask, unpack_dropout_mask
 from kernels.softmax_cross_entropy import softmax_cross_entropy
 
-FLAGS = ("fused_bias_dropout_residual_layernorm", "fused_embedding_backward", "fused_mlm_loss",
-         "fused_dense", "fused_dense_gelu")
+FLAGS = (
+    "fused_bias_dropout_residual_layernorm",
+    "fused_embedding_backward",
+    "fused_mlm_loss",
+    "fused_dense",
+    "fused_dense_gelu",
+)
 DENSE_OPS = {"bert_kernels.dense_forward", "bert_kernels.dense_dgrad", "bert_kernels.dense_wgrad"}
 # The custom ops (forward and backward) each flag must call.
 FLAG_OPS = {
-    "fused_bias_dropout_residual_layernorm": {"bert_kernels.bdrln_forward",
-                                              "bert_kernels.bdrln_backward"},
+    "fused_bias_dropout_residual_layernorm": {
+        "bert_kernels.bdrln_forward",
+        "bert_kernels.bdrln_backward",
+    },
     "fused_embedding_backward": {"bert_kernels.embedding", "bert_kernels.embedding_backward"},
-    "fused_mlm_loss": {"bert_kernels.softmax_cross_entropy",
-                       "bert_kernels.softmax_cross_entropy_backward"},
+    "fused_mlm_loss": {
+        "bert_kernels.softmax_cross_entropy",
+        "bert_kernels.softmax_cross_entropy_backward",
+    },
     "fused_dense": DENSE_OPS,
     "fused_dense_gelu": DENSE_OPS,
 }
@@ -63,10 +73,17 @@ def activation(flags) -> str:
 
 def config(flags=(), dropout: float = 0.0, **overrides) -> ModelConfig:
     """Two layers at the kernels' hidden size (1024); everything else small."""
-    values = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2,
-                  num_attention_heads=16, intermediate_size=128, max_position_embeddings=64,
-                  hidden_dropout_prob=dropout, attention_probs_dropout_prob=0.0,
-                  hidden_act=activation(flags))
+    values = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=16,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=0.0,
+        hidden_act=activation(flags),
+    )
     values.update(overrides)
     return ModelConfig(**values, **{flag: True for flag in flags})
 
@@ -76,10 +93,15 @@ def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB, **pack_option
     samples = []
     for i, n in enumerate(lengths):
         positions = np.sort(rng.choice(n, size=max(1, n * 15 // 100), replace=False))
-        samples.append(Sample(rng.integers(1, vocab, n).astype(np.int16),
-                              (np.arange(n) >= n // 2).astype(np.int8),
-                              positions.astype(np.int16),
-                              rng.integers(0, vocab, positions.size).astype(np.int16), i % 2))
+        samples.append(
+            Sample(
+                rng.integers(1, vocab, n).astype(np.int16),
+                (np.arange(n) >= n // 2).astype(np.int8),
+                positions.astype(np.int16),
+                rng.integers(0, vocab, positions.size).astype(np.int16),
+                i % 2,
+            )
+        )
     return pack_samples(samples, **pack_options)
 
 
@@ -120,10 +142,12 @@ def dense_sites(recorder: OpRecorder) -> dict[str, int]:
     """How many GEMMs of one training pass ran each cuBLASLt epilogue."""
     forward = recorder.inputs("bert_kernels.dense_forward")  # (x, weight, bias, gelu)
     dgrad = recorder.inputs("bert_kernels.dense_dgrad")  # (grad_y, weight, residual, gelu_pre)
-    return {"bias": sum(not args[3] for args in forward),
-            "bias_gelu": sum(bool(args[3]) for args in forward),
-            "dgrad_residual": sum(args[2] is not None for args in dgrad),
-            "dgrad_gelu": sum(args[3] is not None for args in dgrad)}
+    return {
+        "bias": sum(not args[3] for args in forward),
+        "bias_gelu": sum(bool(args[3]) for args in forward),
+        "dgrad_residual": sum(args[2] is not None for args in dgrad),
+        "dgrad_gelu": sum(args[3] is not None for args in dgrad),
+    }
 
 
 def expected_dense_sites(flags, layers: int) -> dict[str, int]:
@@ -168,8 +192,7 @@ def assert_same_training_pass(got, expected) -> None:
 def reference_and_fused(flags, dropout: float = 0.0):
     """The reference model (same GeLU as the case) and the fused one with its weights."""
     torch.manual_seed(0)
-    reference = BertForPretraining(config(dropout=dropout,
-                                          hidden_act=activation(flags))).train()
+    reference = BertForPretraining(config(dropout=dropout, hidden_act=activation(flags))).train()
     fused = BertForPretraining(config(flags, dropout=dropout)).train()
     fused.load_state_dict(reference.state_dict())
     return reference, fused
@@ -180,7 +203,8 @@ def test_fused_flags_are_off_by_default():
     assert not any(getattr(ModelConfig(), flag) for flag in FLAGS)
     assert FUSED_HIDDEN_SIZE == HIDDEN
     assert set(ops.FUSED_KERNELS) == set(FLAGS) and set(ops.FUSED_KERNELS.values()) <= set(
-        kernels.OPS)
+        kernels.OPS
+    )
 
 
 @pytest.mark.parametrize("flag", FLAGS[:2])
@@ -197,28 +221,40 @@ def test_fused_mlm_loss_needs_a_vocabulary_padded_to_8():
 
 
 def test_fused_dense_gelu_needs_the_tanh_gelu():
-    with pytest.raises(ConfigError, match=r"fused_dense_gelu=true needs model\.hidden_act="
-                                          r"gelu_tanh .*got 'gelu'.*use model\.fused_dense"):
+    with pytest.raises(
+        ConfigError,
+        match=r"fused_dense_gelu=true needs model\.hidden_act="
+        r"gelu_tanh .*got 'gelu'.*use model\.fused_dense",
+    ):
         config(("fused_dense_gelu",), hidden_act="gelu")
     config(("fused_dense",), hidden_act="gelu")  # no GeLU in its epilogues: either form
 
 
 @pytest.mark.parametrize("flag", DENSE_CASES[2])
-@pytest.mark.parametrize("name, overrides", [
-    ("hidden_size", dict(hidden_size=1020, num_attention_heads=12)),
-    ("intermediate_size", dict(intermediate_size=130)),
-])
+@pytest.mark.parametrize(
+    "name, overrides",
+    [
+        ("hidden_size", dict(hidden_size=1020, num_attention_heads=12)),
+        ("intermediate_size", dict(intermediate_size=130)),
+    ],
+)
 def test_dense_flags_need_features_multiple_of_8(flag, name, overrides):
-    with pytest.raises(ConfigError, match=f"model.{flag}=true needs model.{name} to be a "
-                                          f"multiple of 8.*got {next(iter(overrides.values()))}"):
+    with pytest.raises(
+        ConfigError,
+        match=f"model.{flag}=true needs model.{name} to be a "
+        f"multiple of 8.*got {next(iter(overrides.values()))}",
+    ):
         config((flag,), **overrides)
     config((flag,), hidden_size=768, num_attention_heads=12)  # any multiple of 8
 
 
 def test_fused_dense_needs_a_vocabulary_padded_to_8():
     """The decoder's output features are the padded vocabulary; fused_dense_gelu has no decoder."""
-    with pytest.raises(ConfigError, match=r"fused_dense=true needs the padded vocabulary \(the "
-                                          r"MLM decoder's output features\).*got 203"):
+    with pytest.raises(
+        ConfigError,
+        match=r"fused_dense=true needs the padded vocabulary \(the "
+        r"MLM decoder's output features\).*got 203",
+    ):
         config(("fused_dense",), pad_vocab_to_multiple_of=1)
     config(("fused_dense_gelu",), pad_vocab_to_multiple_of=1)
 
@@ -228,8 +264,11 @@ def test_missing_extension_fails_at_model_build_on_cuda():
     fused flag. Checked without a GPU: the check loads the library, it never touches a device."""
     if kernels.available():
         pytest.skip("the CUDA extension loads in this process")
-    with pytest.raises(RuntimeError, match=r"model\.fused_bias_dropout_residual_layernorm=true: "
-                                           r".*python -m kernels\.build"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"model\.fused_bias_dropout_residual_layernorm=true: "
+        r".*python -m kernels\.build",
+    ):
         BertForPretraining(config(FLAGS), device="cuda")
     with pytest.raises(RuntimeError, match=r"model\.fused_mlm_loss=true"):
         BertForPretraining(config(("fused_mlm_loss",)), device=torch.device("cuda", 0))
@@ -248,7 +287,8 @@ def test_fused_model_matches_reference(flags):
     model's (fp32, dropout off, training mode)."""
     reference, fused = reference_and_fused(flags)
     assert [(k, v.shape) for k, v in fused.state_dict().items()] == [
-        (k, v.shape) for k, v in reference.state_dict().items()]
+        (k, v.shape) for k, v in reference.state_dict().items()
+    ]
     batch = make_batch().to("cpu")
     expected = train_pass(reference, batch)
     with OpRecorder() as recorder:
@@ -282,9 +322,14 @@ class ReplayDropout(nn.Module):
         return x * self.keep.to(x.dtype) * (1.0 / (1.0 - self.p))
 
 
-@pytest.mark.parametrize("flags", [("fused_bias_dropout_residual_layernorm",),
-                                   ("fused_bias_dropout_residual_layernorm",
-                                    *DENSE_CASES[2])], ids=case_id)
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("fused_bias_dropout_residual_layernorm",),
+        ("fused_bias_dropout_residual_layernorm", *DENSE_CASES[2]),
+    ],
+    ids=case_id,
+)
 def test_fused_dropout_model_is_the_composition_under_its_masks(flags):
     """Dropout 0.1: record the keep mask of every fused sublayer; the reference model with those
     masks in its sublayer dropouts gives the same loss and gradients. The embeddings' dropout
@@ -342,8 +387,9 @@ def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return torch.nn.functional.cosine_similarity(a.float().flatten(), b.float().flatten(),
-                                                 dim=0).item()
+    return torch.nn.functional.cosine_similarity(
+        a.float().flatten(), b.float().flatten(), dim=0
+    ).item()
 
 
 def gpu_pass(model, batch, dtype, fused_mlm_loss: bool = False):
@@ -351,16 +397,20 @@ def gpu_pass(model, batch, dtype, fused_mlm_loss: bool = False):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
         mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, model.config.vocab_size,
-                                fused_mlm_loss)
+    mlm, nsp = pretraining_loss(
+        mlm_logits, nsp_logits, batch, model.config.vocab_size, fused_mlm_loss
+    )
     (mlm + nsp).backward()
     with torch.no_grad():
         per_row = torch.nn.functional.cross_entropy(
-            mlm_logits[:, :model.config.vocab_size].float(), batch.masked_labels,
-            reduction="none")
+            mlm_logits[:, : model.config.vocab_size].float(), batch.masked_labels, reduction="none"
+        )
     grads = {name: p.grad for name, p in model.named_parameters()}
-    return {"mlm_logits": mlm_logits.detach(), "mlm_rows": per_row,
-            "loss": (mlm + nsp).detach()}, grads
+    return {
+        "mlm_logits": mlm_logits.detach(),
+        "mlm_rows": per_row,
+        "loss": (mlm + nsp).detach(),
+    }, grads
 
 
 @pytest.mark.parametrize("attention", GPU_TEST_ATTENTIONS)
@@ -408,19 +458,26 @@ def test_fused_model_on_gpu(dtype, attention, flags):
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
-    got["mlm_rows"] = softmax_cross_entropy(got["mlm_logits"], batch.masked_labels, 30522,
-                                            reduction="none")  # the kernel's own rows
+    got["mlm_rows"] = softmax_cross_entropy(
+        got["mlm_logits"], batch.masked_labels, 30522, reduction="none"
+    )  # the kernel's own rows
     for key in ("mlm_logits", "mlm_rows", "loss"):
         torch_err = max_error(torch_lp[key], oracle[key])
         if key == "loss":  # a mean of rows: bounded by the rows' error, robust to lucky means
             torch_err = max(torch_err, max_error(torch_lp["mlm_rows"], oracle["mlm_rows"]))
         bound = 2 * torch_err + 1e-5 * max(1.0, oracle[key].abs().max().item())
-        assert max_error(got[key], oracle[key]) <= bound, (key, max_error(got[key], oracle[key]),
-                                                           bound)
+        assert max_error(got[key], oracle[key]) <= bound, (
+            key,
+            max_error(got[key], oracle[key]),
+            bound,
+        )
     for name, grad in got_grads.items():
         similarity = cosine(grad, oracle_grads[name])
-        assert similarity >= 0.999, (name, similarity, cosine(torch_grads[name],
-                                                               oracle_grads[name]))
+        assert similarity >= 0.999, (
+            name,
+            similarity,
+            cosine(torch_grads[name], oracle_grads[name]),
+        )
 
 
 # ---- benchmark hook ----------------------------------------------------------------------------
@@ -441,24 +498,32 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     assert ("padded_sdpa", True, True, True, False, "lamb") in unvalidated
     # the attention backends validated in the 2026-11-26 H100 window compete without the option
     assert {c.attention for c in candidates("cuda", "--model", "large")} == {
-        "padded_sdpa", "flash_varlen", "grouped_flash"}
+        "padded_sdpa",
+        "flash_varlen",
+        "grouped_flash",
+    }
     assert candidates("cuda", "--fastest", "grouped_flash+fused") == [
-        ("grouped_flash", False, True, False, False, "lamb")]
+        ("grouped_flash", False, True, False, False, "lamb")
+    ]
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
-        ("per_sequence", False, False, True, False, "lamb")]
+        ("per_sequence", False, False, True, False, "lamb")
+    ]
     # The last-layer subset is exact, so it always competes, with and without.
     assert {c.subset for c in candidates("cpu")} == {False, True}
     # Compiled sublayers (model.compile_sublayers) compete only when named, never with +fused.
-    assert not any(c.sublayers for c in candidates("cuda", "--include-unvalidated", "--model",
-                                                   "large"))
+    assert not any(
+        c.sublayers for c in candidates("cuda", "--include-unvalidated", "--model", "large")
+    )
     assert candidates("cuda", "--fastest", "flash_varlen+sublayers") == [
-        ("flash_varlen", False, False, False, True, "lamb")]
+        ("flash_varlen", False, False, False, True, "lamb")
+    ]
     with pytest.raises(SystemExit, match="sublayers compiles what"):
         candidates("cuda", "--fastest", "flash_varlen+fused+sublayers")
     # The optimizer: named only; the sharded one with or without its kernels, not both.
     assert {c.optimizer for c in candidates("cuda", "--include-unvalidated")} == {"lamb"}
-    assert candidates("cuda", "--fastest", "flash_varlen+fused+fusedlamb")[0].optimizer == \
-        "fusedlamb"
+    assert (
+        candidates("cuda", "--fastest", "flash_varlen+fused+fusedlamb")[0].optimizer == "fusedlamb"
+    )
     assert candidates("cpu", "--fastest", "per_sequence+sharded")[0].optimizer == "sharded"
     with pytest.raises(SystemExit, match="fusedlamb is the sharded optimizer"):
         candidates("cuda", "--fastest", "flash_varlen+sharded+fusedlamb")

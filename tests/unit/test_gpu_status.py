@@ -1,5 +1,6 @@
 """GPU status is a field of each registry record (bert/gpu_status.py), not prose: the warning a
 CUDA run prints and kernels/VALIDATION.md's tables both follow the records."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,19 +22,32 @@ def test_the_default_config_turns_on_nothing_unvalidated():
 
 
 def test_every_unvalidated_switch_is_named():
-    cfg = load_config(None, ["model.attention=grouped_flash", "model.fused_mlm_loss=true",
-                             "model.fused_dense=true", "optim.sharded=true",
-                             "optim.fused_kernel=true"])
+    cfg = load_config(
+        None,
+        [
+            "model.attention=grouped_flash",
+            "model.fused_mlm_loss=true",
+            "model.fused_dense=true",
+            "optim.sharded=true",
+            "optim.fused_kernel=true",
+        ],
+    )
     # grouped_flash passed its GPU tests in the 2026-11-26 H100 window: not named any more
-    assert gpu_status.unvalidated(cfg) == ["model.fused_mlm_loss", "model.fused_dense",
-                                           "optim.fused_kernel"]
+    assert gpu_status.unvalidated(cfg) == [
+        "model.fused_mlm_loss",
+        "model.fused_dense",
+        "optim.fused_kernel",
+    ]
     assert gpu_status.warning(cfg).startswith("warning: not validated on a GPU yet: ")
 
 
 def test_a_validated_record_is_not_named(monkeypatch):
     op = fused.FUSED_OPS["fused_mlm_loss"]
-    monkeypatch.setitem(fused.FUSED_OPS, "fused_mlm_loss",
-                        dataclasses.replace(op, gpu_validated="benchmarks/results/gpu/x"))
+    monkeypatch.setitem(
+        fused.FUSED_OPS,
+        "fused_mlm_loss",
+        dataclasses.replace(op, gpu_validated="benchmarks/results/gpu/x"),
+    )
     cfg = load_config(None, ["model.fused_mlm_loss=true"])
     assert gpu_status.unvalidated(cfg) == []
 

@@ -6,6 +6,7 @@ global-norm clipping at max_grad_norm, bias-corrected Adam direction with eps ou
 decoupled weight decay added to the update, trust ratio |w|/|u| (1 where a norm is 0), and
 neither decay nor trust ratio for the no-decay (bias / LayerNorm) group.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,6 +24,7 @@ MAX_NORM = 1.0
 
 
 # ----------------------------------------------------------------------------- reference
+
 
 class RefLAMB:
     """Per-tensor Python loop in float64; state keyed by parameter name."""
@@ -47,8 +49,8 @@ class RefLAMB:
             t = self.t[n]
             self.m[n] = b1 * self.m[n] + (1 - b1) * g
             self.v[n] = b2 * self.v[n] + (1 - b2) * g * g
-            m_hat = self.m[n] / (1 - b1 ** t)
-            v_hat = self.v[n] / (1 - b2 ** t)
+            m_hat = self.m[n] / (1 - b1**t)
+            v_hat = self.v[n] / (1 - b2**t)
             wd = self.decay[n]
             update = m_hat / (v_hat.sqrt() + EPS) + wd * self.w[n]
             ratio = 1.0
@@ -59,6 +61,7 @@ class RefLAMB:
 
 
 # ----------------------------------------------------------------------------- fixtures
+
 
 class Tiny(torch.nn.Module):
     """Mixed groups: decay weights, biases, a LayerNorm, an all-zero weight, an unused weight."""
@@ -117,11 +120,18 @@ def decay_by_name(model: torch.nn.Module) -> dict[str, float]:
 
 
 def make_opt(model: torch.nn.Module, lr=0.05) -> LAMB:
-    return LAMB(param_groups(model, WD), lr=lr, betas=BETAS, eps=EPS, weight_decay=WD,
-                max_grad_norm=MAX_NORM)
+    return LAMB(
+        param_groups(model, WD),
+        lr=lr,
+        betas=BETAS,
+        eps=EPS,
+        weight_decay=WD,
+        max_grad_norm=MAX_NORM,
+    )
 
 
 # ----------------------------------------------------------------------------- tests
+
 
 def test_matches_float64_reference_over_12_steps():
     model = make_model()
@@ -139,8 +149,13 @@ def test_matches_float64_reference_over_12_steps():
         norms.append(ref.last_norm)
         assert float(opt.last_grad_norm) == pytest.approx(ref.last_norm, rel=1e-5)
         for name, p in named.items():
-            torch.testing.assert_close(p.detach().double(), ref.w[name], rtol=2e-5, atol=2e-6,
-                                       msg=f"{name} differs at step {k}")
+            torch.testing.assert_close(
+                p.detach().double(),
+                ref.w[name],
+                rtol=2e-5,
+                atol=2e-6,
+                msg=f"{name} differs at step {k}",
+            )
     assert max(norms) > MAX_NORM > min(norms), "plan must cover clipped and unclipped steps"
     assert opt.state[model.out.bias]["step"] == 11  # skipped once (grad None at step 3)
     assert opt.state[model.dense.weight]["step"] == 12
@@ -151,8 +166,12 @@ def test_groups_split_by_name():
     decay, no_decay = param_groups(model, WD)
     assert decay["weight_decay"] == WD and no_decay["weight_decay"] == 0.0
     assert set(decay["names"]) == {"dense.weight", "out.weight", "zero_w", "unused"}
-    assert set(no_decay["names"]) == {"dense.bias", "LayerNorm.weight", "LayerNorm.bias",
-                                      "out.bias"}
+    assert set(no_decay["names"]) == {
+        "dense.bias",
+        "LayerNorm.weight",
+        "LayerNorm.bias",
+        "out.bias",
+    }
 
 
 def test_tied_parameter_listed_once():

@@ -1,6 +1,7 @@
 """model.last_layer_subset: the last encoder layer computes queries, attention output and FFN
 only for [CLS] and the masked tokens, keys and values from all tokens. The heads read only those
 rows, so the model must equal the full model: same logits, same losses, same gradients."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,17 +23,29 @@ def samples(seed: int, lengths=(9, 30, 17, 5, 64), masked=(2, 6, 0, 1, 9)) -> li
     out = []
     for length, count in zip(lengths, masked):
         positions = rng.choice(np.arange(1, length), size=count, replace=False)
-        out.append(Sample(rng.integers(0, VOCAB, length).astype(np.int16),
-                          (np.arange(length) >= length // 2).astype(np.int8),
-                          positions.astype(np.int16),
-                          rng.integers(0, VOCAB, count).astype(np.int16), int(rng.integers(2))))
+        out.append(
+            Sample(
+                rng.integers(0, VOCAB, length).astype(np.int16),
+                (np.arange(length) >= length // 2).astype(np.int8),
+                positions.astype(np.int16),
+                rng.integers(0, VOCAB, count).astype(np.int16),
+                int(rng.integers(2)),
+            )
+        )
     return out
 
 
 def config(**overrides) -> ModelConfig:
-    base = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                intermediate_size=128, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0)
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return ModelConfig(**{**base, **overrides})
 
 
@@ -46,7 +59,8 @@ def test_query_layout():
     assert (sub.index[sub.cu_seqlens[:-1]] == batch.cu_seqlens[:-1]).all()
     assert (sub.index[sub.masked_rows] == batch.masked_positions).all()
     assert sorted(sub.masked_rows.tolist() + sub.cu_seqlens[:-1].tolist()) == list(
-        range(counts.sum()))
+        range(counts.sum())
+    )
     # token_index places each query in a padded [B, max queries] layout, sequence by sequence.
     seq, pos = np.divmod(sub.token_index, sub.max_seqlen)
     assert (seq == np.repeat(np.arange(5), counts)).all()
@@ -65,17 +79,22 @@ def test_layout_helper_on_its_own():
 def run(model: BertForPretraining, batch) -> tuple[list[torch.Tensor], dict]:
     model.zero_grad()
     mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, VOCAB,
-                                model.config.fused_mlm_loss)
+    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, VOCAB, model.config.fused_mlm_loss)
     (mlm + nsp).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return [mlm_logits, nsp_logits, mlm, nsp], grads
 
 
-@pytest.mark.parametrize("overrides", [
-    {"attention": "padded_sdpa"}, {"attention": "per_sequence"}, {"attention": "grouped_flash"},
-    {"attention": "per_sequence", "fused_dense": True, "fused_mlm_loss": True},
-], ids=["padded_sdpa", "per_sequence", "grouped_flash", "fused_twins"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"attention": "padded_sdpa"},
+        {"attention": "per_sequence"},
+        {"attention": "grouped_flash"},
+        {"attention": "per_sequence", "fused_dense": True, "fused_mlm_loss": True},
+    ],
+    ids=["padded_sdpa", "per_sequence", "grouped_flash", "fused_twins"],
+)
 def test_subset_model_equals_the_full_model(overrides):
     torch.manual_seed(0)
     full = BertForPretraining(config(**overrides))
@@ -106,8 +125,9 @@ def test_subset_layer_computes_fewer_rows():
 
 def test_training_with_dropout_runs_and_a_missing_layout_is_one_clear_error():
     torch.manual_seed(0)
-    model = BertForPretraining(config(last_layer_subset=True, hidden_dropout_prob=0.1,
-                                      attention_probs_dropout_prob=0.1)).train()
+    model = BertForPretraining(
+        config(last_layer_subset=True, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    ).train()
     outs, grads = run(model, pack_samples(samples(3), query_subset=True).to("cpu"))
     assert torch.isfinite(outs[2]) and all(torch.isfinite(g).all() for g in grads.values())
     with pytest.raises(ValueError, match="model.last_layer_subset needs PackedBatch.query_subset"):

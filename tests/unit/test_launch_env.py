@@ -1,5 +1,6 @@
 """bert.train.launch_env: the rank layout from each launcher's variables, and the rendezvous
 checks."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,12 @@ import pytest
 from bert.train.launch_env import LAUNCHER_VARS, abort_mpi_job, export_rendezvous, launch_layout
 
 ALL_VARS = [name for _, names in LAUNCHER_VARS for name in names] + [
-    "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "PMIX_RANK",
+]
 
 
 @pytest.fixture
@@ -21,23 +27,52 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({}, ("single", 0, 1, 0, 1)),
-    ({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"},
-     ("torchrun", 3, 8, 3, 4)),
-    ({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "16",
-      "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"},
-     ("Open MPI", 5, 16, 1, 4)),
-    ({"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
-     ("PMI", 2, 4, 0, 2)),
-    ({"SLURM_PROCID": "9", "SLURM_STEP_NUM_TASKS": "16", "SLURM_LOCALID": "1",
-      "SLURM_STEP_TASKS_PER_NODE": "8(x2)"}, ("srun", 9, 16, 1, 8)),
-    # launch/rank_env.sh under mpirun: torch variables win, the node size comes from Open MPI
-    ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "OMPI_COMM_WORLD_RANK": "1",
-      "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, ("torchrun", 1, 4, 1, 2)),
-    # a batch script without srun: SLURM_PROCID alone does not make a multi-rank job
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, ("single", 0, 1, 0, 1)),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, ("single", 0, 1, 0, 1)),
+        (
+            {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4"},
+            ("torchrun", 3, 8, 3, 4),
+        ),
+        (
+            {
+                "OMPI_COMM_WORLD_RANK": "5",
+                "OMPI_COMM_WORLD_SIZE": "16",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+            },
+            ("Open MPI", 5, 16, 1, 4),
+        ),
+        (
+            {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"},
+            ("PMI", 2, 4, 0, 2),
+        ),
+        (
+            {
+                "SLURM_PROCID": "9",
+                "SLURM_STEP_NUM_TASKS": "16",
+                "SLURM_LOCALID": "1",
+                "SLURM_STEP_TASKS_PER_NODE": "8(x2)",
+            },
+            ("srun", 9, 16, 1, 8),
+        ),
+        # launch/rank_env.sh under mpirun: torch variables win, the node size comes from Open MPI
+        (
+            {
+                "RANK": "1",
+                "WORLD_SIZE": "4",
+                "LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_RANK": "1",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
+            ("torchrun", 1, 4, 1, 2),
+        ),
+        # a batch script without srun: SLURM_PROCID alone does not make a multi-rank job
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"}, ("single", 0, 1, 0, 1)),
+    ],
+)
 def test_layout_from_each_launcher(clean_env, env, expected):
     for name, value in env.items():
         clean_env.setenv(name, value)
@@ -53,8 +88,13 @@ def test_rendezvous_needs_master_addr_without_mpi(clean_env):
 
 
 def test_rendezvous_keeps_given_address(clean_env):
-    for name, value in {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": "1",
-                        "MASTER_ADDR": "node7", "MASTER_PORT": "29511"}.items():
+    for name, value in {
+        "SLURM_PROCID": "1",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_LOCALID": "1",
+        "MASTER_ADDR": "node7",
+        "MASTER_PORT": "29511",
+    }.items():
         clean_env.setenv(name, value)
     export_rendezvous(launch_layout())
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("1", "1")

@@ -3,6 +3,7 @@
 The checker runs as a subprocess (through scripts/check_compliance.py), so these tests check the
 real rules in mlperf_logging/compliance_checker/training_5.0.0/, not a copy of them.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,10 @@ SEED = 1234
 def start_run(log: MLPerfLogger, cfg: Config) -> None:
     log.cache_clear(True)
     log.init_start()
-    log.submission_info(cfg.submission.org, cfg.submission.platform,
-                        cfg.submission.division, cfg.submission.status)
-    log.hyperparameters(cfg, train_samples=156_725_653, eval_samples=cfg.eval.samples,
-                        seed=SEED)
+    log.submission_info(
+        cfg.submission.org, cfg.submission.platform, cfg.submission.division, cfg.submission.status
+    )
+    log.hyperparameters(cfg, train_samples=156_725_653, eval_samples=cfg.eval.samples, seed=SEED)
     log.init_stop()
     log.run_start()
 
@@ -60,8 +61,13 @@ def write_run(path: Path, accuracies: list[float], rank: int = 0) -> Path:
 
 
 def check(*paths: Path, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(CHECK_SCRIPT), *map(str, paths), *extra],
-                          capture_output=True, text=True, check=False, cwd=paths[0].parent)
+    return subprocess.run(
+        [sys.executable, str(CHECK_SCRIPT), *map(str, paths), *extra],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=paths[0].parent,
+    )
 
 
 def records(path: Path) -> list[dict]:
@@ -70,13 +76,15 @@ def records(path: Path) -> list[dict]:
 
 
 def without_key(src: Path, dst: Path, key: str) -> Path:
-    kept = [line for line in src.read_text().splitlines(keepends=True)
-            if f'"key": "{key}"' not in line]
+    kept = [
+        line for line in src.read_text().splitlines(keepends=True) if f'"key": "{key}"' not in line
+    ]
     dst.write_text("".join(kept))
     return dst
 
 
 # (a) --------------------------------------------------------------------------------------
+
 
 def test_compliant_run_passes_checker(tmp_path):
     log = write_run(tmp_path / "result_0.txt", [0.5, 0.73])
@@ -106,6 +114,7 @@ def test_compliant_log_contents(tmp_path):
 
 # (b) --------------------------------------------------------------------------------------
 
+
 def test_run_below_target_fails_checker(tmp_path):
     log = write_run(tmp_path / "result_0.txt", [0.5, 0.70])
     proc = check(log)
@@ -116,11 +125,22 @@ def test_run_below_target_fails_checker(tmp_path):
 
 # (c) --------------------------------------------------------------------------------------
 
-REQUIRED_ONCE = ["seed", "global_batch_size", "gradient_accumulation_steps",
-                 "opt_base_learning_rate", "opt_lamb_epsilon", "opt_learning_rate_training_steps",
-                 "opt_learning_rate_warmup_steps", "num_warmup_steps", "start_warmup_step",
-                 "opt_lamb_beta_1", "opt_lamb_beta_2", "opt_lamb_weight_decay_rate",
-                 "train_samples", "eval_samples"]
+REQUIRED_ONCE = [
+    "seed",
+    "global_batch_size",
+    "gradient_accumulation_steps",
+    "opt_base_learning_rate",
+    "opt_lamb_epsilon",
+    "opt_learning_rate_training_steps",
+    "opt_learning_rate_warmup_steps",
+    "num_warmup_steps",
+    "start_warmup_step",
+    "opt_lamb_beta_1",
+    "opt_lamb_beta_2",
+    "opt_lamb_weight_decay_rate",
+    "train_samples",
+    "eval_samples",
+]
 
 
 # `seed` is not in the compliance checker's 5.0.0 rules; the package checker's seed checker
@@ -136,8 +156,10 @@ def test_missing_hyperparameter_fails_checker(tmp_path):
     good = write_run(tmp_path / "full.txt", [0.5, 0.73])
     runs = tmp_path / "runs"
     runs.mkdir()
-    broken = {without_key(good, runs / f"result_{i}.txt", key): key
-              for i, key in enumerate(REQUIRED_BY_COMPLIANCE)}
+    broken = {
+        without_key(good, runs / f"result_{i}.txt", key): key
+        for i, key in enumerate(REQUIRED_BY_COMPLIANCE)
+    }
     proc = check(runs)  # directory mode: one checker process per file
     assert proc.returncode != 0
     for path, key in broken.items():
@@ -147,6 +169,7 @@ def test_missing_hyperparameter_fails_checker(tmp_path):
 
 def test_missing_seed_fails_seed_checker(tmp_path):
     from mlperf_logging.package_checker.seed_checker import SeedChecker
+
     good = write_run(tmp_path / "result_0.txt", [0.73])
     assert SeedChecker("5.0.0").check_seeds([str(good)])
     no_seed = without_key(good, tmp_path / "result_1.txt", "seed")
@@ -154,6 +177,7 @@ def test_missing_seed_fails_seed_checker(tmp_path):
 
 
 # (d) --------------------------------------------------------------------------------------
+
 
 def test_logger_refuses_repeated_hyperparameter(tmp_path):
     path = tmp_path / "result_0.txt"
@@ -187,6 +211,7 @@ def test_repeated_hyperparameter_fails_checker(tmp_path):
 
 # (e) --------------------------------------------------------------------------------------
 
+
 def test_nonzero_rank_writes_nothing(tmp_path, capsys):
     path = tmp_path / "rank1.txt"
     log = write_run(path, [0.5, 0.73], rank=1)
@@ -213,6 +238,7 @@ def test_nonzero_rank_still_validates_order():
 
 # process-global mllog ---------------------------------------------------------------------
 
+
 def test_loggers_in_one_process_keep_files_apart(tmp_path):
     first = MLPerfLogger(str(tmp_path / "a.txt"), rank=0)
     first.cache_clear(True)
@@ -238,10 +264,11 @@ def test_echo_goes_to_stdout_only_when_asked(tmp_path, capsys):
     assert capsys.readouterr().out == ""
     with MLPerfLogger(str(tmp_path / "loud.txt"), rank=0, echo=True) as log:
         log.cache_clear(True)
-    assert ':::MLLOG' in capsys.readouterr().out
+    assert ":::MLLOG" in capsys.readouterr().out
 
 
 # call order ---------------------------------------------------------------------------------
+
 
 def test_init_stop_needs_submission_division(tmp_path):
     # The checker's init-time limit comes from submission_division (common.yaml).

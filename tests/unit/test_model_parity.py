@@ -3,6 +3,7 @@
 Same weights (loaded through bert/model/weights.py), fp32, dropout off, a batch of mixed lengths
 including length 1 and the full length: MLM loss, NSP loss and every parameter gradient match.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,12 @@ import pytest
 import torch
 
 from bert.model import BertForPretraining, ModelConfig, mlm_correct, pretraining_loss
-from bert.model.weights import (CheckpointError, convert_hf_state_dict, load_checkpoint_file,
-                                load_into_model)
+from bert.model.weights import (
+    CheckpointError,
+    convert_hf_state_dict,
+    load_checkpoint_file,
+    load_into_model,
+)
 from data.packing import Sample, pack_samples
 
 transformers = pytest.importorskip("transformers")
@@ -24,15 +29,30 @@ LENGTHS = (1, MAX_LEN, 17, 2, 33, 5)
 def tiny_configs(vocab_size: int = 101, act: str = "gelu"):
     """vocab 101 is deliberately not a multiple of 8, so our embedding is padded to 104."""
     hf = transformers.BertConfig(
-        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=96, max_position_embeddings=MAX_LEN, type_vocab_size=2,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act=act,
-        layer_norm_eps=1e-12)
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=MAX_LEN,
+        type_vocab_size=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        hidden_act=act,
+        layer_norm_eps=1e-12,
+    )
     ours = ModelConfig(
-        vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=96, max_position_embeddings=MAX_LEN, type_vocab_size=2,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        hidden_act="gelu_tanh" if act == "gelu_new" else "gelu")
+        vocab_size=vocab_size,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=MAX_LEN,
+        type_vocab_size=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        hidden_act="gelu_tanh" if act == "gelu_new" else "gelu",
+    )
     return hf, ours
 
 
@@ -45,8 +65,15 @@ def random_samples(rng: np.random.Generator, vocab: int) -> list[Sample]:
         n_masked = int(rng.integers(1, max(2, length // 3) + 1)) if length > 1 else 1
         positions = np.sort(rng.choice(length, size=min(n_masked, length), replace=False))
         labels = rng.integers(0, vocab, size=positions.shape[0])
-        samples.append(Sample(ids, segments, positions.astype(np.int16),
-                              labels.astype(np.int16), int(rng.integers(0, 2))))
+        samples.append(
+            Sample(
+                ids,
+                segments,
+                positions.astype(np.int16),
+                labels.astype(np.int16),
+                int(rng.integers(0, 2)),
+            )
+        )
     return samples
 
 
@@ -62,11 +89,17 @@ def hf_inputs(samples: list[Sample]) -> dict[str, torch.Tensor]:
         input_ids[i, :n] = torch.from_numpy(s.input_ids.astype(np.int64))
         token_type[i, :n] = torch.from_numpy(s.segment_ids.astype(np.int64))
         attention_mask[i, :n] = 1
-        labels[i, torch.from_numpy(s.masked_positions.astype(np.int64))] = \
-            torch.from_numpy(s.masked_ids.astype(np.int64))
+        labels[i, torch.from_numpy(s.masked_positions.astype(np.int64))] = torch.from_numpy(
+            s.masked_ids.astype(np.int64)
+        )
     nsp = torch.tensor([s.nsp_label for s in samples])
-    return dict(input_ids=input_ids, token_type_ids=token_type, attention_mask=attention_mask,
-                labels=labels, next_sentence_label=nsp)
+    return dict(
+        input_ids=input_ids,
+        token_type_ids=token_type,
+        attention_mask=attention_mask,
+        labels=labels,
+        next_sentence_label=nsp,
+    )
 
 
 def build_pair(act: str = "gelu"):
@@ -79,12 +112,15 @@ def build_pair(act: str = "gelu"):
 
 
 def hf_losses(hf_model, inputs, vocab):
-    out = hf_model(**{k: v for k, v in inputs.items()
-                      if k not in ("labels", "next_sentence_label")})
-    mlm = torch.nn.functional.cross_entropy(out.prediction_logits.reshape(-1, vocab),
-                                            inputs["labels"].reshape(-1), ignore_index=-100)
-    nsp = torch.nn.functional.cross_entropy(out.seq_relationship_logits,
-                                            inputs["next_sentence_label"])
+    out = hf_model(
+        **{k: v for k, v in inputs.items() if k not in ("labels", "next_sentence_label")}
+    )
+    mlm = torch.nn.functional.cross_entropy(
+        out.prediction_logits.reshape(-1, vocab), inputs["labels"].reshape(-1), ignore_index=-100
+    )
+    nsp = torch.nn.functional.cross_entropy(
+        out.seq_relationship_logits, inputs["next_sentence_label"]
+    )
     return mlm, nsp, out
 
 
@@ -128,8 +164,9 @@ def test_accuracy_counts_match_padded_argmax():
     samples = random_samples(np.random.default_rng(3), cfg.vocab_size)
     inputs = hf_inputs(samples)
     with torch.no_grad():
-        logits = hf_model(**{k: inputs[k] for k in ("input_ids", "token_type_ids",
-                                                   "attention_mask")}).prediction_logits
+        logits = hf_model(
+            **{k: inputs[k] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        ).prediction_logits
         mask = inputs["labels"] != -100
         expected = (logits.argmax(-1)[mask] == inputs["labels"][mask]).sum()
         batch = pack_samples(samples).to("cpu")

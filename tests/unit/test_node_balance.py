@@ -4,6 +4,7 @@ The transport that carries it out is tested in tests/unit/test_sparse_exchange.p
 properties every strategy shares (a permutation, batched = one at a time) also run for node_swap
 in tests/unit/test_balance.py.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,8 +17,19 @@ from data.order import node_balance as nb
 from data.order import strategies as bal
 
 # (world, local, ranks_per_node): one node, one rank per node, odd sizes, local batch 1
-SHAPES = [(1, 1, 1), (1, 7, 8), (2, 3, 1), (3, 1, 8), (4, 1, 2), (4, 5, 2), (6, 5, 3),
-          (8, 16, 8), (16, 3, 4), (32, 16, 8), (64, 2, 1)]
+SHAPES = [
+    (1, 1, 1),
+    (1, 7, 8),
+    (2, 3, 1),
+    (3, 1, 8),
+    (4, 1, 2),
+    (4, 5, 2),
+    (6, 5, 3),
+    (8, 16, 8),
+    (16, 3, 4),
+    (32, 16, 8),
+    (64, 2, 1),
+]
 
 
 def _moved_fraction(assignment: np.ndarray, local: int, per_node: int) -> float:

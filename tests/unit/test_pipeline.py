@@ -6,6 +6,7 @@ exactly the samples the strategy assigns it, every sample of a global batch once
 once per epoch.
 Resume, an injected failure (tests/faults.py) and error propagation are checked on one rank.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,8 +27,15 @@ from data.sources.shards import DataError, list_shards, read_samples, write_samp
 from data.sources.stratified import StratifiedStream
 from data.synthetic import generate
 
-from data_audit import (all_samples, check_trail, expected_assignment, first_pass_steps,
-                        read_rank_files, stratified, trained)
+from data_audit import (
+    all_samples,
+    check_trail,
+    expected_assignment,
+    first_pass_steps,
+    read_rank_files,
+    stratified,
+    trained,
+)
 from faults import crash_at
 from thread_comm import ThreadComm, run_thread_ranks
 
@@ -38,25 +46,50 @@ SHARDS, PER_SHARD = 4, 48
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("pipeline_data")
-    generate(folder, num_shards=SHARDS, samples_per_shard=PER_SHARD, eval_samples=8,
-             max_seq_length=MAX_SEQ, max_predictions=MAX_PRED, vocab_size=256, seed=4)
+    generate(
+        folder,
+        num_shards=SHARDS,
+        samples_per_shard=PER_SHARD,
+        eval_samples=8,
+        max_seq_length=MAX_SEQ,
+        max_predictions=MAX_PRED,
+        vocab_size=256,
+        seed=4,
+    )
     return folder
 
 
-def config(data_dir: Path, strategy: str = "none", global_batch: int = 8, accum: int = 1,
-           *extra: str):
-    return load_config(None, [
-        f"data.train_dir={data_dir}", f"data.max_seq_length={MAX_SEQ}",
-        f"data.max_predictions_per_seq={MAX_PRED}", "model.max_position_embeddings=64",
-        f"data.balance={strategy}", f"run.global_batch_size={global_batch}",
-        f"run.gradient_accumulation_steps={accum}", *extra])
+def config(
+    data_dir: Path, strategy: str = "none", global_batch: int = 8, accum: int = 1, *extra: str
+):
+    return load_config(
+        None,
+        [
+            f"data.train_dir={data_dir}",
+            f"data.max_seq_length={MAX_SEQ}",
+            f"data.max_predictions_per_seq={MAX_PRED}",
+            "model.max_position_embeddings=64",
+            f"data.balance={strategy}",
+            f"run.global_batch_size={global_batch}",
+            f"run.gradient_accumulation_steps={accum}",
+            *extra,
+        ],
+    )
 
 
-def open_pipeline(cfg, rank: int, world: int, seed: int, comm: HostComm | None = None,
-                  **kwargs) -> TrainPipeline:
+def open_pipeline(
+    cfg, rank: int, world: int, seed: int, comm: HostComm | None = None, **kwargs
+) -> TrainPipeline:
     """The pipeline as the trainer opens it: the data config and the batch geometry."""
-    return TrainPipeline(cfg.data, BatchGeometry.build(cfg.run, world), rank, seed, "cpu",
-                         comm or LocalComm(), **kwargs)
+    return TrainPipeline(
+        cfg.data,
+        BatchGeometry.build(cfg.run, world),
+        rank,
+        seed,
+        "cpu",
+        comm or LocalComm(),
+        **kwargs,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,9 +102,11 @@ SPARSE = [name for name, s in STRATEGIES.items() if s.transport == "sparse"]
 def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int = 0) -> list:
     """Train `steps` steps of data on `world` thread ranks, recording the samples; the bytes
     each rank received from the others."""
+
     def rank_main(rank: int, comm: ThreadComm) -> int:
-        with open_pipeline(cfg, rank, world, SEED, comm, record_dir=record_dir,
-                           ranks_per_node=ranks_per_node) as pipeline:
+        with open_pipeline(
+            cfg, rank, world, SEED, comm, record_dir=record_dir, ranks_per_node=ranks_per_node
+        ) as pipeline:
             for _ in range(steps):
                 pipeline.next_step()
         return comm.received
@@ -79,24 +114,28 @@ def run_world(cfg, world: int, steps: int, record_dir: Path, ranks_per_node: int
     return run_thread_ranks(world, rank_main)
 
 
-@pytest.mark.parametrize("strategy, world, ranks_per_node", [
-    *((s, w, r) for s in STRATEGIES for w, r in [(2, 2), (4, 2)]),
-    *((s, 2, 1) for s in SPARSE),  # node_swap with one-rank nodes: it swaps between them
-])
-def test_every_sample_of_every_global_batch_trained_once(data_dir, tmp_path, strategy, world,
-                                                        ranks_per_node):
+@pytest.mark.parametrize(
+    "strategy, world, ranks_per_node",
+    [
+        *((s, w, r) for s in STRATEGIES for w, r in [(2, 2), (4, 2)]),
+        *((s, 2, 1) for s in SPARSE),  # node_swap with one-rank nodes: it swaps between them
+    ],
+)
+def test_every_sample_of_every_global_batch_trained_once(
+    data_dir, tmp_path, strategy, world, ranks_per_node
+):
     local = 8
     cfg = config(data_dir, strategy, global_batch=world * local)
     epoch_steps = SHARDS * PER_SHARD // (world * local)
     steps = epoch_steps
     if stratified(strategy):  # queues pass through their strata at their own rates
-        steps = min(epoch_steps, first_pass_steps(data_dir, world, local, SEED, MAX_SEQ,
-                                                  MAX_PRED))
+        steps = min(epoch_steps, first_pass_steps(data_dir, world, local, SEED, MAX_SEQ, MAX_PRED))
         assert steps >= 2
     run_world(cfg, world, steps, tmp_path, ranks_per_node)
     recorded = read_rank_files(tmp_path, world)
-    expected = expected_assignment(data_dir, strategy, world, world * local, SEED, MAX_SEQ,
-                                   MAX_PRED, ranks_per_node, steps)
+    expected = expected_assignment(
+        data_dir, strategy, world, world * local, SEED, MAX_SEQ, MAX_PRED, ranks_per_node, steps
+    )
     check_trail(recorded, expected, steps)
     counts = Counter(trained(recorded))
     assert max(counts.values()) == 1  # no sample twice in the run
@@ -110,12 +149,15 @@ def test_balancing_evens_out_tokens(data_dir, tmp_path):
     for strategy in ("none", "serpentine"):
         folder = tmp_path / strategy
         run_world(config(data_dir, strategy, global_batch=32), 4, 3, folder)
-        lengths = {(p.name, i): len(s.input_ids) for p in list_shards(data_dir)
-                   for i, s in enumerate(read_samples(p, MAX_SEQ, MAX_PRED))}
+        lengths = {
+            (p.name, i): len(s.input_ids)
+            for p in list_shards(data_dir)
+            for i, s in enumerate(read_samples(p, MAX_SEQ, MAX_PRED))
+        }
         recorded = read_rank_files(folder, 4)
         spread[strategy] = sum(
-            np.ptp([sum(lengths[k] for k in rank[step]) for rank in recorded])
-            for step in range(3))
+            np.ptp([sum(lengths[k] for k in rank[step]) for rank in recorded]) for step in range(3)
+        )
     assert spread["serpentine"] < spread["none"]
 
 
@@ -124,14 +166,16 @@ def test_sparse_transport_receives_less_than_the_all_gather(data_dir, tmp_path):
     sample of the others: the pipeline takes the sparse transport for node_swap."""
     received = {}
     for strategy in ("serpentine", "node_swap"):
-        received[strategy] = run_world(config(data_dir, strategy, global_batch=32), 4, 3,
-                                       tmp_path / strategy, ranks_per_node=2)
+        received[strategy] = run_world(
+            config(data_dir, strategy, global_batch=32), 4, 3, tmp_path / strategy, ranks_per_node=2
+        )
     assert max(received["node_swap"]) < min(received["serpentine"]) / 2
 
 
 # --------------------------------------------------------------------------------------------
 # One rank: shapes, resume, failures
 # --------------------------------------------------------------------------------------------
+
 
 def test_micro_batches_of_a_step(data_dir):
     cfg = config(data_dir, "global_presort", 12, 3)
@@ -225,6 +269,7 @@ def test_bad_node_size(data_dir, strategy):
 # Stratified draw
 # --------------------------------------------------------------------------------------------
 
+
 def test_stratified_batches_have_the_fixed_counts(data_dir):
     files = list_shards(data_dir)
     stream = StratifiedStream(files, 0, 2, SEED, MAX_SEQ, MAX_PRED)
@@ -235,7 +280,8 @@ def test_stratified_batches_have_the_fixed_counts(data_dir):
         samples, origin = stream.next_batch_tagged(8)
         lengths = np.array([len(s.input_ids) for s in samples])
         np.testing.assert_array_equal(
-            np.bincount(stratum_of(lengths, stream.edges), minlength=len(counts)), counts)
+            np.bincount(stratum_of(lengths, stream.edges), minlength=len(counts)), counts
+        )
         seen += [tuple(o) for o in origin.tolist()]
     assert len(seen) == len(set(seen))
     state = stream.state_dict()
@@ -250,8 +296,15 @@ def test_stratified_batches_have_the_fixed_counts(data_dir):
 def test_missing_stratum_is_a_clear_error(tmp_path):
     """All samples short: the first longer stratum finds nothing and says so."""
     for k in range(2):
-        samples = [Sample(np.full(6, 104, np.int16), np.zeros(6, np.int8),
-                          np.array([1], np.int16), np.array([104], np.int16), 0)] * 10
+        samples = [
+            Sample(
+                np.full(6, 104, np.int16),
+                np.zeros(6, np.int8),
+                np.array([1], np.int16),
+                np.array([104], np.int16),
+                0,
+            )
+        ] * 10
         write_samples(tmp_path / f"part_{k:05d}_of_00002.hdf5", samples)
     stream = StratifiedStream(list_shards(tmp_path), 0, 1, SEED, MAX_SEQ, MAX_PRED)
     with pytest.raises(DataError, match=r"no sample of length in \(16, 32\]"):
@@ -260,9 +313,15 @@ def test_missing_stratum_is_a_clear_error(tmp_path):
 
 def test_stratum_stream_resumes_before_a_shard_without_its_lengths(tmp_path):
     """A stratum queue's position may point at a shard holding none of its lengths."""
+
     def sample(length):
-        return Sample(np.full(length, 104, np.int16), np.zeros(length, np.int8),
-                      np.array([1], np.int16), np.array([104], np.int16), 0)
+        return Sample(
+            np.full(length, 104, np.int16),
+            np.zeros(length, np.int8),
+            np.array([1], np.int16),
+            np.array([104], np.int16),
+            0,
+        )
 
     first = int(np.random.default_rng([SEED, 0]).permutation(2)[0])  # read first in epoch 0
     write_samples(tmp_path / f"part_{first:05d}_of_00002.hdf5", [sample(60)] * 3)
@@ -277,11 +336,14 @@ def test_stratum_stream_resumes_before_a_shard_without_its_lengths(tmp_path):
     np.testing.assert_array_equal(again.next_batch_tagged(2)[1], stream.next_batch_tagged(2)[1])
 
 
-@pytest.mark.parametrize("override, message", [
-    ("data.balance=sorted", "data.balance='sorted': expected one of none, "),
-    ("data.prefetch_depth=0", "data.prefetch_depth=0 must be >= 1"),
-    ("data.ranks_per_node=-1", "data.ranks_per_node=-1 must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.balance=sorted", "data.balance='sorted': expected one of none, "),
+        ("data.prefetch_depth=0", "data.prefetch_depth=0 must be >= 1"),
+        ("data.ranks_per_node=-1", "data.ranks_per_node=-1 must be >= 0"),
+    ],
+)
 def test_data_config_is_validated(override, message):
     from bert.config import ConfigError
 

@@ -1,4 +1,5 @@
 """data.prefetch: order, depth, failure propagation, shutdown; the device copy (GPU test gated)."""
+
 from __future__ import annotations
 
 import threading
@@ -123,14 +124,21 @@ def _batch():
     samples = []
     for length in (5, 9, 3):
         ids = rng.integers(0, 100, length).astype(np.int16)
-        samples.append(Sample(ids, np.zeros(length, np.int8), np.array([1], np.int16),
-                              ids[[1]], 1))
+        samples.append(Sample(ids, np.zeros(length, np.int8), np.array([1], np.int16), ids[[1]], 1))
     return pack_samples(samples)
 
 
 def _assert_same(moved, host, device_type: str):
-    for name in ("input_ids", "segment_ids", "position_ids", "token_index", "cu_seqlens",
-                 "masked_positions", "masked_labels", "nsp_labels"):
+    for name in (
+        "input_ids",
+        "segment_ids",
+        "position_ids",
+        "token_index",
+        "cu_seqlens",
+        "masked_positions",
+        "masked_labels",
+        "nsp_labels",
+    ):
         tensor = getattr(moved, name)
         assert isinstance(tensor, torch.Tensor) and tensor.device.type == device_type
         np.testing.assert_array_equal(tensor.cpu().numpy(), getattr(host, name))
@@ -182,6 +190,7 @@ def test_ranks_that_close_at_different_times_stop_after_the_same_collective():
                 time.sleep(0.05)  # slow host work on this rank
             calls[rank] += 1
             return calls[rank]
+
         return step
 
     ranks = [Prefetcher(produce(r), depth=2, join_timeout_s=WAIT_S) for r in range(2)]

@@ -2,6 +2,7 @@
 checked on synthetic events shaped like the profiler's: the 2026-11-26 H100 profile counted the
 optimizer's and the custom ops' user annotations on top of their kernels (173 ms in a 133 ms
 step), and its top-ops list named CPU ops beside their own kernels."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -13,8 +14,12 @@ from bert.tools.throughput import profiling
 
 
 def event(name, start, end, device=DeviceType.CUDA, annotation=False):
-    return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation,
-                           time_range=SimpleNamespace(start=start, end=end))
+    return SimpleNamespace(
+        name=name,
+        device_type=device,
+        is_user_annotation=annotation,
+        time_range=SimpleNamespace(start=start, end=end),
+    )
 
 
 def test_cuda_breakdown_counts_kernels_only():
@@ -33,18 +38,27 @@ def test_cuda_breakdown_counts_kernels_only():
 
 def test_top_ops_on_cuda_lists_kernels_not_the_ops_that_launched_them():
     def avg(key, us, device=DeviceType.CUDA, annotation=False):
-        return SimpleNamespace(key=key, self_device_time_total=us, self_cpu_time_total=0,
-                               device_type=device, is_user_annotation=annotation)
+        return SimpleNamespace(
+            key=key,
+            self_device_time_total=us,
+            self_cpu_time_total=0,
+            device_type=device,
+            is_user_annotation=annotation,
+        )
 
-    prof = SimpleNamespace(key_averages=lambda: [
-        avg("bert_kernels_cuda::dense_wgrad", 14_000, device=DeviceType.CPU),
-        avg("bert_kernels_cuda::dense_wgrad", 14_000, annotation=True),
-        avg("nvjet_sm90_tst_256x160", 7_000),
-        avg("void pytorch_flash::flash_bwd_kernel", 9_000),
-    ])
+    prof = SimpleNamespace(
+        key_averages=lambda: [
+            avg("bert_kernels_cuda::dense_wgrad", 14_000, device=DeviceType.CPU),
+            avg("bert_kernels_cuda::dense_wgrad", 14_000, annotation=True),
+            avg("nvjet_sm90_tst_256x160", 7_000),
+            avg("void pytorch_flash::flash_bwd_kernel", 9_000),
+        ]
+    )
     rows = profiling._top_ops(prof, torch.device("cuda"))
-    assert rows == [["void pytorch_flash::flash_bwd_kernel", 9.0, "attention"],
-                    ["nvjet_sm90_tst_256x160", 7.0, "gemm"]]
+    assert rows == [
+        ["void pytorch_flash::flash_bwd_kernel", 9.0, "attention"],
+        ["nvjet_sm90_tst_256x160", 7.0, "gemm"],
+    ]
 
 
 def test_cpu_profile_of_a_step_adds_up_to_its_wall_time():

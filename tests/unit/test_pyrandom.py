@@ -1,5 +1,6 @@
 """The generator in data/prepare/instance_loop.py makes the draws of Python's own
 `random.Random`, bit for bit, and leaves the generator where Python's would be."""
+
 from __future__ import annotations
 
 import random
@@ -38,8 +39,9 @@ def test_draws_and_final_state_equal_python_random(seed):
     lengths = [0, 1, 2, 3, 4, 5, 17, 142, 509, 1000]
     rng, python = random.Random(seed), random.Random(seed)
     state = pyrandom.take_state(rng)
-    floats, ints, shuffled = _draw_sequence(state, np.array(BOUNDS, np.int64),
-                                            np.array(lengths, np.int64))
+    floats, ints, shuffled = _draw_sequence(
+        state, np.array(BOUNDS, np.int64), np.array(lengths, np.int64)
+    )
     pyrandom.give_state(rng, state)
     expected_floats, expected_ints, expected_shuffled = [], [], []
     for _ in range(40):

@@ -2,6 +2,7 @@
 
 Convention: `step` = optimizer steps already taken (0-based); update k uses lr_at(k).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -43,7 +44,7 @@ def test_endpoints_and_clamp_after_total():
 
 def test_power():
     assert lr_at(50, 1.0, 100, 0, power=2.0) == pytest.approx(0.25)
-    assert lr_at(50, 1.0, 100, 0, power=0.5) == pytest.approx(0.5 ** 0.5)
+    assert lr_at(50, 1.0, 100, 0, power=0.5) == pytest.approx(0.5**0.5)
 
 
 def test_rejects_bad_total():
@@ -51,8 +52,9 @@ def test_rejects_bad_total():
         lr_at(0, 1.0, 0, 0)
 
 
-@pytest.mark.parametrize("warmup,start,power", [(0, 0, 1.0), (10, 0, 1.0), (10, 5, 1.0),
-                                                (7, -3, 2.0)])
+@pytest.mark.parametrize(
+    "warmup,start,power", [(0, 0, 1.0), (10, 0, 1.0), (10, 5, 1.0), (7, -3, 2.0)]
+)
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
 def test_tensor_step_matches_int_step(warmup, start, power, dtype):
     steps = list(range(0, 130))

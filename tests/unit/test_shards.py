@@ -1,5 +1,6 @@
 """data.sources.shards: the MLPerf variable-length HDF5 format and its validation;
 data.sources.shard_stream: the per-rank stream over it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,13 @@ import pytest
 
 from data.packing import Sample
 from data.sources.shard_stream import ShardStream
-from data.sources.shards import (DataError, list_shards, read_eval_samples, read_samples,
-                                 write_samples)
+from data.sources.shards import (
+    DataError,
+    list_shards,
+    read_eval_samples,
+    read_samples,
+    write_samples,
+)
 
 MAX_SEQ = 16
 MAX_PRED = 4
@@ -22,7 +28,7 @@ def make_sample(tag: int, length: int = 8, num_masked: int = 2, nsp: int = 0) ->
     ids = np.full(length, 104 + tag, dtype=np.int16)
     ids[0], ids[-1] = 101, 102
     segments = np.zeros(length, dtype=np.int8)
-    segments[length // 2:] = 1
+    segments[length // 2 :] = 1
     positions = np.arange(1, 1 + num_masked, dtype=np.int16)
     return Sample(ids, segments, positions, ids[positions].copy(), nsp)
 
@@ -44,6 +50,7 @@ def sample_key(sample: Sample) -> tuple:
 # Raw files built with h5py directly, so each can be broken in exactly one way
 # --------------------------------------------------------------------------------------------
 
+
 def valid_columns(n: int = 3) -> dict[str, list]:
     samples = [make_sample(i, length=6 + i, nsp=i % 2) for i in range(n)]
     return {
@@ -55,8 +62,12 @@ def valid_columns(n: int = 3) -> dict[str, list]:
     }
 
 
-BASE_DTYPES = {"input_ids": np.int16, "segment_ids": np.int8, "masked_lm_positions": np.int16,
-               "masked_lm_ids": np.int16}
+BASE_DTYPES = {
+    "input_ids": np.int16,
+    "segment_ids": np.int8,
+    "masked_lm_positions": np.int16,
+    "masked_lm_ids": np.int16,
+}
 
 
 def write_raw(path: Path, columns: dict[str, list], dtypes: dict | None = None) -> Path:
@@ -70,8 +81,12 @@ def write_raw(path: Path, columns: dict[str, list], dtypes: dict | None = None) 
             column = np.empty(len(values), dtype=object)
             for i, v in enumerate(values):
                 column[i] = np.asarray(v, dtype=dtypes[name])
-            f.create_dataset(name, shape=(len(values),), data=column if len(values) else None,
-                             dtype=h5py.vlen_dtype(dtypes[name]))
+            f.create_dataset(
+                name,
+                shape=(len(values),),
+                data=column if len(values) else None,
+                dtype=h5py.vlen_dtype(dtypes[name]),
+            )
     return path
 
 
@@ -88,6 +103,7 @@ def expect_error(path: Path, *words: str, max_seq: int = MAX_SEQ) -> str:
 # --------------------------------------------------------------------------------------------
 # Round trip and atomic writing
 # --------------------------------------------------------------------------------------------
+
 
 def test_round_trip_keeps_values_and_dtypes(tmp_path):
     samples = [make_sample(i, length=5 + i, num_masked=i % 3, nsp=i % 2) for i in range(10)]
@@ -142,25 +158,35 @@ def test_write_refuses_no_samples(tmp_path):
 # Bad input: one DataError naming file, field and value
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("missing", ["input_ids", "segment_ids", "masked_lm_positions",
-                                     "masked_lm_ids", "next_sentence_labels"])
+
+@pytest.mark.parametrize(
+    "missing",
+    ["input_ids", "segment_ids", "masked_lm_positions", "masked_lm_ids", "next_sentence_labels"],
+)
 def test_missing_dataset(tmp_path, missing):
     columns = valid_columns()
     del columns[missing]
     expect_error(write_raw(tmp_path / "part_00003_of_00004.hdf5", columns), missing, "missing")
 
 
-@pytest.mark.parametrize("field, wrong", [("input_ids", np.int32), ("segment_ids", np.int16),
-                                          ("masked_lm_positions", np.int64),
-                                          ("masked_lm_ids", np.uint16)])
+@pytest.mark.parametrize(
+    "field, wrong",
+    [
+        ("input_ids", np.int32),
+        ("segment_ids", np.int16),
+        ("masked_lm_positions", np.int64),
+        ("masked_lm_ids", np.uint16),
+    ],
+)
 def test_wrong_vlen_dtype(tmp_path, field, wrong):
     path = write_raw(tmp_path / "bad.hdf5", valid_columns(), dtypes={field: wrong})
     expect_error(path, field, str(np.dtype(wrong)), str(np.dtype(BASE_DTYPES[field])))
 
 
 def test_wrong_label_dtype(tmp_path):
-    path = write_raw(tmp_path / "bad.hdf5", valid_columns(),
-                     dtypes={"next_sentence_labels": np.int64})
+    path = write_raw(
+        tmp_path / "bad.hdf5", valid_columns(), dtypes={"next_sentence_labels": np.int64}
+    )
     expect_error(path, "next_sentence_labels", "int64", "int8")
 
 
@@ -204,8 +230,9 @@ def test_sequence_length_out_of_range(tmp_path, length):
     columns["segment_ids"][1] = np.zeros(length)
     columns["masked_lm_positions"][1] = []
     columns["masked_lm_ids"][1] = []
-    expect_error(write_raw(tmp_path / "bad.hdf5", columns), "sample 1", "input_ids",
-                 f"length {length}")
+    expect_error(
+        write_raw(tmp_path / "bad.hdf5", columns), "sample 1", "input_ids", f"length {length}"
+    )
 
 
 def test_segment_length_differs(tmp_path):
@@ -217,16 +244,24 @@ def test_segment_length_differs(tmp_path):
 def test_masked_counts_disagree(tmp_path):
     columns = valid_columns()
     columns["masked_lm_ids"][0] = columns["masked_lm_ids"][0][:1]
-    expect_error(write_raw(tmp_path / "bad.hdf5", columns), "sample 0", "masked_lm_ids",
-                 "masked_lm_positions")
+    expect_error(
+        write_raw(tmp_path / "bad.hdf5", columns),
+        "sample 0",
+        "masked_lm_ids",
+        "masked_lm_positions",
+    )
 
 
 def test_too_many_predictions(tmp_path):
     columns = valid_columns()
     columns["masked_lm_positions"][1] = np.arange(1, MAX_PRED + 2)
     columns["masked_lm_ids"][1] = np.full(MAX_PRED + 1, 104)
-    expect_error(write_raw(tmp_path / "bad.hdf5", columns), "sample 1", "masked_lm_positions",
-                 f"max_predictions={MAX_PRED}")
+    expect_error(
+        write_raw(tmp_path / "bad.hdf5", columns),
+        "sample 1",
+        "masked_lm_positions",
+        f"max_predictions={MAX_PRED}",
+    )
 
 
 @pytest.mark.parametrize("position", [-1, 7, 130])
@@ -234,15 +269,18 @@ def test_masked_position_outside_sequence(tmp_path, position):
     columns = valid_columns()  # sample 1 has length 7
     columns["masked_lm_positions"][1] = [1, position]
     message = expect_error(write_raw(tmp_path / "part_00003_of_00004.hdf5", columns))
-    assert message.endswith(f"part_00003_of_00004.hdf5: sample 1: masked_lm_positions value "
-                            f"{position} is outside its sequence of length 7")
+    assert message.endswith(
+        f"part_00003_of_00004.hdf5: sample 1: masked_lm_positions value "
+        f"{position} is outside its sequence of length 7"
+    )
 
 
 def test_nsp_label_not_binary(tmp_path):
     columns = valid_columns()
     columns["next_sentence_labels"][2] = 2
-    expect_error(write_raw(tmp_path / "bad.hdf5", columns), "sample 2", "next_sentence_labels",
-                 "value 2")
+    expect_error(
+        write_raw(tmp_path / "bad.hdf5", columns), "sample 2", "next_sentence_labels", "value 2"
+    )
 
 
 def test_segment_value_not_binary(tmp_path):
@@ -261,12 +299,21 @@ def test_negative_token_id(tmp_path):
 # Discovery
 # --------------------------------------------------------------------------------------------
 
+
 def test_list_shards_sorted_and_filtered(tmp_path):
-    for name in ["part_00001_of_00003.hdf5", "part_00000_of_00003.hdf5", "eval.hdf5",
-                 "part_00002_of_00003.hdf5", "notes.txt"]:
+    for name in [
+        "part_00001_of_00003.hdf5",
+        "part_00000_of_00003.hdf5",
+        "eval.hdf5",
+        "part_00002_of_00003.hdf5",
+        "notes.txt",
+    ]:
         (tmp_path / name).write_bytes(b"")
     assert [p.name for p in list_shards(tmp_path)] == [
-        "part_00000_of_00003.hdf5", "part_00001_of_00003.hdf5", "part_00002_of_00003.hdf5"]
+        "part_00000_of_00003.hdf5",
+        "part_00001_of_00003.hdf5",
+        "part_00002_of_00003.hdf5",
+    ]
 
 
 def test_list_shards_errors(tmp_path):
@@ -290,8 +337,9 @@ def shard_files(tmp_path) -> list[Path]:
     for k, size in enumerate(SHARD_SIZES):
         samples = [make_sample(tag + i, length=5 + i % 3) for i in range(size)]
         tag += size
-        files.append(write_samples(tmp_path / f"part_{k:05d}_of_{len(SHARD_SIZES):05d}.hdf5",
-                                   samples))
+        files.append(
+            write_samples(tmp_path / f"part_{k:05d}_of_{len(SHARD_SIZES):05d}.hdf5", samples)
+        )
     return files
 
 
@@ -384,6 +432,7 @@ def test_bad_state_is_rejected(shard_files):
 # --------------------------------------------------------------------------------------------
 # Eval
 # --------------------------------------------------------------------------------------------
+
 
 def test_eval_split_across_ranks(tmp_path):
     samples = [make_sample(i) for i in range(10)]

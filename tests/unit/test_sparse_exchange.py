@@ -8,6 +8,7 @@ the assignment (data/order/strategies.py's node_swap, the simulator's) gives it,
 every sample once, and receives exactly the bytes `received_bytes` (the simulator's host cost)
 predicts.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -35,9 +36,11 @@ from thread_comm import run_thread_ranks
 
 def run_threads(per_rank, origins, ranks_per_node):
     """The sparse exchange on every thread-rank: [(samples, origin, received bytes)]."""
+
     def rank_main(rank, comm):
-        got = sx.exchange(comm, per_rank[rank], origins[rank], ranks_per_node,
-                          rows_for=node_swap_rows)
+        got = sx.exchange(
+            comm, per_rank[rank], origins[rank], ranks_per_node, rows_for=node_swap_rows
+        )
         return (*got, comm.received)
 
     return run_thread_ranks(len(per_rank), rank_main)
@@ -110,8 +113,9 @@ def test_received_bytes_counts_sizes_and_moved_samples_only():
     swap = np.array([[0, 2], [1, 3]])  # samples 1 and 2 change rank
     one = lambda i: sx.META_BYTES + 2 * (2 * lengths[i] + 2 * masked[i])  # noqa: E731
     pad = lambda n: -(-n // 8) * 8  # noqa: E731
-    np.testing.assert_array_equal(sx.received_bytes(lengths, masked, swap),
-                                  [8 + pad(one(2)), 8 + pad(one(1))])
+    np.testing.assert_array_equal(
+        sx.received_bytes(lengths, masked, swap), [8 + pad(one(2)), 8 + pad(one(1))]
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,8 +123,9 @@ def test_received_bytes_counts_sizes_and_moved_samples_only():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("world, local, rpn", [(2, 3, 1), (4, 5, 2), (8, 4, 2), (8, 6, 8),
-                                               (6, 1, 3)])
+@pytest.mark.parametrize(
+    "world, local, rpn", [(2, 3, 1), (4, 5, 2), (8, 4, 2), (8, 6, 8), (6, 1, 3)]
+)
 def test_thread_ranks_end_with_their_assignment(world, local, rpn):
     rng = np.random.default_rng(world * 10 + local)
     per_rank = [random_samples(rng, local, max_len=80) for _ in range(world)]
@@ -133,8 +138,7 @@ def test_only_moved_samples_travel():
     # bytes received are far below a full all-gather of the payloads
     rng = np.random.default_rng(1)
     per_rank = [random_samples(rng, 8, max_len=300) for _ in range(4)]
-    per_rank[0] = [s for s in random_samples(rng, 40, max_len=300)
-                   if len(s.input_ids) > 200][:8]
+    per_rank[0] = [s for s in random_samples(rng, 40, max_len=300) if len(s.input_ids) > 200][:8]
     assert len(per_rank[0]) == 8
     origins = [np.array([[r, i] for i in range(8)]) for r in range(4)]
     results = run_threads(per_rank, origins, 2)
@@ -181,8 +185,9 @@ def test_processes_end_with_their_assignment(tmp_path, launcher, world):
         for r in range(world):
             rec = records[r][scenario]
             # the oracle's origin is (rank, index); the worker's (100 + rank, 1000*scenario + i)
-            origin = np.stack([rec["origin"][:, 0] - 100,
-                               rec["origin"][:, 1] - 1000 * scenario], axis=1)
+            origin = np.stack(
+                [rec["origin"][:, 0] - 100, rec["origin"][:, 1] - 1000 * scenario], axis=1
+            )
             results.append((rec["samples"], origin, rec["received_bytes"]))
         assignment = check_result(list(per_rank), results, rpn)
         kind = worker.SCENARIOS[scenario][0]

@@ -6,6 +6,7 @@ proxy test makes the Tensor methods that read device values on the host raise, w
 the same mistakes in CI. Batches are built (and copied to the device) before the step, as the
 prefetcher does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,31 +25,41 @@ HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__
 
 
 def model_config(attention: str, vocab: int, max_len: int) -> ModelConfig:
-    cfg = ModelConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=128,
-                      max_position_embeddings=max_len, attention=attention)
+    cfg = ModelConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=max_len,
+        attention=attention,
+    )
     return cfg
 
 
-def setup(attention: str, device: torch.device, vocab: int, max_len: int, batch: int,
-          num_batches: int = 3):
+def setup(
+    attention: str, device: torch.device, vocab: int, max_len: int, batch: int, num_batches: int = 3
+):
     """Model (dropout on), LAMB, and packed batches already on the device."""
     torch.manual_seed(0)
     cfg = model_config(attention, vocab, max_len)
     model = BertForPretraining(cfg).to(device).train()
     optimizer = LAMB(param_groups(model, 0.01), lr=1e-3)
     rng = np.random.default_rng(0)
-    samples = generate_samples(rng, successor_table(0, vocab), batch * num_batches, max_len,
-                               max(1, max_len * 15 // 100))
-    batches = [pack_samples(samples[i * batch:(i + 1) * batch]).to(device)
-               for i in range(num_batches)]
+    samples = generate_samples(
+        rng, successor_table(0, vocab), batch * num_batches, max_len, max(1, max_len * 15 // 100)
+    )
+    batches = [
+        pack_samples(samples[i * batch : (i + 1) * batch]).to(device) for i in range(num_batches)
+    ]
     return cfg, model, optimizer, batches
 
 
 def train_step(cfg, model, optimizer, batch, autocast_dtype=None) -> torch.Tensor:
     optimizer.zero_grad(set_to_none=True)
-    with torch.autocast(batch.input_ids.device.type, dtype=autocast_dtype,
-                        enabled=autocast_dtype is not None):
+    with torch.autocast(
+        batch.input_ids.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None
+    ):
         mlm_logits, nsp_logits = model(batch)
     mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size)
     loss = mlm + nsp
@@ -60,8 +71,10 @@ def train_step(cfg, model, optimizer, batch, autocast_dtype=None) -> torch.Tenso
 def forbid_host_reads(monkeypatch) -> None:
     def refuse(name):
         def raiser(self, *args, **kwargs):
-            raise AssertionError(f"Tensor.{name}() inside the training step: a host read "
-                                 "(a device sync on a GPU)")
+            raise AssertionError(
+                f"Tensor.{name}() inside the training step: a host read (a device sync on a GPU)"
+            )
+
         return raiser
 
     for name in HOST_READS:
@@ -87,9 +100,10 @@ def test_proxy_catches_a_host_read(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("attention,dtype", [("padded_sdpa", None),
-                                             ("padded_sdpa", torch.bfloat16),
-                                             ("flash_varlen", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "attention,dtype",
+    [("padded_sdpa", None), ("padded_sdpa", torch.bfloat16), ("flash_varlen", torch.bfloat16)],
+)
 def test_training_step_never_syncs_on_cuda(attention, dtype):
     """Realistic token counts (batch 16, max length 512, about 4k tokens): some CUDA kernels
     (e.g. embedding backward) take a different, possibly syncing, path above a few thousand."""

@@ -1,4 +1,5 @@
 """data.synthetic: realistic length mix, BERT layout and masking, a learnable hidden language."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,15 @@ from data.config import DataConfig, SyntheticConfig
 from data.packing import pack_samples
 from data.sources.shards import DataError, list_shards, read_samples
 from data.synthetic import ensure_synthetic_data, generate, main
-from data.synthetic_language import (CLS_ID, FIRST_WORD_ID, MASK_ID, PAD_ID, SEP_ID,
-                                     generate_samples, successor_table)
+from data.synthetic_language import (
+    CLS_ID,
+    FIRST_WORD_ID,
+    MASK_ID,
+    PAD_ID,
+    SEP_ID,
+    generate_samples,
+    successor_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,7 +101,7 @@ def test_masking_follows_bert(samples):
 def _sentence_topics(s) -> tuple[int, int]:
     """Most frequent unmasked word of sentence A and of sentence B (the topic words' estimate)."""
     ids = s.input_ids.astype(np.int64)
-    visible = (ids >= FIRST_WORD_ID)
+    visible = ids >= FIRST_WORD_ID
     visible[s.masked_positions.astype(np.int64)] = False
     segments = s.segment_ids.astype(np.int64)
     topics = []
@@ -142,14 +150,12 @@ def test_oracle_on_eval_proves_the_language_is_learnable(small_dir):
         topic_hits += int(np.sum(guess == s.masked_ids))
         topic_total += pos.size
         left = pos - 1
-        usable = ((ids[left] >= FIRST_WORD_ID) & ~np.isin(left, pos)
-                  & (s.masked_ids != guess))
+        usable = (ids[left] >= FIRST_WORD_ID) & ~np.isin(left, pos) & (s.masked_ids != guess)
         chain_hits += int(np.sum(succ[ids[left[usable]]] == s.masked_ids[usable]))
         chain_total += int(usable.sum())
     assert topic_total > 5000 and chain_total > 500
     assert topic_hits / topic_total > 0.75
     assert chain_hits / chain_total > 0.85
-
 
 
 def test_files_are_valid_and_deterministic(small_dir, tmp_path):
@@ -180,7 +186,10 @@ def test_rerun_into_complete_dir_and_foreign_shards(small_dir, tmp_path):
     generate(tmp_path, num_shards=2, samples_per_shard=10, eval_samples=10)
     generate(tmp_path, num_shards=2, samples_per_shard=10, eval_samples=10)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "eval.hdf5", "part_00000_of_00002.hdf5", "part_00001_of_00002.hdf5"]
+        "eval.hdf5",
+        "part_00000_of_00002.hdf5",
+        "part_00001_of_00002.hdf5",
+    ]
     with pytest.raises(DataError, match="part_00000_of_00002.hdf5"):
         generate(tmp_path, num_shards=3, samples_per_shard=10, eval_samples=10)
 
@@ -197,19 +206,38 @@ def test_pack_samples_on_synthetic_data(samples):
         tokens = slice(cu[i], cu[i + 1])
         np.testing.assert_array_equal(batch.input_ids[tokens], s.input_ids)
         np.testing.assert_array_equal(batch.position_ids[tokens], np.arange(lengths[i]))
-        np.testing.assert_array_equal(batch.token_index[tokens],
-                                      i * batch.max_seqlen + np.arange(lengths[i]))
+        np.testing.assert_array_equal(
+            batch.token_index[tokens], i * batch.max_seqlen + np.arange(lengths[i])
+        )
     masked_tokens = batch.input_ids[batch.masked_positions]
     expected = np.concatenate([s.input_ids[s.masked_positions] for s in batch_samples])
     np.testing.assert_array_equal(masked_tokens, expected)
-    np.testing.assert_array_equal(batch.masked_labels,
-                                  np.concatenate([s.masked_ids for s in batch_samples]))
+    np.testing.assert_array_equal(
+        batch.masked_labels, np.concatenate([s.masked_ids for s in batch_samples])
+    )
 
 
 def test_cli_writes_and_reports(tmp_path, capsys):
-    main(["--out", str(tmp_path), "--num-shards", "2", "--samples-per-shard", "8",
-          "--eval-samples", "4", "--max-seq-length", "64", "--max-predictions", "10",
-          "--vocab-size", "300", "--seed", "3"])
+    main(
+        [
+            "--out",
+            str(tmp_path),
+            "--num-shards",
+            "2",
+            "--samples-per-shard",
+            "8",
+            "--eval-samples",
+            "4",
+            "--max-seq-length",
+            "64",
+            "--max-predictions",
+            "10",
+            "--vocab-size",
+            "300",
+            "--seed",
+            "3",
+        ]
+    )
     printed = capsys.readouterr().out
     assert "part_00001_of_00002.hdf5" in printed and "eval.hdf5" in printed
     assert len(read_samples(tmp_path / "part_00001_of_00002.hdf5", 64, 10)) == 8
@@ -225,8 +253,20 @@ def test_bad_arguments():
 
 # -- where synthetic data may be written: never into a folder holding files it did not write --
 
-TINY_PARAMS = ["--num-shards", "2", "--samples-per-shard", "8", "--eval-samples", "4",
-               "--max-seq-length", "64", "--max-predictions", "10", "--vocab-size", "300"]
+TINY_PARAMS = [
+    "--num-shards",
+    "2",
+    "--samples-per-shard",
+    "8",
+    "--eval-samples",
+    "4",
+    "--max-seq-length",
+    "64",
+    "--max-predictions",
+    "10",
+    "--vocab-size",
+    "300",
+]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -248,8 +288,13 @@ def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
     (user / "part_00000_of_00002.hdf5").write_bytes(b"a real prepared shard")
     (user / "notes.txt").write_text("mine")
     before = snapshot(user)
-    proc = subprocess.run([sys.executable, "-m", "data.synthetic", "--out", str(user),
-                           *TINY_PARAMS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "data.synthetic", "--out", str(user), *TINY_PARAMS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "did not write" in one_error_line(proc.stderr)
     assert snapshot(user) == before
@@ -270,10 +315,12 @@ def test_cli_rerun_into_its_own_folder(tmp_path, capsys):
 
 
 def data_config(cache: Path, train_dir: str = "", **syn) -> DataConfig:
-    synthetic = SyntheticConfig(enabled=True, num_shards=2, samples_per_shard=8,
-                                eval_samples=4, cache_dir=str(cache), **syn)
-    return DataConfig(train_dir=train_dir, max_seq_length=64, max_predictions_per_seq=10,
-                      synthetic=synthetic)
+    synthetic = SyntheticConfig(
+        enabled=True, num_shards=2, samples_per_shard=8, eval_samples=4, cache_dir=str(cache), **syn
+    )
+    return DataConfig(
+        train_dir=train_dir, max_seq_length=64, max_predictions_per_seq=10, synthetic=synthetic
+    )
 
 
 def test_cache_keeps_one_folder_per_settings(tmp_path):
@@ -299,8 +346,10 @@ def test_concurrent_first_use_is_safe(tmp_path):
     """Several processes (the ranks of a job) on one empty cache: one complete folder."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_ensure_in_child, args=(str(tmp_path / "cache"), queue))
-             for _ in range(3)]
+    procs = [
+        ctx.Process(target=_ensure_in_child, args=(str(tmp_path / "cache"), queue))
+        for _ in range(3)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -310,7 +359,11 @@ def test_concurrent_first_use_is_safe(tmp_path):
     assert len(folders) == 1
     folder = Path(folders.pop())
     assert sorted(p.name for p in folder.iterdir()) == [
-        "eval.hdf5", "part_00000_of_00002.hdf5", "part_00001_of_00002.hdf5", "synthetic.json"]
+        "eval.hdf5",
+        "part_00000_of_00002.hdf5",
+        "part_00001_of_00002.hdf5",
+        "synthetic.json",
+    ]
     assert sorted(p.name for p in folder.parent.iterdir()) == [".open-bert-cache", folder.name]
 
 

@@ -3,6 +3,7 @@ input: every code point, random text of every Unicode category, the word-length 
 reader's bytes. The oracle is tests/tokenization_oracle.py, a plain statement of
 docs/tokenization.md.
 """
+
 from __future__ import annotations
 
 import sys
@@ -23,17 +24,32 @@ BLOCK = 8192  # code points per compared line
 # expands (U+0130), marks vanish (U+0301), ligatures stay (U+FB01), sigma depends on context.
 TRICKY = "aeiouzAÉé한İßﬁΣσςΑΩω\u0301\u0345\u0344ǅǄКк"
 WORDS = ("the", "un", "##aff", "##able", "##ing", "hello", "world", "caf", "σας")
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def vocab_lines() -> list[str]:
     """Specials, single characters and their continuations (so most words are not [UNK] and
     the 200-character limit decides), a few whole words."""
-    chars = sorted(set("abcdefghijklmnopqrstuvwxyz0123456789.,!?'-#$"
-                       + "".join(oracle.basic_tokens(" ".join(TRICKY)))))
-    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *(f"##{c}" for c in chars),
-            *WORDS]
+    chars = sorted(
+        set(
+            "abcdefghijklmnopqrstuvwxyz0123456789.,!?'-#$"
+            + "".join(oracle.basic_tokens(" ".join(TRICKY)))
+        )
+    )
+    return [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *chars,
+        *(f"##{c}" for c in chars),
+        *WORDS,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -53,25 +69,31 @@ def first_difference(words: list[str]) -> str | None:
     """The first word whose basic tokens differ, to name it in a failure."""
     for word in words:
         if basic_tokens(word) != oracle.basic_tokens(word):
-            return f"{word!r} (U+{ord(word[len(word) // 2]):04X}): {basic_tokens(word)} vs " \
-                   f"{oracle.basic_tokens(word)}"
+            return (
+                f"{word!r} (U+{ord(word[len(word) // 2]):04X}): {basic_tokens(word)} vs "
+                f"{oracle.basic_tokens(word)}"
+            )
     return None
 
 
 # -- every code point ------------------------------------------------------------------------------
 
+
 def in_word_points(points: list[int]) -> list[int]:
     """The code points tested inside words: all but the unassigned and private-use ones (a
     million code points of two classes that behave alike), and every 97th of those."""
-    return [c for i, c in enumerate(points)
-            if unicodedata.category(chr(c)) not in ("Cn", "Co") or i % 97 == 0]
+    return [
+        c
+        for i, c in enumerate(points)
+        if unicodedata.category(chr(c)) not in ("Cn", "Co") or i % 97 == 0
+    ]
 
 
 def test_every_code_point_as_a_word(tokenizers):
     production, reference = tokenizers
     points = code_points()
     for start in range(0, len(points), BLOCK):
-        chars = [chr(c) for c in points[start:start + BLOCK]]
+        chars = [chr(c) for c in points[start : start + BLOCK]]
         line = " ".join(chars)
         expected = oracle.basic_tokens(line)
         assert basic_tokens(line) == expected, first_difference(chars)
@@ -83,7 +105,7 @@ def test_code_points_inside_words_and_at_word_ends():
     follows it) and at the word's end."""
     points = in_word_points(code_points())
     for start in range(0, len(points), BLOCK):
-        words = [f"a{chr(c)}Σ{chr(c)}" for c in points[start:start + BLOCK]]
+        words = [f"a{chr(c)}Σ{chr(c)}" for c in points[start : start + BLOCK]]
         line = " ".join(words)
         assert basic_tokens(line) == oracle.basic_tokens(line), first_difference(words)
 
@@ -91,9 +113,11 @@ def test_code_points_inside_words_and_at_word_ends():
 def test_every_whitespace_and_control_character_between_words():
     """The characters the cleaning drops or turns into spaces, and Python's own whitespace
     (which the split also cuts on), between words and between sigmas."""
-    special = [chr(c) for c in code_points()
-               if chr(c).isspace() or unicodedata.category(chr(c)) in ("Cc", "Cf", "Zs", "Zl",
-                                                                      "Zp")]
+    special = [
+        chr(c)
+        for c in code_points()
+        if chr(c).isspace() or unicodedata.category(chr(c)) in ("Cc", "Cf", "Zs", "Zl", "Zp")
+    ]
     for char in special:
         for text in (f"ab{char}cd", f"AΣ{char}Σb", f"{char}x{char}", f"é{char}\u0301e"):
             assert basic_tokens(text) == oracle.basic_tokens(text), repr(text)
@@ -102,10 +126,25 @@ def test_every_whitespace_and_control_character_between_words():
 # -- random text ----------------------------------------------------------------------------------
 
 any_char = st.characters(blacklist_categories=("Cs",))
-scripts = st.sampled_from([(0x41, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
-                           (0x900, 0x9FF), (0xE00, 0xEFF), (0x1100, 0x11FF), (0x3040, 0x30FF),
-                           (0x4E00, 0x4E80), (0xAC00, 0xAD00), (0x1F300, 0x1F64F),
-                           (0x300, 0x36F), (0x2000, 0x206F), (0xFF00, 0xFFEF), (0x20000, 0x20100)])
+scripts = st.sampled_from(
+    [
+        (0x41, 0x24F),
+        (0x370, 0x3FF),
+        (0x400, 0x4FF),
+        (0x590, 0x6FF),
+        (0x900, 0x9FF),
+        (0xE00, 0xEFF),
+        (0x1100, 0x11FF),
+        (0x3040, 0x30FF),
+        (0x4E00, 0x4E80),
+        (0xAC00, 0xAD00),
+        (0x1F300, 0x1F64F),
+        (0x300, 0x36F),
+        (0x2000, 0x206F),
+        (0xFF00, 0xFFEF),
+        (0x20000, 0x20100),
+    ]
+)
 
 
 @st.composite
@@ -113,8 +152,11 @@ def mixed_script_text(draw) -> str:
     words = []
     for _ in range(draw(st.integers(0, 12))):
         lo, hi = draw(scripts)
-        words.append(draw(st.text(st.characters(min_codepoint=lo, max_codepoint=hi),
-                                  min_size=1, max_size=12)))
+        words.append(
+            draw(
+                st.text(st.characters(min_codepoint=lo, max_codepoint=hi), min_size=1, max_size=12)
+            )
+        )
     seps = st.sampled_from([" ", "\t", "\u00a0", "\u2028", "\u3000", "\u200b", "\x00", "  "])
     return "".join(w + draw(seps) for w in words)
 
@@ -153,8 +195,11 @@ def test_words_around_the_length_limit(tokenizers, words):
 
 
 @SETTINGS
-@given(st.text(st.sampled_from(TRICKY + "\u0300\u0308\u20dd\u0488\u200d\u00ad\ufeff\u0007 .-"),
-               max_size=60))
+@given(
+    st.text(
+        st.sampled_from(TRICKY + "\u0300\u0308\u20dd\u0488\u200d\u00ad\ufeff\u0007 .-"), max_size=60
+    )
+)
 def test_combining_marks_control_and_format_characters(tokenizers, text):
     production, reference = tokenizers
     assert production.encode(text) == reference.encode(text)
@@ -173,6 +218,7 @@ def test_limit_is_exactly_200_processed_characters(tokenizers):
 
 # -- the reader and the vocabulary -----------------------------------------------------------------
 
+
 def documents_both(tmp_path: Path, data: bytes, tokenizers):
     production, reference = tokenizers
     path = tmp_path / "part-00000"
@@ -181,15 +227,18 @@ def documents_both(tmp_path: Path, data: bytes, tokenizers):
     return mine, oracle.documents(data, reference)
 
 
-@pytest.mark.parametrize("data", [
-    b"first line\nsecond\n\nnext doc\n",
-    b"carriage\rreturns\r\ninside\rlines\r\n\r\nare dropped\r",
-    b"a\n\xe3\x80\x80\nwide space ends a doc\n\xe2\x80\x8b\nzero width does not\nend",
-    b"\xef\xbb\xbfbom first\n\x00\x01\n\n\n\nnul line\n",
-    b"split utf-8 by \r: caf\xc3\r\xa9\n",  # the reader drops the \r before decoding
-    b"",
-    b"\n\n\n",
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"first line\nsecond\n\nnext doc\n",
+        b"carriage\rreturns\r\ninside\rlines\r\n\r\nare dropped\r",
+        b"a\n\xe3\x80\x80\nwide space ends a doc\n\xe2\x80\x8b\nzero width does not\nend",
+        b"\xef\xbb\xbfbom first\n\x00\x01\n\n\n\nnul line\n",
+        b"split utf-8 by \r: caf\xc3\r\xa9\n",  # the reader drops the \r before decoding
+        b"",
+        b"\n\n\n",
+    ],
+)
 def test_reader_matches_the_reference(tmp_path, tokenizers, data):
     mine, theirs = documents_both(tmp_path, data, tokenizers)
     assert mine == theirs
@@ -219,13 +268,16 @@ def test_vocabulary_is_read_as_the_reference_reads_it(tmp_path):
     assert production.encode("ABc café") == [5, 6, 1]
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"[PAD]\n[CLS]\n[SEP]\n[MASK]\n", "no [UNK] token"),
-    (b"[UNK]\n[CLS]\n[SEP]\n", "no [MASK] token"),
-    (b"[UNK]\n[CLS]\n[SEP]\n[MASK]\nab\nab\n", "line 6 repeats token 'ab' of line 5"),
-    (b"[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n", "not UTF-8 text (line 5"),
-    (b"", "no [UNK] token"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[PAD]\n[CLS]\n[SEP]\n[MASK]\n", "no [UNK] token"),
+        (b"[UNK]\n[CLS]\n[SEP]\n", "no [MASK] token"),
+        (b"[UNK]\n[CLS]\n[SEP]\n[MASK]\nab\nab\n", "line 6 repeats token 'ab' of line 5"),
+        (b"[UNK]\n[CLS]\n[SEP]\n[MASK]\n\xff\n", "not UTF-8 text (line 5"),
+        (b"", "no [UNK] token"),
+    ],
+)
 def test_bad_vocabulary_is_one_clear_error(tmp_path, content, message):
     path = tmp_path / "vocab.txt"
     path.write_bytes(content)

@@ -1,4 +1,5 @@
 """The Trainer in-process on tiny data: precisions, accumulation, quiet mode, eval counting."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,28 +16,54 @@ from data.synthetic import generate
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trainer_data")
-    generate(folder, num_shards=2, samples_per_shard=48, eval_samples=40, max_seq_length=64,
-             max_predictions=10, vocab_size=256, seed=5)
+    generate(
+        folder,
+        num_shards=2,
+        samples_per_shard=48,
+        eval_samples=40,
+        max_seq_length=64,
+        max_predictions=10,
+        vocab_size=256,
+        seed=5,
+    )
     return folder
 
 
 def tiny_config(data_dir, tmp_path, *extra):
-    return load_config(None, [
-        "model.vocab_size=256", "model.hidden_size=32", "model.num_hidden_layers=1",
-        "model.num_attention_heads=2", "model.intermediate_size=64",
-        "model.max_position_embeddings=64", "data.max_seq_length=64",
-        "data.max_predictions_per_seq=10", f"data.train_dir={data_dir}",
-        f"data.eval_file={data_dir / 'eval.hdf5'}", "run.global_batch_size=8",
-        "run.max_steps=4", "eval.interval_samples=16", "eval.samples=40",
-        "run.device=cpu", "run.seed=7", f"run.output_dir={tmp_path}", "log.quiet=true",
-        "schedule.total_steps=10", "optim.lr=1e-3", *extra])
+    return load_config(
+        None,
+        [
+            "model.vocab_size=256",
+            "model.hidden_size=32",
+            "model.num_hidden_layers=1",
+            "model.num_attention_heads=2",
+            "model.intermediate_size=64",
+            "model.max_position_embeddings=64",
+            "data.max_seq_length=64",
+            "data.max_predictions_per_seq=10",
+            f"data.train_dir={data_dir}",
+            f"data.eval_file={data_dir / 'eval.hdf5'}",
+            "run.global_batch_size=8",
+            "run.max_steps=4",
+            "eval.interval_samples=16",
+            "eval.samples=40",
+            "run.device=cpu",
+            "run.seed=7",
+            f"run.output_dir={tmp_path}",
+            "log.quiet=true",
+            "schedule.total_steps=10",
+            "optim.lr=1e-3",
+            *extra,
+        ],
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded"])
 def test_train_runs_and_evaluates(data_dir, tmp_path, precision, sharded, capsys):
-    trainer = Trainer(tiny_config(data_dir, tmp_path, f"run.precision={precision}",
-                                  f"optim.sharded={sharded}"))
+    trainer = Trainer(
+        tiny_config(data_dir, tmp_path, f"run.precision={precision}", f"optim.sharded={sharded}")
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
     assert result.steps == 4 and result.samples == 32 and result.status == "aborted"
@@ -67,8 +94,9 @@ def test_evaluate_is_token_weighted(data_dir, tmp_path):
     _, eval_set = trainer._open_data()
     trainer._close_data()
     first = trainer.evaluate(eval_set)
-    trainer.cfg = dataclasses.replace(trainer.cfg,
-                                      eval=dataclasses.replace(trainer.cfg.eval, batch_size=7))
+    trainer.cfg = dataclasses.replace(
+        trainer.cfg, eval=dataclasses.replace(trainer.cfg.eval, batch_size=7)
+    )
     assert trainer.evaluate(eval_set) == pytest.approx(first)
 
 
@@ -76,8 +104,9 @@ def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
     """Same seed, same data: ShardedOptimizer (world 1) ends where LAMB ends."""
     weights = []
     for sharded in (False, True):
-        trainer = Trainer(tiny_config(data_dir, tmp_path / str(sharded),
-                                      f"optim.sharded={sharded}"))
+        trainer = Trainer(
+            tiny_config(data_dir, tmp_path / str(sharded), f"optim.sharded={sharded}")
+        )
         trainer.train()
         weights.append({k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()})
     for name, tensor in weights[0].items():
@@ -90,8 +119,8 @@ def test_fused_mlm_loss_flag_reaches_the_training_loss(data_dir, tmp_path, monke
 
     chosen = []
     original = ops.mlm_cross_entropy_impl
-    monkeypatch.setattr(ops, "mlm_cross_entropy_impl",
-                        lambda fused: chosen.append(fused) or original(fused))
-    Trainer(tiny_config(data_dir, tmp_path, "model.fused_mlm_loss=true",
-                        "run.max_steps=1")).train()
+    monkeypatch.setattr(
+        ops, "mlm_cross_entropy_impl", lambda fused: chosen.append(fused) or original(fused)
+    )
+    Trainer(tiny_config(data_dir, tmp_path, "model.fused_mlm_loss=true", "run.max_steps=1")).train()
     assert chosen and all(chosen)

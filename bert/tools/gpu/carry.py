@@ -9,6 +9,7 @@ was neither on the image nor carried. `uncovered()` walks the project's own requ
 too (their metadata in this environment), and names each one the image lacks and no wheel
 brings.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -23,7 +24,8 @@ except ModuleNotFoundError:  # 3.10: the installed project's metadata says the s
 from bert.tools.common import ROOT
 
 # KINDS.md, nvidia-h100-x1 and nvidia-h200 ('cuda' image), read on a machine on 2026-11-17
-IMAGE_PACKAGES = frozenset("""
+IMAGE_PACKAGES = frozenset(
+    """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
 build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
 cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn
@@ -47,7 +49,8 @@ statsmodels sympy tabulate tensorboard tensorboard-data-server tensorstore threa
 tifffile tiktoken timm tokenizers toolz torch torchaudio torchdiffeq torch-geometric
 torchmetrics torchvision tqdm transformers treescope triton typer typing-extensions
 typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
-""".split())
+""".split()
+)
 CARRY_SCRIPT = ROOT / "scripts" / "bench" / "prepare_gpu_carry.sh"
 
 
@@ -84,8 +87,9 @@ def _requires(name: str) -> list[str]:
     return [n for req in found if (n := requirement_name(req))]
 
 
-def uncovered(root: Path = ROOT, image: frozenset[str] = IMAGE_PACKAGES,
-              carried: set[str] | None = None) -> list[str]:
+def uncovered(
+    root: Path = ROOT, image: frozenset[str] = IMAGE_PACKAGES, carried: set[str] | None = None
+) -> list[str]:
     """Requirements the image lacks and no carried wheel brings, with the package that needs
     each ("pydantic (needed by the project)"); empty when everything is covered."""
     carried = carried_wheels() if carried is None else carried

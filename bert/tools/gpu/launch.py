@@ -1,6 +1,7 @@
 """How the GPU harness (validate.py) launches a step: in its own process group, killed whole
 past its timeout, and the GPU tests with their pytest arguments and environment.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ TEST_TIMEOUT_S = 180  # per GPU test (pytest-timeout)
 def run_capped(argv: list[str], env: dict, log, timeout: float) -> int:
     """Run a command in its own process group; past `timeout` the whole group is killed (a
     pytest's or a build's children too, so nothing outlives its step); 124 then."""
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -7,6 +7,7 @@ the JSON); each run compares its variants in the same process, so ratios are rea
 only. Without --write-readme the table is printed; with it, the README's block between the
 markers below is replaced (tests/tools/test_perf_table.py checks the README equals the records).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,11 +21,16 @@ from bert.tools.common import ROOT
 BEGIN, END = "<!-- perf-table:begin -->", "<!-- perf-table:end -->"
 # issue 23's goals, on one H100 in bf16, each measured in one run
 TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
-VARIANT_NAMES = {"fastest": "this project", "hf_eager": "HF BertForPreTraining, padded, eager",
-                 "hf_compile": "HF BertForPreTraining, padded, torch.compile",
-                 "reference": "this project, unpadded reference (no custom kernels)"}
-OPTIMIZERS = {"sharded": "sharded LAMB (flat shard, torch ops)",
-              "fusedlamb": "sharded LAMB with the fused CUDA kernels"}  # "lamb": the default
+VARIANT_NAMES = {
+    "fastest": "this project",
+    "hf_eager": "HF BertForPreTraining, padded, eager",
+    "hf_compile": "HF BertForPreTraining, padded, torch.compile",
+    "reference": "this project, unpadded reference (no custom kernels)",
+}
+OPTIMIZERS = {
+    "sharded": "sharded LAMB (flat shard, torch ops)",
+    "fusedlamb": "sharded LAMB with the fused CUDA kernels",
+}  # "lamb": the default
 
 
 def describe(options: dict) -> str:
@@ -49,17 +55,26 @@ def describe(options: dict) -> str:
 def run_rows(name: str, run: dict) -> list[str]:
     rows = []
     for variant, result in run["variants"].items():
-        ratio = next((f"{value:.2f}x {key.split('/')[1]}" for key, value in run["ratios"].items()
-                      if key.startswith(f"{variant}/") and "paired" not in key), "")
-        rows.append(f"| `{name}` | {VARIANT_NAMES.get(variant, variant)} | "
-                    f"{describe(result['options'])} | {result['samples_per_s']:.0f} | "
-                    f"{result['mfu']:.3f} | {ratio} |")
+        ratio = next(
+            (
+                f"{value:.2f}x {key.split('/')[1]}"
+                for key, value in run["ratios"].items()
+                if key.startswith(f"{variant}/") and "paired" not in key
+            ),
+            "",
+        )
+        rows.append(
+            f"| `{name}` | {VARIANT_NAMES.get(variant, variant)} | "
+            f"{describe(result['options'])} | {result['samples_per_s']:.0f} | "
+            f"{result['mfu']:.3f} | {ratio} |"
+        )
     return rows
 
 
 def render(folder: Path) -> str:
-    runs = {path.stem: json.loads(path.read_text())
-            for path in sorted(folder.glob("throughput_*.json"))}
+    runs = {
+        path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("throughput_*.json"))
+    }
     if not runs:
         raise SystemExit(f"error: perf_table: no throughput_*.json in {folder}")
     first = next(iter(runs.values()))
@@ -80,8 +95,12 @@ def render(folder: Path) -> str:
 
 
 def goals(runs: dict[str, dict]) -> str:
-    best = max(v["samples_per_s"] for run in runs.values() for k, v in run["variants"].items()
-               if k == "fastest")
+    best = max(
+        v["samples_per_s"]
+        for run in runs.values()
+        for k, v in run["variants"].items()
+        if k == "fastest"
+    )
     measured = {"samples_per_s": best}
     for run in runs.values():
         for key, value in run["ratios"].items():
@@ -105,8 +124,9 @@ def replace_block(text: str, table: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("folder", type=Path, help="a window's records folder")
     parser.add_argument("--write-readme", action="store_true")
     args = parser.parse_args(argv)

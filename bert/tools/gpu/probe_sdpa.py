@@ -18,6 +18,7 @@ padded_sdpa pins (PADDED_SDPA_CUDA_BACKENDS) are run the way it runs them, and t
 which kernel the pin lands on and whether it passed.
 The JSON is rewritten after every case, so a killed probe keeps what it finished.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from bert.model import attention
 from bert.tools.common import git_commit, write_json
 
-KERNELS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-           "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+KERNELS = {
+    "math": SDPBackend.MATH,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+}
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 HEADS, HEAD_DIM = 16, 64  # BERT-Large
 
@@ -109,8 +114,11 @@ def pinned_kernel(cases: list[dict]) -> dict:
     for name in order:
         verdicts = [c["kernels"][name] for c in cases]
         if all(v["accepted"] for v in verdicts):
-            return {"priority": order, "lands_on": name,
-                    "correct": all(v["passed"] for v in verdicts)}
+            return {
+                "priority": order,
+                "lands_on": name,
+                "correct": all(v["passed"] for v in verdicts),
+            }
     return {"priority": order, "lands_on": None, "correct": False}
 
 
@@ -122,26 +130,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     args = p.parse_args(argv)
     device = torch.device(args.device)
-    record = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "cuda": torch.version.cuda,
-              "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "commit": git_commit(), "command": " ".join(["probe_sdpa.py", *(argv or
-                                                                             sys.argv[1:])]),
-              "heads": HEADS, "head_dim": HEAD_DIM, "cases": []}
+    record = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+        "command": " ".join(["probe_sdpa.py", *(argv or sys.argv[1:])]),
+        "heads": HEADS,
+        "head_dim": HEAD_DIM,
+        "cases": [],
+    }
     for longest in (int(n) for n in args.longest.split(",")):
         for dtype_name in DTYPES:
             record["cases"].append(probe_case(longest, args.batch, dtype_name, device))
             write_json(args.out, record)
-    record["pin"] = (pinned_kernel(record["cases"]) if device.type == "cuda"
-                     else {"applies": False, "note": "the pin is CUDA's; on the CPU padded_sdpa "
-                                                     "takes PyTorch's choice"})
+    record["pin"] = (
+        pinned_kernel(record["cases"])
+        if device.type == "cuda"
+        else {
+            "applies": False,
+            "note": "the pin is CUDA's; on the CPU padded_sdpa takes PyTorch's choice",
+        }
+    )
     record["padded_sdpa_correct"] = all(c["padded_sdpa"]["passed"] for c in record["cases"])
     write_json(args.out, record)
     for case in record["cases"]:
-        verdicts = ", ".join(f"{n} {'-' if not v['accepted'] else 'ok' if v['passed'] else 'WRONG'}"
-                             for n, v in case["kernels"].items())
-        print(f"S={case['longest']} {case['dtype']}: {verdicts}; padded_sdpa "
-              f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}")
+        verdicts = ", ".join(
+            f"{n} {'-' if not v['accepted'] else 'ok' if v['passed'] else 'WRONG'}"
+            for n, v in case["kernels"].items()
+        )
+        print(
+            f"S={case['longest']} {case['dtype']}: {verdicts}; padded_sdpa "
+            f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}"
+        )
     print(f"pin {record['pin']}; wrote {args.out}")
     return 0 if record["padded_sdpa_correct"] else 1

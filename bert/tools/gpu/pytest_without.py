@@ -3,6 +3,7 @@
 The GPU harness's dry run collects the GPU tests as the bare GPU image would, which has no
 mlperf_logging: a module that imports it at module level fails the collection here too.
 """
+
 from __future__ import annotations
 
 import sys
@@ -17,7 +18,8 @@ class Hide:
     def find_spec(self, name, path=None, target=None):
         if name == self.name or name.startswith(self.name + "."):
             raise ModuleNotFoundError(
-                f"{name} is hidden by pytest_without.py (the GPU image lacks it)")
+                f"{name} is hidden by pytest_without.py (the GPU image lacks it)"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
 """What the GPU harness (validate_gpu.py) puts in summary.json: test counts, speedups, targets."""
+
 from __future__ import annotations
 
 import re
@@ -7,6 +8,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from bert.tools.common import ROOT
+
 OUTCOMES = ("passed", "failed", "skipped", "errored", "crashed")  # crashed: journal only
 FAILURE_LINES = 12  # of a failed test's text kept in summary.json (the log has it all)
 # Issue 12's targets for one H100, bf16, BERT-Large on the MLPerf length mix.
@@ -16,18 +18,28 @@ TARGETS = {"fastest_samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf
 def collected(log: Path) -> dict:
     """Counts from `pytest --collect-only -q` output: node ids per file, and collection errors."""
     text = log.read_text() if log.is_file() else ""
-    per_file = Counter(line.split("::")[0] for line in text.splitlines() if "::" in line
-                       and not line.startswith(("ERROR", "FAILED")))
+    per_file = Counter(
+        line.split("::")[0]
+        for line in text.splitlines()
+        if "::" in line and not line.startswith(("ERROR", "FAILED"))
+    )
     errors = re.search(r"(\d+) errors?", text.splitlines()[-1] if text.strip() else "")
-    return {"collected": sum(per_file.values()), "errored": int(errors.group(1)) if errors else 0,
-            "per_file": {name: {"collected": n} for name, n in sorted(per_file.items())}}
+    return {
+        "collected": sum(per_file.values()),
+        "errored": int(errors.group(1)) if errors else 0,
+        "per_file": {name: {"collected": n} for name, n in sorted(per_file.items())},
+    }
 
 
 def junit_counts(xml: Path) -> dict:
     """Passed, failed, skipped and errored tests, in all and per test file, from JUnit XML."""
     if not xml.is_file():
-        return {"collected": 0, **dict.fromkeys(OUTCOMES, 0), "per_file": {},
-                "note": "no JUnit file: pytest did not finish (see gpu-tests.log)"}
+        return {
+            "collected": 0,
+            **dict.fromkeys(OUTCOMES, 0),
+            "per_file": {},
+            "note": "no JUnit file: pytest did not finish (see gpu-tests.log)",
+        }
     per_file: dict[str, Counter] = defaultdict(Counter)
     for case in ET.parse(xml).getroot().iter("testcase"):
         per_file[test_file(case.get("classname", ""))][outcome(case)] += 1
@@ -35,8 +47,11 @@ def junit_counts(xml: Path) -> dict:
     for counts in per_file.values():
         totals.update(counts)
     files = {name: {k: counts[k] for k in OUTCOMES} for name, counts in sorted(per_file.items())}
-    return {"collected": sum(totals.values()), **{k: totals[k] for k in OUTCOMES},
-            "per_file": files}
+    return {
+        "collected": sum(totals.values()),
+        **{k: totals[k] for k in OUTCOMES},
+        "per_file": files,
+    }
 
 
 def journal_counts(tests: dict[str, dict]) -> dict[str, int]:
@@ -83,26 +98,46 @@ def speedups(payload: dict) -> list[dict]:
     rows = []
     for row in payload.get("results", []):
         times = {k[:-3]: v for k, v in row.items() if k.endswith("_ms") and v}
-        case = {k: v for k, v in row.items() if not k.endswith(("_ms", "_gbps"))
-                and not isinstance(v, bool)}
+        case = {
+            k: v
+            for k, v in row.items()
+            if not k.endswith(("_ms", "_gbps")) and not isinstance(v, bool)
+        }
         ours = [name for name in times if not name.startswith("torch_")]
         theirs = [name for name in times if name.startswith("torch_")]
-        case.update({f"{mine}_vs_{base}": round(times[base] / times[mine], 3)
-                     for mine in ours for base in theirs})
+        case.update(
+            {
+                f"{mine}_vs_{base}": round(times[base] / times[mine], 3)
+                for mine in ours
+                for base in theirs
+            }
+        )
         rows.append(case)
     return rows
 
 
 def throughput(payload: dict) -> dict:
     """samples/s and MFU per variant, the ratios, and what the fastest variant was."""
-    variants = {name: {"samples_per_s": round(v["samples_per_s"], 2), "mfu": round(v["mfu"], 4),
-                       "options": v.get("options")}
-                for name, v in payload.get("variants", {}).items()}
-    return {"device": payload.get("device"), "variants": variants,
-            "partial": payload.get("partial", False), "rounds_done": payload.get("rounds_done"),
-            "ratios": {k: round(v, 3) for k, v in payload.get("ratios", {}).items()
-                       if not k.endswith("_paired_median")},
-            "fastest_selection": payload.get("fastest_selection", [])}
+    variants = {
+        name: {
+            "samples_per_s": round(v["samples_per_s"], 2),
+            "mfu": round(v["mfu"], 4),
+            "options": v.get("options"),
+        }
+        for name, v in payload.get("variants", {}).items()
+    }
+    return {
+        "device": payload.get("device"),
+        "variants": variants,
+        "partial": payload.get("partial", False),
+        "rounds_done": payload.get("rounds_done"),
+        "ratios": {
+            k: round(v, 3)
+            for k, v in payload.get("ratios", {}).items()
+            if not k.endswith("_paired_median")
+        },
+        "fastest_selection": payload.get("fastest_selection", []),
+    }
 
 
 def targets(results: dict) -> dict:
@@ -111,22 +146,31 @@ def targets(results: dict) -> dict:
     for result in results.values():
         fastest = result["variants"].get("fastest")
         if fastest:
-            best["fastest_samples_per_s"] = max(best["fastest_samples_per_s"] or 0,
-                                                fastest["samples_per_s"])
+            best["fastest_samples_per_s"] = max(
+                best["fastest_samples_per_s"] or 0, fastest["samples_per_s"]
+            )
         for key in ("fastest/hf_eager", "fastest/hf_compile"):
             if key in result["ratios"]:
                 best[key] = max(best[key] or 0, result["ratios"][key])
-    return {key: {"target": goal, "measured": best[key],
-                  "met": None if best[key] is None else best[key] >= goal}
-            for key, goal in TARGETS.items()}
+    return {
+        key: {
+            "target": goal,
+            "measured": best[key],
+            "met": None if best[key] is None else best[key] >= goal,
+        }
+        for key, goal in TARGETS.items()
+    }
 
 
 def totals(per_file: dict) -> dict:
     """Counts over every file of a per-file table (files without counts are listed apart)."""
     counted = {name: c for name, c in per_file.items() if "passed" in c}
     sums = {k: sum(c[k] for c in counted.values()) for k in OUTCOMES}
-    return {"collected": sum(sums.values()), **sums,
-            "files_without_counts": sorted(set(per_file) - set(counted))}
+    return {
+        "collected": sum(sums.values()),
+        **sums,
+        "files_without_counts": sorted(set(per_file) - set(counted)),
+    }
 
 
 def probe_verdicts(probe: dict) -> list[str]:
@@ -135,7 +179,10 @@ def probe_verdicts(probe: dict) -> list[str]:
     for case in probe.get("cases", []):
         kernels = ", ".join(
             f"{name} {'refused' if not v['accepted'] else 'ok' if v['passed'] else 'WRONG'}"
-            for name, v in case["kernels"].items())
-        lines.append(f"S={case['longest']} {case['dtype']}: {kernels}; padded_sdpa "
-                     f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}")
+            for name, v in case["kernels"].items()
+        )
+        lines.append(
+            f"S={case['longest']} {case['dtype']}: {kernels}; padded_sdpa "
+            f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}"
+        )
     return lines

@@ -21,6 +21,7 @@ the CPU the default run's tiny BERT with per_sequence. Both use the sharded LAMB
 thread (on CUDA its pinned side-stream copy) and evals on the device. The JSON is rewritten
 after every run, so a killed smoke still reports the runs that finished.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,27 +47,47 @@ RESUME_TOLERANCE = {"cpu": 0.0, "cuda": 0.02}
 FORCED_OVERFLOW_STEP = 2
 
 SHAPES = {
-    "cuda": {"model.hidden_size": 1024, "model.num_hidden_layers": 2,
-             "model.num_attention_heads": 16, "model.intermediate_size": 4096,
-             "model.vocab_size": 30522, "model.max_position_embeddings": 512,
-             "model.initializer_range": 0.02, "model.attention": "flash_varlen",
-             "data.max_seq_length": 512, "data.max_predictions_per_seq": 76,
-             "run.global_batch_size": 16, "eval.batch_size": 32},
-    "cpu": {"model.attention": "per_sequence", "run.global_batch_size": 16,
-            "eval.batch_size": 64, "run.threads": 1},
+    "cuda": {
+        "model.hidden_size": 1024,
+        "model.num_hidden_layers": 2,
+        "model.num_attention_heads": 16,
+        "model.intermediate_size": 4096,
+        "model.vocab_size": 30522,
+        "model.max_position_embeddings": 512,
+        "model.initializer_range": 0.02,
+        "model.attention": "flash_varlen",
+        "data.max_seq_length": 512,
+        "data.max_predictions_per_seq": 76,
+        "run.global_batch_size": 16,
+        "eval.batch_size": 32,
+    },
+    "cpu": {
+        "model.attention": "per_sequence",
+        "run.global_batch_size": 16,
+        "eval.batch_size": 64,
+        "run.threads": 1,
+    },
 }
 
 
 def overrides(device: str, work: Path, output: str, precision: str, blocks: int) -> list[str]:
     shape = SHAPES[device]
     values = {
-        **shape, "run.device": device, "run.precision": precision, "run.seed": 1234,
-        "run.output_dir": str(work / output), "optim.sharded": "true",
+        **shape,
+        "run.device": device,
+        "run.precision": precision,
+        "run.seed": 1234,
+        "run.output_dir": str(work / output),
+        "optim.sharded": "true",
         "run.max_steps": blocks * STEPS_PER_BLOCK,
         "eval.interval_samples": STEPS_PER_BLOCK * shape["run.global_batch_size"],
-        "eval.samples": 128, "eval.target_mlm_accuracy": 1.0, "log.interval_s": 1e9,
-        "data.synthetic.enabled": "true", "data.synthetic.cache_dir": str(work / "cache"),
-        "data.synthetic.num_shards": 2, "data.synthetic.samples_per_shard": 256,
+        "eval.samples": 128,
+        "eval.target_mlm_accuracy": 1.0,
+        "log.interval_s": 1e9,
+        "data.synthetic.enabled": "true",
+        "data.synthetic.cache_dir": str(work / "cache"),
+        "data.synthetic.num_shards": 2,
+        "data.synthetic.samples_per_shard": 256,
         "data.synthetic.eval_samples": 128,
     }
     return set_args(values)
@@ -107,8 +128,7 @@ class ForcedOverflow:
     def on_train_start(self, trainer) -> None:
         self.trainer = trainer
         weight = trainer.raw_model.parameters().__next__()
-        weight.register_hook(lambda grad: grad * math.inf if self.current == self.step
-                             else grad)
+        weight.register_hook(lambda grad: grad * math.inf if self.current == self.step else grad)
 
     def on_step_end(self, trainer, step: int) -> None:
         self.current = step + 1
@@ -148,20 +168,29 @@ def compliance(log: Path) -> dict:
     # the checker's reasons: WARNING lines ("Failed checks for", "CHECK for ... failed") and
     # the "Required ... occurrence" lines of missing or repeated keys
     failed = [line.strip() for line in verdict.reasons if "WARNING" in line or "Required" in line]
-    target_only = all("Failed checks for eval_accuracy" in line and ">= 0.720" in line
-                      for line in failed)
-    return {"passed": verdict.passed or (bool(failed) and target_only),
-            "failed_rules": failed, "tail": verdict.reasons[-3:],
-            "note": "every rule but the final accuracy >= 0.720 (not trained to the target)"}
+    target_only = all(
+        "Failed checks for eval_accuracy" in line and ">= 0.720" in line for line in failed
+    )
+    return {
+        "passed": verdict.passed or (bool(failed) and target_only),
+        "failed_rules": failed,
+        "tail": verdict.reasons[-3:],
+        "note": "every rule but the final accuracy >= 0.720 (not trained to the target)",
+    }
 
 
 class Smoke:
     def __init__(self, device: str, out: Path, work: Path):
         self.device, self.out, self.work = device, out, work
-        self.record = {"device": device, "date": dt.datetime.now(dt.timezone.utc)
-                       .isoformat(timespec="seconds"), "commit": git_commit(),
-                       "command": " ".join([Path(sys.executable).name, *sys.argv]),
-                       "steps_per_block": STEPS_PER_BLOCK, "runs": {}, "checks": {}}
+        self.record = {
+            "device": device,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "commit": git_commit(),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "steps_per_block": STEPS_PER_BLOCK,
+            "runs": {},
+            "checks": {},
+        }
         if device == "cuda":
             import torch
 
@@ -183,11 +212,14 @@ class Smoke:
         self.record["runs"]["full"] = result
         events = mlperf_events(self.work / "full", LOG_NAME)
         evals = eval_accuracies(events)
-        self.check("full_run", result["exit"] == 1 and len(evals) == 2,
-                   {"evals": evals, **result})
-        self.check("no_sync_in_step", result["error"] is None,
-                   "set_sync_debug_mode('error') over steps 2-3" if self.device == "cuda"
-                   else "not applicable on the CPU (tests/unit/test_sync_free.py covers it)")
+        self.check("full_run", result["exit"] == 1 and len(evals) == 2, {"evals": evals, **result})
+        self.check(
+            "no_sync_in_step",
+            result["error"] is None,
+            "set_sync_debug_mode('error') over steps 2-3"
+            if self.device == "cuda"
+            else "not applicable on the CPU (tests/unit/test_sync_free.py covers it)",
+        )
         if (self.work / "full" / LOG_NAME).is_file():
             self.check("compliance_but_target", *self._compliance(self.work / "full" / LOG_NAME))
         return evals
@@ -202,14 +234,22 @@ class Smoke:
         self.record["runs"]["first"] = first
         resumed = run([*self.args("resume", "bf16", 2), *every_block, "--resume", "auto"])
         self.record["runs"]["resumed"] = resumed
-        evals = (eval_accuracies(mlperf_events(self.work / "resume", LOG_NAME))
-                 + eval_accuracies(mlperf_events(self.work / "resume",
-                                                 resumed_log_name(STEPS_PER_BLOCK))))
+        evals = eval_accuracies(mlperf_events(self.work / "resume", LOG_NAME)) + eval_accuracies(
+            mlperf_events(self.work / "resume", resumed_log_name(STEPS_PER_BLOCK))
+        )
         gap = max((abs(a - b) for a, b in zip(evals, reference)), default=math.inf)
         same = len(evals) == len(reference) == 2 and gap <= RESUME_TOLERANCE[self.device]
-        self.check("resume_same_evals", same, {"evals": evals, "uninterrupted": reference,
-                                               "max_gap": gap, "first": first,
-                                               "resumed": resumed})
+        self.check(
+            "resume_same_evals",
+            same,
+            {
+                "evals": evals,
+                "uninterrupted": reference,
+                "max_gap": gap,
+                "first": first,
+                "resumed": resumed,
+            },
+        )
 
     def fp16(self) -> None:
         overflow = ForcedOverflow(FORCED_OVERFLOW_STEP)
@@ -217,9 +257,11 @@ class Smoke:
         self.record["runs"]["fp16"] = result
         evals = eval_accuracies(mlperf_events(self.work / "fp16", LOG_NAME))
         skipped = overflow.skipped_steps() if overflow.trainer is not None else -1
-        self.check("fp16_overflow_skipped", result["exit"] == 1 and skipped == 1
-                   and len(evals) == 1 and math.isfinite(evals[0]),
-                   {"skipped_steps": skipped, "evals": evals, **result})
+        self.check(
+            "fp16_overflow_skipped",
+            result["exit"] == 1 and skipped == 1 and len(evals) == 1 and math.isfinite(evals[0]),
+            {"skipped_steps": skipped, "evals": evals, **result},
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = [name for name, c in smoke.record["checks"].items() if not c["passed"]]
     smoke.record["failed_checks"] = failed
     smoke.write()
-    print(f"smoke_train ({args.device}): {len(smoke.record['checks']) - len(failed)} of "
-          f"{len(smoke.record['checks'])} checks passed; failed: {', '.join(failed) or 'none'}; "
-          f"{args.out}")
+    print(
+        f"smoke_train ({args.device}): {len(smoke.record['checks']) - len(failed)} of "
+        f"{len(smoke.record['checks'])} checks passed; failed: {', '.join(failed) or 'none'}; "
+        f"{args.out}"
+    )
     return 1 if failed else 0

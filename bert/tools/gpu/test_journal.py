@@ -35,8 +35,13 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_logreport(report):
     # A test's outcome: its call phase, or a setup/teardown phase that failed or skipped.
     if report.when == "call" or report.failed or (report.when == "setup" and report.skipped):
-        record = {"nodeid": report.nodeid, "event": "outcome", "when": report.when,
-                  "outcome": report.outcome, "seconds": round(report.duration, 3)}
+        record = {
+            "nodeid": report.nodeid,
+            "event": "outcome",
+            "when": report.when,
+            "outcome": report.outcome,
+            "seconds": round(report.duration, 3),
+        }
         if report.failed:
             record["longrepr"] = report.longreprtext[-LONGREPR_CHARS:]
         _append(record)

@@ -25,6 +25,7 @@ every GPU test with mlperf_logging hidden (the GPU image has none), each benchma
 checked against its --help, the summary and the file count. CI runs it
 (tests/tools/test_validate_gpu.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,7 @@ from bert.tools.gpu import window as gpu_window
 from bert.tools.gpu.launch import gpu_pytest_args, gpu_test_env, run_capped, timeout_args
 
 STAGES = ("window", "kernels", "throughput", "fused")
-BUDGETS_S = {"window": gpu_window.WINDOW_BUDGET_S, "kernels": 540, "throughput": 540,
-             "fused": 540}
+BUDGETS_S = {"window": gpu_window.WINDOW_BUDGET_S, "kernels": 540, "throughput": 540, "fused": 540}
 MAX_FILES = 8  # what the device tool brings back from $OUT
 RESERVE_S = 15  # kept back from the budget for the summary and the tarball
 PY = sys.executable
@@ -66,25 +66,65 @@ MAX_CRASH_RERUNS = 3  # a GPU test file that keeps dying is not worth the whole 
 # BERT-Large bf16 on the MLPerf length mix (bench_throughput.py's defaults on CUDA).
 THROUGHPUT = {
     "throughput": [
-        ("throughput_flash_varlen", ["--fastest", "flash_varlen", "--variants",
-                                     "fastest,reference,hf_eager", "--hf-compile"], 270),
-        ("throughput_flash_varlen_subset", ["--fastest", "flash_varlen+subset", "--variants",
-                                            "fastest"], 90),
-        ("throughput_backend_choice", ["--fastest", "auto", "--include-unvalidated",
-                                       "--no-fused", "--no-subset", "--variants", "fastest"],
-         170),
+        (
+            "throughput_flash_varlen",
+            [
+                "--fastest",
+                "flash_varlen",
+                "--variants",
+                "fastest,reference,hf_eager",
+                "--hf-compile",
+            ],
+            270,
+        ),
+        (
+            "throughput_flash_varlen_subset",
+            ["--fastest", "flash_varlen+subset", "--variants", "fastest"],
+            90,
+        ),
+        (
+            "throughput_backend_choice",
+            [
+                "--fastest",
+                "auto",
+                "--include-unvalidated",
+                "--no-fused",
+                "--no-subset",
+                "--variants",
+                "fastest",
+            ],
+            170,
+        ),
         # torch.compile's fusion of the sublayers, the competitor to the fused kernels; last,
         # so the budget cuts it first
-        ("throughput_compiled_sublayers", ["--fastest", "flash_varlen+sublayers", "--variants",
-                                           "fastest"], 120),
+        (
+            "throughput_compiled_sublayers",
+            ["--fastest", "flash_varlen+sublayers", "--variants", "fastest"],
+            120,
+        ),
     ],
     "fused": [
-        ("throughput_fused_flash_varlen", ["--fastest", "flash_varlen+fused", "--variants",
-                                           "fastest,reference,hf_eager", "--profile"], 240),
-        ("throughput_fused_flash_varlen_subset", ["--fastest", "flash_varlen+fused+subset",
-                                                  "--variants", "fastest"], 90),
-        ("throughput_fused_grouped_flash", ["--fastest", "grouped_flash+fused", "--variants",
-                                            "fastest"], 120),
+        (
+            "throughput_fused_flash_varlen",
+            [
+                "--fastest",
+                "flash_varlen+fused",
+                "--variants",
+                "fastest,reference,hf_eager",
+                "--profile",
+            ],
+            240,
+        ),
+        (
+            "throughput_fused_flash_varlen_subset",
+            ["--fastest", "flash_varlen+fused+subset", "--variants", "fastest"],
+            90,
+        ),
+        (
+            "throughput_fused_grouped_flash",
+            ["--fastest", "grouped_flash+fused", "--variants", "fastest"],
+            120,
+        ),
     ],
 }
 
@@ -101,14 +141,21 @@ class Harness:
         commit = git_commit()
         if commit == "unknown":
             # A refusal here would cost a whole device command: record it and go on.
-            print("warning: validate_gpu: no commit to record (no .git, no BERT_COMMIT, no "
-                  ".whl/COMMIT): the records say 'unknown'", file=sys.stderr)
+            print(
+                "warning: validate_gpu: no commit to record (no .git, no BERT_COMMIT, no "
+                ".whl/COMMIT): the records say 'unknown'",
+                file=sys.stderr,
+            )
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", BERT_COMMIT=commit)
         self.work = Path(tempfile.mkdtemp(prefix=f"gpu-{stage}-"))
         self.summary = {
-            "stage": stage, "dry_run": dry_run, "commit": self.env["BERT_COMMIT"],
+            "stage": stage,
+            "dry_run": dry_run,
+            "commit": self.env["BERT_COMMIT"],
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join([PY, *sys.argv]), "budget_s": budget_s, "steps": [],
+            "command": shlex.join([PY, *sys.argv]),
+            "budget_s": budget_s,
+            "steps": [],
         }
 
     # -- running -------------------------------------------------------------------------------
@@ -116,8 +163,14 @@ class Harness:
     def remaining(self) -> float:
         return self.deadline - time.monotonic() - RESERVE_S
 
-    def step(self, name: str, argv: list[str], limit_s: float, env: dict | None = None,
-             planned: list[str] | None = None) -> int:
+    def step(
+        self,
+        name: str,
+        argv: list[str],
+        limit_s: float,
+        env: dict | None = None,
+        planned: list[str] | None = None,
+    ) -> int:
         """Run one command with its output in <work>/<name>.log; record it; return its code.
         `planned`: in a dry run, the command a GPU run would have run instead."""
         timeout = min(limit_s, self.remaining())
@@ -130,8 +183,11 @@ class Harness:
         start = time.monotonic()
         with open(self.work / f"{name}.log", "w") as log:
             code = run_capped(argv, {**self.env, **(env or {})}, log, timeout)
-        record.update(seconds=round(time.monotonic() - start, 1), returncode=code,
-                      status="ok" if code == 0 else "timeout" if code == 124 else "failed")
+        record.update(
+            seconds=round(time.monotonic() - start, 1),
+            returncode=code,
+            status="ok" if code == 0 else "timeout" if code == 124 else "failed",
+        )
         if code == 124:
             record["timeout_s"] = round(timeout)
         print(f"[{self.stage}] {name}: {record['status']} ({record['seconds']} s)", flush=True)
@@ -145,19 +201,21 @@ class Harness:
     # -- stages --------------------------------------------------------------------------------
 
     def device_info(self, cap_s: float = 120) -> None:
-        code = ("import json, torch; c = torch.cuda.is_available(); p = c and "
-                "torch.cuda.get_device_properties(0); b = torch.backends; print(json.dumps({"
-                "'device': p.name if c else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, "
-                "p.minor) if c else None, 'sm_count': p.multi_processor_count if c else None, "
-                "'torch': torch.__version__, 'cuda': torch.version.cuda, 'driver': "
-                "(getattr(torch._C, '_cuda_getDriverVersion', None) or (lambda: None))() if c else "
-                "None, 'cudnn': "
-                "b.cudnn.version() if c else None, 'sdpa': {'flash': "
-                "b.cuda.is_flash_attention_available(), 'flash_enabled': "
-                "b.cuda.flash_sdp_enabled(), 'efficient_enabled': "
-                "b.cuda.mem_efficient_sdp_enabled(), 'cudnn_enabled': b.cuda.cudnn_sdp_enabled(),"
-                " 'math_enabled': b.cuda.math_sdp_enabled()}, 'cpu_count': "
-                "__import__('os').cpu_count()}))")
+        code = (
+            "import json, torch; c = torch.cuda.is_available(); p = c and "
+            "torch.cuda.get_device_properties(0); b = torch.backends; print(json.dumps({"
+            "'device': p.name if c else 'cpu (dry run)', 'capability': '%d.%d' % (p.major, "
+            "p.minor) if c else None, 'sm_count': p.multi_processor_count if c else None, "
+            "'torch': torch.__version__, 'cuda': torch.version.cuda, 'driver': "
+            "(getattr(torch._C, '_cuda_getDriverVersion', None) or (lambda: None))() if c else "
+            "None, 'cudnn': "
+            "b.cudnn.version() if c else None, 'sdpa': {'flash': "
+            "b.cuda.is_flash_attention_available(), 'flash_enabled': "
+            "b.cuda.flash_sdp_enabled(), 'efficient_enabled': "
+            "b.cuda.mem_efficient_sdp_enabled(), 'cudnn_enabled': b.cuda.cudnn_sdp_enabled(),"
+            " 'math_enabled': b.cuda.math_sdp_enabled()}, 'cpu_count': "
+            "__import__('os').cpu_count()}))"
+        )
         failed = self.step("device", [PY, "-c", code], cap_s) != 0
         log = (self.work / "device.log").read_text().strip().splitlines()
         try:
@@ -176,26 +234,38 @@ class Harness:
             self._record({"name": "build", "status": "skipped", "reason": "dry run"}, 0)
             return True
         env = toolchain_env()
-        argv = [PY, "-m", "kernels.build", "--build-dir", "build/kernels",
-                "--arch", self.summary["capability"], "--jobs", str(os.cpu_count() or 1)]
+        argv = [
+            PY,
+            "-m",
+            "kernels.build",
+            "--build-dir",
+            "build/kernels",
+            "--arch",
+            self.summary["capability"],
+            "--jobs",
+            str(os.cpu_count() or 1),
+        ]
         return self.step("build", argv, cap_s, env) == 0
 
     def collect_gpu_tests(self, files: list[str]) -> None:
         """Dry run: collect every GPU test as the image would (without mlperf_logging), and
         record any collected file the window's per-file list lacks."""
         args = ["-m", "gpu", "tests", "-q", "--collect-only", "-p", "no:cacheprovider"]
-        self.step("gpu_tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging", *args],
-                  120)
+        self.step(
+            "gpu_tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging", *args], 120
+        )
         self.summary["tests"] = gpu_report.collected(self.work / "gpu_tests.log")
         missing = sorted(set(self.summary["tests"]["per_file"]) - set(files))
         self.summary["test_files"] = files
         if missing:
-            self.summary["steps"][-1].update(status="failed",
-                                             reason=f"GPU test files not in the window: {missing}")
+            self.summary["steps"][-1].update(
+                status="failed", reason=f"GPU test files not in the window: {missing}"
+            )
             self.write()
 
-    def run_gpu_test_file(self, name: str, path: str, junit: Path, cap_s: float,
-                          require_kernels: bool) -> dict[str, dict]:
+    def run_gpu_test_file(
+        self, name: str, path: str, junit: Path, cap_s: float, require_kernels: bool
+    ) -> dict[str, dict]:
         """One GPU test file in its own pytest process, each test journaled as it ends
         (bert.tools.gpu.test_journal). When the process dies in a test (a device fault), that
         test is recorded as crashed and the file runs again without it and without the tests
@@ -206,14 +276,23 @@ class Harness:
         env = {**gpu_test_env(require_kernels), test_journal.JOURNAL_ENV: str(journal)}
         tests: dict[str, dict] = {}  # the journal so far: every test with a verdict
         for attempt in range(MAX_CRASH_RERUNS + 1):
-            args = [*gpu_pytest_args(path, junit), "-p", "bert.tools.gpu.test_journal",
-                    *(f"--deselect={nodeid}" for nodeid in tests), *timeout_args()]
+            args = [
+                *gpu_pytest_args(path, junit),
+                "-p",
+                "bert.tools.gpu.test_journal",
+                *(f"--deselect={nodeid}" for nodeid in tests),
+                *timeout_args(),
+            ]
             step_name = name if attempt == 0 else f"{name}_after_crash_{attempt}"
-            code = self.step(step_name, [PY, "-m", "pytest", *args],
-                             deadline - time.monotonic(), env)
+            code = self.step(
+                step_name, [PY, "-m", "pytest", *args], deadline - time.monotonic(), env
+            )
             finished, tests = tests, test_journal.read_journal(journal)
-            crashed = [nodeid for nodeid, test in tests.items()
-                       if test["outcome"] == "crashed" and nodeid not in finished]
+            crashed = [
+                nodeid
+                for nodeid, test in tests.items()
+                if test["outcome"] == "crashed" and nodeid not in finished
+            ]
             # Ended by itself (0 all passed, 1 some failed, 5 none left), timed out, or died
             # outside any test: nothing a rerun would add.
             if code in (0, 1, 5, 124) or not crashed or time.monotonic() >= deadline:
@@ -225,12 +304,19 @@ class Harness:
         args = gpu_pytest_args("tests", junit)
         if self.dry_run:
             # Collect as the GPU image would: without mlperf_logging.
-            self.step("gpu-tests", [PY, "scripts/bench/pytest_without.py", "mlperf_logging",
-                                    "--collect-only", *args], 120)
+            self.step(
+                "gpu-tests",
+                [PY, "scripts/bench/pytest_without.py", "mlperf_logging", "--collect-only", *args],
+                120,
+            )
             self.summary["tests"] = gpu_report.collected(self.work / "gpu-tests.log")
             return
-        self.step("gpu-tests", [PY, "-m", "pytest", *args, *timeout_args()], 330,
-                  gpu_test_env(require_kernels))
+        self.step(
+            "gpu-tests",
+            [PY, "-m", "pytest", *args, *timeout_args()],
+            330,
+            gpu_test_env(require_kernels),
+        )
         self.summary["tests"] = gpu_report.junit_counts(junit)
 
     def microbenchmarks(self) -> None:
@@ -250,8 +336,15 @@ class Harness:
         results = {}
         for name, extra, limit in THROUGHPUT[self.stage]:
             out = self.work / f"{name}.json"
-            argv = [PY, "scripts/bench_throughput.py", "--model", "large", *extra,
-                    "--json", str(out)]
+            argv = [
+                PY,
+                "scripts/bench_throughput.py",
+                "--model",
+                "large",
+                *extra,
+                "--json",
+                str(out),
+            ]
             if self.check_or_run(name, argv, limit) and out.is_file():
                 results[name] = gpu_report.throughput(json.loads(out.read_text()))
         self.summary["throughput"] = results
@@ -292,11 +385,15 @@ class Harness:
         self.write()
         shutil.rmtree(self.work, ignore_errors=True)
         if count > MAX_FILES:
-            print(f"error: {self.out} holds {count} files; the device returns {MAX_FILES}",
-                  file=sys.stderr)
+            print(
+                f"error: {self.out} holds {count} files; the device returns {MAX_FILES}",
+                file=sys.stderr,
+            )
             return 1
-        print(f"[{self.stage}] wrote {self.out}/summary.json and logs_{self.stage}.tar.gz; "
-              f"failed steps: {', '.join(failed) or 'none'}")
+        print(
+            f"[{self.stage}] wrote {self.out}/summary.json and logs_{self.stage}.tar.gz; "
+            f"failed steps: {', '.join(failed) or 'none'}"
+        )
         return 1 if failed else 0
 
 
@@ -309,7 +406,8 @@ def toolchain_env() -> dict:
     if os.environ.get("CUDA_HOME"):
         return {}
     nvcc = shutil.which("nvcc") or next(
-        (str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))), None)
+        (str(p) for p in sorted(Path("/usr/local").glob("cuda*/bin/nvcc"))), None
+    )
     if nvcc is None:
         raise HarnessError("nvcc not found on PATH or under /usr/local/cuda*: set CUDA_HOME")
     home = Path(nvcc).resolve().parent.parent
@@ -340,13 +438,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("stage", choices=STAGES)
     p.add_argument("--dry-run", action="store_true", help="on a CPU: every step needing no GPU")
     p.add_argument("--out", type=Path, help="output folder (the OUT variable wins)")
-    p.add_argument("--continue", dest="previous", type=Path, metavar="SUMMARY",
-                   help="window: run only the steps this earlier summary.json did not finish")
+    p.add_argument(
+        "--continue",
+        dest="previous",
+        type=Path,
+        metavar="SUMMARY",
+        help="window: run only the steps this earlier summary.json did not finish",
+    )
     args = p.parse_args(argv)
     if args.previous and args.stage != "window":
         p.error("--continue is for the window stage")
-    out = Path(os.environ.get("OUT") or args.out
-               or ROOT / "results" / "gpu-validation" / args.stage).resolve()
+    out = Path(
+        os.environ.get("OUT") or args.out or ROOT / "results" / "gpu-validation" / args.stage
+    ).resolve()
     budget = float(os.environ.get("BUDGET_S", BUDGETS_S[args.stage]))
     previous = gpu_window.load_previous(args.previous) if args.previous else None
     try:

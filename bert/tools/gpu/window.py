@@ -30,6 +30,7 @@ every step, so whatever finished comes back even if the call is killed.
 Steps a-e are the plan: their caps, plus a minimum for the tests, fit the budget (the dry run
 checks it: tests/tools/test_validate_gpu.py). The f steps only fill what is left.
 """
+
 from __future__ import annotations
 
 import ast
@@ -49,15 +50,25 @@ MIN_TESTS_S = 60  # the tests' share that the plan must leave after the steps be
 TEST_FILE_CAP_S = 60  # per test file
 # Test files that run first: the fused model and the attention backends (the GPU rows a
 # config would turn on), then the sync check; every other file with GPU tests follows.
-FIRST_TEST_FILES = ("tests/unit/test_fused_model.py", "tests/unit/test_attention.py",
-                    "tests/unit/test_sync_free.py", "tests/kernels/test_dense.py",
-                    "tests/kernels/test_bias_dropout_residual_layernorm.py",
-                    "tests/kernels/test_softmax_cross_entropy.py",
-                    "tests/kernels/test_embedding_backward.py",
-                    "tests/kernels/test_lamb_kernel.py")
+FIRST_TEST_FILES = (
+    "tests/unit/test_fused_model.py",
+    "tests/unit/test_attention.py",
+    "tests/unit/test_sync_free.py",
+    "tests/kernels/test_dense.py",
+    "tests/kernels/test_bias_dropout_residual_layernorm.py",
+    "tests/kernels/test_softmax_cross_entropy.py",
+    "tests/kernels/test_embedding_backward.py",
+    "tests/kernels/test_lamb_kernel.py",
+)
 # Files copied to $OUT beside summary.json and the log tarball (the device returns 8 at most).
-RECORD_FILES = ("sdpa_probe.json", "smoke.json", "throughput_eager.json",
-                "throughput_fused.json", "throughput_compiled.json", "train_compare.json")
+RECORD_FILES = (
+    "sdpa_probe.json",
+    "smoke.json",
+    "throughput_eager.json",
+    "throughput_fused.json",
+    "throughput_compiled.json",
+    "train_compare.json",
+)
 
 
 @dataclass(frozen=True)
@@ -71,10 +82,14 @@ class Step:
 def gpu_test_files(root: Path) -> list[str]:
     """Every test file with GPU tests, FIRST_TEST_FILES first: found by its marker, so a new
     GPU test file cannot be left out (the dry run compares this with pytest's collection)."""
-    found = sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
-                   if has_gpu_tests(p.read_text()))
-    return [f for f in FIRST_TEST_FILES if f in found] + [f for f in found
-                                                          if f not in FIRST_TEST_FILES]
+    found = sorted(
+        str(p.relative_to(root))
+        for p in (root / "tests").rglob("test_*.py")
+        if has_gpu_tests(p.read_text())
+    )
+    return [f for f in FIRST_TEST_FILES if f in found] + [
+        f for f in found if f not in FIRST_TEST_FILES
+    ]
 
 
 def has_gpu_tests(source: str) -> bool:
@@ -82,11 +97,16 @@ def has_gpu_tests(source: str) -> bool:
     alone also matched test_validate_gpu.py's fixture strings, and its run, with nothing to
     select, failed the 2026-11-26 window's step."""
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Attribute) and node.attr == "gpu"
-                and isinstance(node.value, ast.Attribute) and node.value.attr == "mark"):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "gpu"
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "mark"
+        ):
             return True
         if isinstance(node, (ast.Import, ast.ImportFrom)) and "gpu_gate" in (
-                [getattr(node, "module", None)] + [a.name for a in node.names]):
+            [getattr(node, "module", None)] + [a.name for a in node.names]
+        ):
             return True
     return False
 
@@ -96,39 +116,61 @@ def device(h, step: Step) -> None:
     h.device_info(step.cap_s)
     if h.dry_run:  # here, before device time: would the image import everything?
         missing = carry.uncovered()
-        record = {"name": "carry", "status": "failed" if missing else "ok",
-                  "reason": ("the image lacks these and .whl/ would not bring them "
-                             "(scripts/bench/prepare_gpu_carry.sh WHEELS): " + ", ".join(missing))
-                  if missing else "every requirement is on the image or carried"}
+        record = {
+            "name": "carry",
+            "status": "failed" if missing else "ok",
+            "reason": (
+                "the image lacks these and .whl/ would not bring them "
+                "(scripts/bench/prepare_gpu_carry.sh WHEELS): " + ", ".join(missing)
+            )
+            if missing
+            else "every requirement is on the image or carried",
+        }
         h._record(record, 1 if missing else 0)
 
 
 def sdpa_probe(h, step: Step) -> None:
     out = h.work / "sdpa_probe.json"
-    h.check_or_run(step.name, [h.py, "scripts/bench/probe_sdpa.py", "--out", str(out)],
-                   step.cap_s)
+    h.check_or_run(step.name, [h.py, "scripts/bench/probe_sdpa.py", "--out", str(out)], step.cap_s)
     if out.is_file():
         probe = json.loads(out.read_text())
-        h.summary["sdpa_probe"] = {"pin": probe.get("pin"),
-                                   "padded_sdpa_correct": probe.get("padded_sdpa_correct"),
-                                   "verdicts": gpu_report.probe_verdicts(probe)}
+        h.summary["sdpa_probe"] = {
+            "pin": probe.get("pin"),
+            "padded_sdpa_correct": probe.get("padded_sdpa_correct"),
+            "verdicts": gpu_report.probe_verdicts(probe),
+        }
 
 
 def smoke(h, step: Step) -> None:
     out = h.work / "smoke.json"
-    h.check_or_run(step.name, [h.py, "scripts/bench/smoke_train.py", "--device", "cuda",
-                               "--out", str(out)], step.cap_s)
+    h.check_or_run(
+        step.name,
+        [h.py, "scripts/bench/smoke_train.py", "--device", "cuda", "--out", str(out)],
+        step.cap_s,
+    )
     if out.is_file():
         record = json.loads(out.read_text())
-        h.summary["smoke"] = {name: check["passed"] for name, check in
-                              record.get("checks", {}).items()}
+        h.summary["smoke"] = {
+            name: check["passed"] for name, check in record.get("checks", {}).items()
+        }
 
 
 def train_compare(h, step: Step) -> None:
     out = h.work / "train_compare.json"
-    h.check_or_run(step.name, [h.py, "scripts/bench/train_compare.py", "--device", "cuda",
-                               "--out", str(out), "--plot", str(h.work / "train_compare.png")],
-                   step.cap_s)
+    h.check_or_run(
+        step.name,
+        [
+            h.py,
+            "scripts/bench/train_compare.py",
+            "--device",
+            "cuda",
+            "--out",
+            str(out),
+            "--plot",
+            str(h.work / "train_compare.png"),
+        ],
+        step.cap_s,
+    )
     if out.is_file():
         h.summary["train_compare"] = json.loads(out.read_text()).get("comparison")
 
@@ -137,9 +179,23 @@ def bench_lamb(h, step: Step) -> None:
     """Issue 23's optimizer goal: one fused LAMB step on BERT-Large's shard in <= 1/3 of the
     foreach reference's time (bench_lamb.py's target_met), 1 and 8 ranks, fp32 and fp16."""
     out = h.work / "bench_lamb.json"
-    h.check_or_run(step.name, [h.py, "scripts/bench/bench_lamb.py", "--no-compile",
-                               "--world", "1", "8", "--param-dtype", "fp32", "fp16",
-                               "--out", str(out)], step.cap_s)
+    h.check_or_run(
+        step.name,
+        [
+            h.py,
+            "scripts/bench/bench_lamb.py",
+            "--no-compile",
+            "--world",
+            "1",
+            "8",
+            "--param-dtype",
+            "fp32",
+            "fp16",
+            "--out",
+            str(out),
+        ],
+        step.cap_s,
+    )
     if out.is_file():
         h.summary["bench_lamb"] = gpu_report.speedups(json.loads(out.read_text()))
 
@@ -147,13 +203,13 @@ def bench_lamb(h, step: Step) -> None:
 def throughput(name: str, extra: list[str]):
     def run(h, step: Step) -> None:
         out = h.work / f"{name}.json"
-        argv = [h.py, "scripts/bench_throughput.py", "--model", "large", *extra,
-                "--json", str(out)]
+        argv = [h.py, "scripts/bench_throughput.py", "--model", "large", *extra, "--json", str(out)]
         h.check_or_run(step.name, argv, step.cap_s)
         if out.is_file():  # partial too: every round is written as it ends
             results = h.summary.setdefault("throughput", {})
             results[name] = gpu_report.throughput(json.loads(out.read_text()))
             h.summary["targets"] = gpu_report.targets(results)
+
     return run
 
 
@@ -172,11 +228,18 @@ def gpu_tests(h, step: Step) -> None:
         if name in h.done:  # passed in the first call (--continue)
             continue
         junit = h.work / f"{name}.xml"
-        tests = h.run_gpu_test_file(name, path, junit, TEST_FILE_CAP_S,
-                                    require_kernels=h.summary.get("kernels_built", False))
+        tests = h.run_gpu_test_file(
+            name,
+            path,
+            junit,
+            TEST_FILE_CAP_S,
+            require_kernels=h.summary.get("kernels_built", False),
+        )
         h.summary.setdefault("tests_per_file", {})[path] = (
-            gpu_report.journal_counts(tests) if tests
-            else {"note": "no test reported: pytest did not start them (see its log)"})
+            gpu_report.journal_counts(tests)
+            if tests
+            else {"note": "no test reported: pytest did not start them (see its log)"}
+        )
         h.summary.setdefault("test_failures", {}).update(gpu_report.journal_failures(tests))
         h.summary["tests"] = gpu_report.totals(h.summary["tests_per_file"])
         h.write()
@@ -186,29 +249,105 @@ STEPS = (
     Step("device", 20, True, device),
     Step("sdpa_probe", 40, True, sdpa_probe),
     Step("smoke", 100, True, smoke),
-    Step("throughput_eager", 90, True, throughput(
-        "throughput_eager", ["--fastest", "flash_varlen", "--variants", "fastest,hf_eager",
-                             "--repeats", "3", "--steps", "10"])),
+    Step(
+        "throughput_eager",
+        90,
+        True,
+        throughput(
+            "throughput_eager",
+            [
+                "--fastest",
+                "flash_varlen",
+                "--variants",
+                "fastest,hf_eager",
+                "--repeats",
+                "3",
+                "--steps",
+                "10",
+            ],
+        ),
+    ),
     Step("build", 90, True, build),
     Step("gpu_tests", 0, True, gpu_tests),  # per file, TEST_FILE_CAP_S each, MIN_TESTS_S kept
     # issue 22: the fused switches train like the reference (200 steps, same seed and data)
     Step("train_compare", 90, False, train_compare),
     Step("bench_lamb", 45, False, bench_lamb),
-    Step("throughput_fused", 120, False, throughput(
-        "throughput_fused", ["--fastest", "flash_varlen+fused+fusedlamb", "--variants",
-                             "fastest,hf_eager", "--repeats", "2", "--steps", "10",
-                             "--include-unvalidated", "--profile"])),
-    Step("throughput_compiled", 150, False, throughput(
-        "throughput_compiled", ["--fastest", "flash_varlen", "--variants",
-                                "fastest,hf_compile", "--repeats", "2", "--steps", "10"])),
+    Step(
+        "throughput_fused",
+        120,
+        False,
+        throughput(
+            "throughput_fused",
+            [
+                "--fastest",
+                "flash_varlen+fused+fusedlamb",
+                "--variants",
+                "fastest,hf_eager",
+                "--repeats",
+                "2",
+                "--steps",
+                "10",
+                "--include-unvalidated",
+                "--profile",
+            ],
+        ),
+    ),
+    Step(
+        "throughput_compiled",
+        150,
+        False,
+        throughput(
+            "throughput_compiled",
+            [
+                "--fastest",
+                "flash_varlen",
+                "--variants",
+                "fastest,hf_compile",
+                "--repeats",
+                "2",
+                "--steps",
+                "10",
+            ],
+        ),
+    ),
     # the optimizer without custom kernels: ShardedOptimizer's flat LAMB (the foreach LAMB
     # took about a fifth of the step on 2026-11-26)
-    Step("throughput_sharded", 60, False, throughput(
-        "throughput_sharded", ["--fastest", "flash_varlen+sharded", "--variants", "fastest",
-                               "--repeats", "2", "--steps", "10"])),
-    Step("throughput_sublayers", 120, False, throughput(
-        "throughput_sublayers", ["--fastest", "flash_varlen+sublayers", "--variants",
-                                 "fastest", "--repeats", "2", "--steps", "10"])),
+    Step(
+        "throughput_sharded",
+        60,
+        False,
+        throughput(
+            "throughput_sharded",
+            [
+                "--fastest",
+                "flash_varlen+sharded",
+                "--variants",
+                "fastest",
+                "--repeats",
+                "2",
+                "--steps",
+                "10",
+            ],
+        ),
+    ),
+    Step(
+        "throughput_sublayers",
+        120,
+        False,
+        throughput(
+            "throughput_sublayers",
+            [
+                "--fastest",
+                "flash_varlen+sublayers",
+                "--variants",
+                "fastest",
+                "--repeats",
+                "2",
+                "--steps",
+                "10",
+            ],
+        ),
+    ),
 )
 
 
@@ -216,10 +355,20 @@ def plan_fits(budget_s: float, reserve_s: float) -> dict:
     """The plan's arithmetic, recorded in every summary: the planned steps' caps plus the tests'
     minimum within the budget less the reserve."""
     planned = sum(s.cap_s for s in STEPS if s.planned) + MIN_TESTS_S
-    return {"budget_s": budget_s, "reserve_s": reserve_s, "planned_caps_s": planned,
-            "fits": planned <= budget_s - reserve_s,
-            "steps": [{"name": s.name, "cap_s": s.cap_s or f"{TEST_FILE_CAP_S} per file",
-                       "planned": s.planned} for s in STEPS]}
+    return {
+        "budget_s": budget_s,
+        "reserve_s": reserve_s,
+        "planned_caps_s": planned,
+        "fits": planned <= budget_s - reserve_s,
+        "steps": [
+            {
+                "name": s.name,
+                "cap_s": s.cap_s or f"{TEST_FILE_CAP_S} per file",
+                "planned": s.planned,
+            }
+            for s in STEPS
+        ],
+    }
 
 
 def run_window(h, previous: dict | None) -> None:
@@ -228,10 +377,12 @@ def run_window(h, previous: dict | None) -> None:
     h.summary["plan"] = plan_fits(h.budget_s, h.reserve_s)
     done = h.done = set()
     if previous:
-        done = h.done = {s["name"] for s in previous.get("steps", [])
-                         if s.get("status") == "ok"}
-        h.summary["continued_from"] = {"commit": previous.get("commit"),
-                                       "date": previous.get("date"), "done": sorted(done)}
+        done = h.done = {s["name"] for s in previous.get("steps", []) if s.get("status") == "ok"}
+        h.summary["continued_from"] = {
+            "commit": previous.get("commit"),
+            "date": previous.get("date"),
+            "done": sorted(done),
+        }
         for key in ("sdpa_probe", "smoke", "throughput", "targets", "tests_per_file", "tests"):
             if key in previous:
                 h.summary.setdefault(key, previous[key])
@@ -255,6 +406,8 @@ def load_previous(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        print(f"error: validate_gpu: --continue {path}: cannot read a summary ({err})",
-              file=sys.stderr)
+        print(
+            f"error: validate_gpu: --continue {path}: cannot read a summary ({err})",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None

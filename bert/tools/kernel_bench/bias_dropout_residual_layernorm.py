@@ -8,6 +8,7 @@ dtype, as a pure fp16/bf16 model runs it) and, unless --no-compile, the same com
 torch.compile. "fwd" times the forward; "fwd_bwd" forward plus backward of all five inputs.
 Effective bandwidth counts the bytes each pass must touch at least.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,11 @@ def cases(tokens: int, dtype: torch.dtype, compiled):
         impls["torch_compile"] = (compiled, torch_in)
     for name, (fn, inputs) in impls.items():
         yield name, "fwd", lambda fn=fn, inputs=inputs: fn(*inputs)
-        yield name, "fwd_bwd", lambda fn=fn, inputs=inputs: torch.autograd.grad(
-            fn(*inputs), inputs, dy)
+        yield (
+            name,
+            "fwd_bwd",
+            lambda fn=fn, inputs=inputs: torch.autograd.grad(fn(*inputs), inputs, dy),
+        )
 
 
 def main() -> None:
@@ -59,8 +63,13 @@ def main() -> None:
             # writes dx, dresidual (masks, statistics and parameters are negligible).
             act_bytes = tokens * H * torch.finfo(dtype).bits // 8
             for phase, n in (("fwd", 4), ("fwd_bwd", 8)):
-                row = {"dtype": dtype_name, "tokens": tokens, "phase": phase, **times[phase],
-                       "fused_gbps": n * act_bytes / times[phase]["fused_ms"] / 1e6}
+                row = {
+                    "dtype": dtype_name,
+                    "tokens": tokens,
+                    "phase": phase,
+                    **times[phase],
+                    "fused_gbps": n * act_bytes / times[phase]["fused_ms"] / 1e6,
+                }
                 common.report(row)
                 rows.append(row)
     print(f"wrote {common.write('bench_bias_dropout_residual_layernorm', args.out, rows)}")

@@ -4,6 +4,7 @@ Each benchmark times a fused kernel and the unfused PyTorch composition it repla
 process, on the same inputs, and writes one JSON file with the device, torch version, date,
 commit and command next to the numbers. Timings are medians of per-iteration CUDA-event times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,10 +28,17 @@ def parser(description: str, default_sizes: list[int], size_name: str) -> argpar
     p.add_argument("--dtype", choices=sorted(DTYPES), nargs="+", default=["fp16", "bf16"])
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=100)
-    p.add_argument("--no-compile", action="store_true",
-                   help="skip the torch.compile'd composition (saves compile time)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default: results/bench/<benchmark>.json)")
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip the torch.compile'd composition (saves compile time)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output (default: results/bench/<benchmark>.json)",
+    )
     return p
 
 
@@ -60,8 +68,11 @@ def metadata() -> dict:
     """The GPU (the CPU where there is none: smoke runs), versions, date, commit, command."""
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        device = {"device": props.name, "device_memory_gib": round(props.total_memory / 2**30, 1),
-                  "sm_count": props.multi_processor_count}
+        device = {
+            "device": props.name,
+            "device_memory_gib": round(props.total_memory / 2**30, 1),
+            "sm_count": props.multi_processor_count,
+        }
     else:
         device = {"device": f"cpu ({cpu_model() or 'unknown model'})"}
     return {
@@ -82,8 +93,8 @@ def write(name: str, out: Path | None, rows: list[dict]) -> Path:
 def report(row: dict) -> None:
     """One line per measured case, speedups relative to eager PyTorch."""
     base = row["torch_eager_ms"]
-    parts = [f"{k}={v:.3f}ms ({base / v:.2f}x)" for k, v in row.items()
-             if k.endswith("_ms") and v]
-    keys = ", ".join(f"{k}={v}" for k, v in row.items() if not k.endswith("_ms")
-                     and not k.endswith("_gbps"))
+    parts = [f"{k}={v:.3f}ms ({base / v:.2f}x)" for k, v in row.items() if k.endswith("_ms") and v]
+    keys = ", ".join(
+        f"{k}={v}" for k, v in row.items() if not k.endswith("_ms") and not k.endswith("_gbps")
+    )
     print(f"{keys}: " + "  ".join(parts), flush=True)

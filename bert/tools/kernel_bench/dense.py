@@ -14,6 +14,7 @@ gradient to x's (autograd accumulation) while the fused one adds it inside the G
 PyTorch, the fused op and (unless --no-compile) the composition under torch.compile are timed
 in one process: "fwd" is the forward, "fwd_bwd" the forward plus the gradients of every input.
 """
+
 from __future__ import annotations
 
 import torch
@@ -67,8 +68,7 @@ def flops(case: str, tokens: int) -> int:
 def timings(case: str, tokens: int, dtype: torch.dtype, compiled, warmup: int, iters: int):
     fused, composition, shapes = CASES[case]
     x = torch.randn(tokens, H, device="cuda", dtype=dtype, requires_grad=True)
-    params = [(torch.randn(s, device="cuda") / H ** 0.5).to(dtype).requires_grad_()
-              for s in shapes]
+    params = [(torch.randn(s, device="cuda") / H**0.5).to(dtype).requires_grad_() for s in shapes]
     inputs = (x, *params)
     dy = torch.randn(tokens, H, device="cuda", dtype=dtype)
     impls = {"fused": fused, "torch_eager": composition}
@@ -78,15 +78,19 @@ def timings(case: str, tokens: int, dtype: torch.dtype, compiled, warmup: int, i
     for name, fn in impls.items():
         times["fwd"][f"{name}_ms"] = common.time_ms(lambda fn=fn: fn(*inputs), warmup, iters)
         times["fwd_bwd"][f"{name}_ms"] = common.time_ms(
-            lambda fn=fn: torch.autograd.grad(fn(*inputs), inputs, dy), warmup, iters)
+            lambda fn=fn: torch.autograd.grad(fn(*inputs), inputs, dy), warmup, iters
+        )
     return times
 
 
 def main() -> None:
     args = common.parser(__doc__, [4096, 16384], "tokens").parse_args()
     common.require_cuda_and_kernels("dense")
-    compiled = None if args.no_compile else {
-        case: torch.compile(composition) for case, (_, composition, _) in CASES.items()}
+    compiled = (
+        None
+        if args.no_compile
+        else {case: torch.compile(composition) for case, (_, composition, _) in CASES.items()}
+    )
     rows = []
     for dtype_name in args.dtype:
         dtype = common.DTYPES[dtype_name]
@@ -94,10 +98,16 @@ def main() -> None:
             for case in CASES:
                 times = timings(case, tokens, dtype, compiled, args.warmup, args.iters)
                 for phase, factor in (("fwd", 1), ("fwd_bwd", 3)):
-                    row = {"dtype": dtype_name, "tokens": tokens, "case": case, "phase": phase,
-                           **times[phase],
-                           "fused_tflops": round(factor * flops(case, tokens)
-                                                 / times[phase]["fused_ms"] / 1e9, 1)}
+                    row = {
+                        "dtype": dtype_name,
+                        "tokens": tokens,
+                        "case": case,
+                        "phase": phase,
+                        **times[phase],
+                        "fused_tflops": round(
+                            factor * flops(case, tokens) / times[phase]["fused_ms"] / 1e9, 1
+                        ),
+                    }
                     common.report(row)
                     rows.append(row)
     print(f"wrote {common.write('bench_dense', args.out, rows)}")

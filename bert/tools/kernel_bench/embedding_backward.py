@@ -6,6 +6,7 @@ Word-frequency-like (Zipf) token ids over BERT's padded 30528-row vocabulary, hi
 the weight-gradient computation only, zero-fill of the output included on both sides:
 aten.embedding_dense_backward vs the kernel with 16-bit packed atomics and with fp32 atomics.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,11 @@ def main() -> None:
                 "fused": (embedding_backward, (dtype,)),
                 "fused_fp32_accumulate": (embedding_backward, (torch.float32,)),
             }
-            row = {"dtype": dtype_name, "tokens": tokens,
-                   "distinct_ids": int(indices.unique().numel())}
+            row = {
+                "dtype": dtype_name,
+                "tokens": tokens,
+                "distinct_ids": int(indices.unique().numel()),
+            }
             for name, (fn, extra) in impls.items():
                 call = functools.partial(fn, grad, indices, VOCAB, *extra)
                 row[f"{name}_ms"] = common.time_ms(call, args.warmup, args.iters)

@@ -13,6 +13,7 @@ traffic (norms: read g, w; update: read g, m, v, w, write m, v, u; apply: read u
 and the model copy). Unless --no-compile, the reference step under torch.compile is timed too.
 On the CPU the "fused" ops run their reference: a smoke run, not a measure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,24 +35,47 @@ DTYPES = {"fp32": torch.float32, **common.DTYPES}
 DECAY = 0.01
 LR, BETAS, EPS = 4.25e-4, (0.9, 0.999), 1e-6  # REFERENCE.md section 3 (A100)
 # --tiny: a 2-layer, hidden-64 BERT-like parameter list (CPU smoke test of this script).
-TINY_SHAPES = [(512, 64), (64,), (64,), (192, 64), (192,), (64, 64), (64,), (256, 64), (256,),
-               (64, 256)] * 2
+TINY_SHAPES = [
+    (512, 64),
+    (64,),
+    (64,),
+    (192, 64),
+    (192,),
+    (64, 64),
+    (64,),
+    (256, 64),
+    (256,),
+    (64, 256),
+] * 2
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world", type=int, nargs="+", default=[1, 8],
-                   help="ranks sharing the optimizer state; rank 0's shard is timed")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--world",
+        type=int,
+        nargs="+",
+        default=[1, 8],
+        help="ranks sharing the optimizer state; rank 0's shard is timed",
+    )
     p.add_argument("--param-dtype", choices=sorted(DTYPES), nargs="+", default=["fp32", "fp16"])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--tiny", action="store_true", help="tiny parameter list instead of BERT-Large")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--no-compile", action="store_true",
-                   help="skip the torch.compile'd reference step (saves compile time)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default: results/bench/bench_lamb.json)")
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip the torch.compile'd reference step (saves compile time)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output (default: results/bench/bench_lamb.json)",
+    )
     return p.parse_args()
 
 
@@ -61,8 +85,10 @@ def parameters(tiny: bool) -> tuple[list[torch.Size], list[int]]:
         shapes = [torch.Size(s) for s in TINY_SHAPES]
         return shapes, [int(len(s) == 1) for s in shapes]
     groups = bert_large_param_groups(DECAY)
-    return ([p.shape for g in groups for p in g["params"]],
-            [i for i, g in enumerate(groups) for _ in g["params"]])
+    return (
+        [p.shape for g in groups for p in g["params"]],
+        [i for i, g in enumerate(groups) for _ in g["params"]],
+    )
 
 
 def step_inputs(shard: ref.ShardBuffers) -> ref.StepInputs:
@@ -70,14 +96,21 @@ def step_inputs(shard: ref.ShardBuffers) -> ref.StepInputs:
     device = shard.master.device
     t = torch.tensor(10.0, dtype=torch.float64, device=device)
     lr = torch.tensor(LR, device=device)  # the LR schedule's output is a device tensor
-    return ref.StepInputs(torch.tensor(0.5 / 2 ** 16, device=device),
-                          torch.tensor(True, device=device), 1.0 - BETAS[0] ** t,
-                          1.0 - BETAS[1] ** t, [lr, lr],
-                          torch.zeros(shard.num_params, device=device), BETAS, EPS)
+    return ref.StepInputs(
+        torch.tensor(0.5 / 2**16, device=device),
+        torch.tensor(True, device=device),
+        1.0 - BETAS[0] ** t,
+        1.0 - BETAS[1] ** t,
+        [lr, lr],
+        torch.zeros(shard.num_params, device=device),
+        BETAS,
+        EPS,
+    )
 
 
-def optimizer_step(sums_fn: ref.SumsFn, update_fn: ref.UpdateFn, shard: ref.ShardBuffers,
-                   inputs: ref.StepInputs) -> None:
+def optimizer_step(
+    sums_fn: ref.SumsFn, update_fn: ref.UpdateFn, shard: ref.ShardBuffers, inputs: ref.StepInputs
+) -> None:
     """The shard's part of ShardedOptimizer.step() on one rank (no collectives)."""
     sums = sums_fn(shard, True)
     inputs.w_sq.copy_(sums[1:])  # what the all-reduce of the sums would hand the update
@@ -112,13 +145,22 @@ def main() -> None:
         dtype = DTYPES[dtype_name]
         for world in args.world:
             shard = random_shard(shapes, group_of, [DECAY, 0.0], world, 0, dtype, args.device)
-            row = {"world": world, "rank": 0, "param_dtype": dtype_name,
-                   "elements": shard.master.numel(), "segments": shard.segments.shape[0]}
-            impls = {"torch_eager": (ref.reference_sums, ref.reference_update),
-                     "fused": (ref.fused_sums, ref.fused_update)}
+            row = {
+                "world": world,
+                "rank": 0,
+                "param_dtype": dtype_name,
+                "elements": shard.master.numel(),
+                "segments": shard.segments.shape[0],
+            }
+            impls = {
+                "torch_eager": (ref.reference_sums, ref.reference_update),
+                "fused": (ref.fused_sums, ref.fused_update),
+            }
             if not args.no_compile:  # the same reference, fused by inductor instead
-                impls["torch_compile"] = (torch.compile(ref.reference_sums),
-                                          torch.compile(ref.reference_update))
+                impls["torch_compile"] = (
+                    torch.compile(ref.reference_sums),
+                    torch.compile(ref.reference_update),
+                )
             for name, fns in impls.items():
                 mine = copy.deepcopy(shard)
                 step = functools.partial(optimizer_step, *fns, mine, step_inputs(mine))
@@ -129,8 +171,9 @@ def main() -> None:
                         raise
                     row["torch_compile_error"] = str(err).strip().splitlines()[-1][:300]
                 del mine, step
-            row["fused_gbps"] = (fused_bytes_per_element(dtype) * row["elements"] /
-                                 row["fused_ms"] / 1e6)
+            row["fused_gbps"] = (
+                fused_bytes_per_element(dtype) * row["elements"] / row["fused_ms"] / 1e6
+            )
             row["target_met"] = row["fused_ms"] <= row["torch_eager_ms"] / 3
             common.report(row)
             rows.append(row)

@@ -6,6 +6,7 @@ Logits [masked tokens, 30528] in fp16/bf16 with the real vocabulary 30522; the P
 bert/model/modeling.py's `F.cross_entropy(logits[:, :30522].float(), labels)`, eager and (unless
 --no-compile) under torch.compile. Times loss forward plus backward to the logits.
 """
+
 from __future__ import annotations
 
 import functools

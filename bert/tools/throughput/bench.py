@@ -31,6 +31,7 @@ hits all variants alike. Throughput counts real samples and tokens; MFU divides 
 FLOPs (bert/tools/throughput/workload.py: FLOP_FORMULA; padding is not credited) by the
 time and by a large matmul's rate measured in the same process. One JSON file per run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,13 +49,23 @@ import numpy as np
 import torch
 
 from bert.tools.common import ROOT, git_commit, write_json
-from bert.tools.throughput.measure import (MemoryMeter, device_name, matmul_peak_tflops,
-                                           synchronize, timed_block)
+from bert.tools.throughput.measure import (
+    MemoryMeter,
+    device_name,
+    matmul_peak_tflops,
+    synchronize,
+    timed_block,
+)
 from bert.tools.throughput.settings import VARIANTS, Candidate, fastest_candidates, resolve
 from bert.tools.throughput.profiling import profile_step
 from bert.tools.throughput.variants import build_hf, build_ours, init_state
-from bert.tools.throughput.workload import (FLOP_FORMULA, MODEL_SIZES, build_workload,
-                                            model_config, train_flops)
+from bert.tools.throughput.workload import (
+    FLOP_FORMULA,
+    MODEL_SIZES,
+    build_workload,
+    model_config,
+    train_flops,
+)
 
 GB = 1e9
 
@@ -68,34 +79,68 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="untimed steps per variant first (>= 1)")
     p.add_argument("--repeats", type=int, help="rounds; figures are medians over rounds")
     p.add_argument("--num-batches", type=int, help="distinct batches (default: --steps)")
-    p.add_argument("--precision", choices=("fp32", "bf16"), help="default: fp32 on CPU, "
-                   "bf16 (autocast) on CUDA")
-    p.add_argument("--variants", default="fastest,reference,hf_eager",
-                   help=f"comma-separated subset of {','.join(VARIANTS)}")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        help="default: fp32 on CPU, bf16 (autocast) on CUDA",
+    )
+    p.add_argument(
+        "--variants",
+        default="fastest,reference,hf_eager",
+        help=f"comma-separated subset of {','.join(VARIANTS)}",
+    )
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
-    p.add_argument("--fastest", default="auto", help="auto, or ATTENTION[+compile][+fused]"
-                   "[+subset][+sublayers][+sharded|+fusedlamb], e.g. per_sequence or "
-                   "flash_varlen+compile+fused+subset (subset: model.last_layer_subset; "
-                   "sublayers: model.compile_sublayers, not with fused; sharded: the "
-                   "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels)")
-    p.add_argument("--include-unvalidated", action="store_true",
-                   help="let --fastest auto also try backends and fused kernels not yet "
-                        "validated on this device")
-    p.add_argument("--no-fused", action="store_true",
-                   help="keep the fused kernels out of --fastest auto's candidates")
-    p.add_argument("--no-subset", action="store_true",
-                   help="keep model.last_layer_subset out of --fastest auto's candidates")
-    p.add_argument("--hf-padding", choices=("batch_max", "max_length"), default="batch_max",
-                   help="pad HF batches to the batch's longest sequence or to --max-length")
-    p.add_argument("--max-length", type=int, default=None,
-                   help="longest sequence; the length mix scales with it (default: the "
-                        "model's positions, 512 = MLPerf; 128 for tiny)")
+    p.add_argument(
+        "--fastest",
+        default="auto",
+        help="auto, or ATTENTION[+compile][+fused]"
+        "[+subset][+sublayers][+sharded|+fusedlamb], e.g. per_sequence or "
+        "flash_varlen+compile+fused+subset (subset: model.last_layer_subset; "
+        "sublayers: model.compile_sublayers, not with fused; sharded: the "
+        "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels)",
+    )
+    p.add_argument(
+        "--include-unvalidated",
+        action="store_true",
+        help="let --fastest auto also try backends and fused kernels not yet "
+        "validated on this device",
+    )
+    p.add_argument(
+        "--no-fused",
+        action="store_true",
+        help="keep the fused kernels out of --fastest auto's candidates",
+    )
+    p.add_argument(
+        "--no-subset",
+        action="store_true",
+        help="keep model.last_layer_subset out of --fastest auto's candidates",
+    )
+    p.add_argument(
+        "--hf-padding",
+        choices=("batch_max", "max_length"),
+        default="batch_max",
+        help="pad HF batches to the batch's longest sequence or to --max-length",
+    )
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="longest sequence; the length mix scales with it (default: the "
+        "model's positions, 512 = MLPerf; 128 for tiny)",
+    )
     p.add_argument("--threads", type=int, help="CPU intra-op threads (default: torch's)")
-    p.add_argument("--profile", action="store_true",
-                   help="record a per-op profile of one step of the fastest variant")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="record a per-op profile of one step of the fastest variant",
+    )
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--json", type=Path, help="output file (default: results/bench/..., "
-                   "which git ignores; name benchmarks/results/... to record a result)")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="output file (default: results/bench/..., "
+        "which git ignores; name benchmarks/results/... to record a result)",
+    )
     return p.parse_args(argv)
 
 
@@ -106,9 +151,15 @@ class Bench:
         self.args = args
         self.device = torch.device(args.device)
         self.meter = MemoryMeter(self.device)
-        self.workload = build_workload(args.num_batches, args.batch, args.seed, self.device,
-                                       args.hf_padding, args.max_length,
-                                       model_config(args.model).vocab_size)
+        self.workload = build_workload(
+            args.num_batches,
+            args.batch,
+            args.seed,
+            self.device,
+            args.hf_padding,
+            args.max_length,
+            model_config(args.model).vocab_size,
+        )
         self.state = init_state(args.model, args.seed)
         self.variants: dict[str, object] = {}
         self.resident: dict[str, int] = {}
@@ -120,12 +171,24 @@ class Bench:
         """Build a variant, warm it up, and record the memory it keeps between steps."""
         a, before = self.args, self._settled_memory()
         if name.startswith("hf"):
-            variant = build_hf(a.model, options.compile, self.state, self.workload, self.device,
-                               a.precision, name)
+            variant = build_hf(
+                a.model, options.compile, self.state, self.workload, self.device, a.precision, name
+            )
         else:
-            variant = build_ours(a.model, options.attention, options.compile, self.state,
-                                 self.workload, self.device, a.precision, name, options.fused,
-                                 options.subset, options.sublayers, options.optimizer)
+            variant = build_ours(
+                a.model,
+                options.attention,
+                options.compile,
+                self.state,
+                self.workload,
+                self.device,
+                a.precision,
+                name,
+                options.fused,
+                options.subset,
+                options.sublayers,
+                options.optimizer,
+            )
         # A compiled variant sees every batch shape once before timing, so no (re)compile
         # lands inside a timed block.
         compiled = options.compile or options.sublayers
@@ -152,10 +215,14 @@ class Bench:
             return self.build("fastest", candidates[0])
         best, best_time, best_resident = None, float("inf"), 0
         for candidate in candidates:
-            choice = {"attention": candidate.attention, "compile": candidate.compile,
-                      "fused": candidate.fused, "last_layer_subset": candidate.subset,
-                      "compile_sublayers": candidate.sublayers,
-                      "optimizer": candidate.optimizer}
+            choice = {
+                "attention": candidate.attention,
+                "compile": candidate.compile,
+                "fused": candidate.fused,
+                "last_layer_subset": candidate.subset,
+                "compile_sublayers": candidate.sublayers,
+                "optimizer": candidate.optimizer,
+            }
             try:
                 variant = self.build("fastest", candidate)
             except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
@@ -184,8 +251,9 @@ class Bench:
             elif name == "reference":
                 self.variants[name] = self.build(name, Candidate("padded_sdpa"))
             else:
-                self.variants[name] = self.build(name, Candidate("padded_sdpa",
-                                                                 compile=name == "hf_compile"))
+                self.variants[name] = self.build(
+                    name, Candidate("padded_sdpa", compile=name == "hf_compile")
+                )
 
     # -- measuring -----------------------------------------------------------------------------
 
@@ -197,7 +265,7 @@ class Bench:
         peaks = []
         for r in range(self.args.repeats):
             peaks.append(matmul_peak_tflops(self.device, self.args.precision))
-            for name in names[r % len(names):] + names[:r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 self._time_variant(name, timings[name])
             if after_round is not None:
                 after_round(timings, peaks)
@@ -252,8 +320,13 @@ class Bench:
 
 def ratios(variants: dict, timings: dict) -> dict:
     """Speedups: ratio of median throughputs, and the median of per-round paired ratios."""
-    pairs = [("fastest", "hf_eager"), ("fastest", "hf_compile"), ("fastest", "reference"),
-             ("reference", "hf_eager"), ("hf_compile", "hf_eager")]
+    pairs = [
+        ("fastest", "hf_eager"),
+        ("fastest", "hf_compile"),
+        ("fastest", "reference"),
+        ("reference", "hf_eager"),
+        ("hf_compile", "hf_eager"),
+    ]
     out = {}
     for a, b in pairs:
         if a in variants and b in variants:
@@ -297,8 +370,9 @@ def main(argv: list[str] | None = None) -> dict:
     return payload
 
 
-def build_payload(bench: Bench, timings: dict, peaks: list[dict], context: dict,
-                  partial: bool) -> dict:
+def build_payload(
+    bench: Bench, timings: dict, peaks: list[dict], context: dict, partial: bool
+) -> dict:
     """The JSON record from the rounds measured so far (`partial`: not all of them yet)."""
     args, argv = bench.args, context["argv"]
     peak = max(p["tflops"] for p in peaks)
@@ -308,15 +382,17 @@ def build_payload(bench: Bench, timings: dict, peaks: list[dict], context: dict,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv]) if argv is None
+        "command": shlex.join([sys.executable, *sys.argv])
+        if argv is None
         else shlex.join(["bench_throughput.py", *argv]),
         "date": context["date"].isoformat(timespec="seconds"),
         "partial": partial,
         "rounds_done": len(peaks),
         "model": args.model,
-        "model_shape": {**dict(zip(("hidden", "layers", "heads", "ffn"),
-                                   MODEL_SIZES[args.model])),
-                        "vocab": model_config(args.model).vocab_size},
+        "model_shape": {
+            **dict(zip(("hidden", "layers", "heads", "ffn"), MODEL_SIZES[args.model])),
+            "vocab": model_config(args.model).vocab_size,
+        },
         "precision": args.precision,
         "batch": args.batch,
         "max_length": args.max_length,
@@ -328,28 +404,34 @@ def build_payload(bench: Bench, timings: dict, peaks: list[dict], context: dict,
         "cpu_count": os.cpu_count(),
         "matmul_peak_tflops": peak,
         "matmul_peak": peaks,
-        "workload": {**bench.workload.stats(),
-                     "hf_executed_flops_per_step": bench.hf_executed_flops_per_step(),
-                     "useful_flops_per_step": bench.block_flops()[0] / args.steps},
+        "workload": {
+            **bench.workload.stats(),
+            "hf_executed_flops_per_step": bench.hf_executed_flops_per_step(),
+            "useful_flops_per_step": bench.block_flops()[0] / args.steps,
+        },
         "flop_formula": FLOP_FORMULA,
         "variants": variants,
         "ratios": ratios(variants, timings),
         "fastest_selection": bench.selection,
         "memory_method": bench.meter.method + "; peak_mem_gb = peak during the variant's "
-                         "timed steps minus what the other variants keep resident",
+        "timed steps minus what the other variants keep resident",
         "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "
-                  "rotated each round, medians over rounds; batches prebuilt on the device, "
-                  "data pipeline not timed; samples_per_s counts real samples; warmup_seconds "
-                  "(compilation included) apart",
+        "rotated each round, medians over rounds; batches prebuilt on the device, "
+        "data pipeline not timed; samples_per_s counts real samples; warmup_seconds "
+        "(compilation included) apart",
     }
 
 
 def print_summary(payload: dict, path: Path) -> None:
-    print(f"{payload['device']} | {payload['model']} {payload['precision']} batch "
-          f"{payload['batch']} | matmul peak {payload['matmul_peak_tflops']:.3f} TFLOP/s")
+    print(
+        f"{payload['device']} | {payload['model']} {payload['precision']} batch "
+        f"{payload['batch']} | matmul peak {payload['matmul_peak_tflops']:.3f} TFLOP/s"
+    )
     for name, v in payload["variants"].items():
-        print(f"  {name:11s} {v['samples_per_s']:9.2f} samples/s {v['tokens_per_s']:11.0f} "
-              f"tokens/s  MFU {v['mfu']:.3f}  peak {v['peak_mem_gb']:.2f} GB  {v['options']}")
+        print(
+            f"  {name:11s} {v['samples_per_s']:9.2f} samples/s {v['tokens_per_s']:11.0f} "
+            f"tokens/s  MFU {v['mfu']:.3f}  peak {v['peak_mem_gb']:.2f} GB  {v['options']}"
+        )
     for key, value in payload["ratios"].items():
         print(f"  {key}: {value:.2f}x")
     print(f"wrote {path}")

@@ -7,6 +7,7 @@ counts memory the C allocator keeps after a free, so CPU figures are approximate
 Without /proc (not Linux) the peak falls back to getrusage's ru_maxrss, which cannot be reset
 and is then the whole process's peak.
 """
+
 from __future__ import annotations
 
 import platform
@@ -104,7 +105,11 @@ def matmul_peak_tflops(device: torch.device, precision: str) -> dict:
         a @ b
         synchronize(device)
         times.append(time.perf_counter() - start)
-    tflops = 2.0 * n ** 3 / min(times) / 1e12
-    return {"tflops": tflops, "shape": [n, n, n], "dtype": str(dtype).removeprefix("torch."),
-            "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda"
-            else None, "median_tflops": 2.0 * n ** 3 / statistics.median(times) / 1e12}
+    tflops = 2.0 * n**3 / min(times) / 1e12
+    return {
+        "tflops": tflops,
+        "shape": [n, n, n],
+        "dtype": str(dtype).removeprefix("torch."),
+        "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
+        "median_tflops": 2.0 * n**3 / statistics.median(times) / 1e12,
+    }

@@ -13,6 +13,7 @@ time during which no kernel ran. Grouping is by name only, so it has blind spots
   every custom op) onto the GPU timeline as user annotations spanning their kernels; counting
   them too made the 2026-11-26 H100 profile add up to 173 ms of a 133 ms step.
 """
+
 from __future__ import annotations
 
 import re
@@ -75,8 +76,7 @@ def _cpu_breakdown(events) -> dict[str, float]:
 
 def _is_kernel(event) -> bool:
     """A device event that is a kernel (or memcpy/memset), not a user annotation's span."""
-    return (event.device_type == DeviceType.CUDA
-            and not getattr(event, "is_user_annotation", False))
+    return event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
 
 
 def _cuda_breakdown(events) -> tuple[dict[str, float], float]:
@@ -130,15 +130,17 @@ def profile_step(step, index: int, device: torch.device) -> dict:
     else:
         totals = _cpu_breakdown(events)
         totals["host_overhead"] = totals.get("host_overhead", 0.0) + max(
-            0.0, wall_us - sum(totals.values()))
-        basis = ("self CPU time of ops per category; host_overhead = phase/autograd wrappers "
-                 "plus wall time not inside any op")
+            0.0, wall_us - sum(totals.values())
+        )
+        basis = (
+            "self CPU time of ops per category; host_overhead = phase/autograd wrappers "
+            "plus wall time not inside any op"
+        )
     total = sum(totals.values()) or 1.0
     return {
         "wall_ms": round(wall_us / 1e3, 3),
         "ms": {k: round(v / 1e3, 3) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
-        "share": {k: round(v / total, 4) for k, v in sorted(totals.items(),
-                                                             key=lambda kv: -kv[1])},
+        "share": {k: round(v / total, 4) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])},
         "top_ops": _top_ops(prof, device),
         "basis": basis,
         "categories": {name: pattern for name, pattern in CATEGORIES},

@@ -2,6 +2,7 @@
 the per-device defaults that complete its command line (bench.py: parse_args), and the option
 sets that compete for the `fastest` variant (--fastest: auto, or one set named).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,24 +18,34 @@ from bert.tools.throughput.workload import model_config
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
 # Per device: local batch by model size, timed steps per round, warmup steps, rounds.
 DEFAULTS = {
-    "cpu": {"batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
-            "steps": 3, "warmup": 1,
-            "repeats": 5, "precision": "fp32"},
-    "cuda": {"batch": {"mini": 128, "tiny": 128, "l4_h256": 128, "base": 96, "large": 56},
-             "steps": 20,
-             "warmup": 5,
-             "repeats": 3, "precision": "bf16"},
+    "cpu": {
+        "batch": {"mini": 16, "tiny": 16, "l4_h256": 16, "base": 16, "large": 16},
+        "steps": 3,
+        "warmup": 1,
+        "repeats": 5,
+        "precision": "fp32",
+    },
+    "cuda": {
+        "batch": {"mini": 128, "tiny": 128, "l4_h256": 128, "base": 96, "large": 56},
+        "steps": 20,
+        "warmup": 5,
+        "repeats": 3,
+        "precision": "bf16",
+    },
 }
 # Attention backends for `fastest`: the reference ones, plus those whose GPU tests passed in a
 # window (their records, bert/model/attention.py); the others only with --include-unvalidated.
-ATTENTION_CANDIDATES = {"cpu": ("per_sequence",), "cuda": ("padded_sdpa", "flash_varlen",
-                                                           "grouped_flash")}
+ATTENTION_CANDIDATES = {
+    "cpu": ("per_sequence",),
+    "cuda": ("padded_sdpa", "flash_varlen", "grouped_flash"),
+}
 FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb")
 
 
 class Candidate(NamedTuple):
     """One set of options for the `fastest` variant (bench_throughput's --fastest syntax:
     ATTENTION[+FLAG...]; sharded/fusedlamb pick the optimizer, variants.OPTIMIZER_KINDS)."""
+
     attention: str
     compile: bool = False
     fused: bool = False
@@ -71,8 +82,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     positions = model_config(args.model).max_position_embeddings
     args.max_length = args.max_length or positions
     if not 20 <= args.max_length <= positions:
-        sys.exit(f"--max-length {args.max_length}: expected 20..{positions} (the model has "
-                 f"{positions} positions; the synthetic length mix needs 20)")
+        sys.exit(
+            f"--max-length {args.max_length}: expected 20..{positions} (the model has "
+            f"{positions} positions; the synthetic length mix needs 20)"
+        )
     if args.warmup < 1:
         sys.exit("--warmup must be >= 1 (the first step allocates the optimizer state)")
     args.variant_names = names
@@ -86,34 +99,50 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
     fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
     if args.fastest != "auto":
         return [named_candidate(args.fastest, fusable)]
-    backends = [b for b in ATTENTION_CANDIDATES[kind]
-                if validated(kind, b) or args.include_unvalidated]
+    backends = [
+        b for b in ATTENTION_CANDIDATES[kind] if validated(kind, b) or args.include_unvalidated
+    ]
     # torch.compile on the CPU is not a candidate: per_sequence reads lengths on the host,
     # which breaks the graph at every layer. The fused kernels are not yet GPU-validated.
     compiles = (False, True) if kind == "cuda" else (False,)
-    fuses = ((False, True) if kind == "cuda" and args.include_unvalidated and fusable
-             and not args.no_fused else (False,))
+    fuses = (
+        (False, True)
+        if kind == "cuda" and args.include_unvalidated and fusable and not args.no_fused
+        else (False,)
+    )
     # model.last_layer_subset is exact (tests/unit/test_last_layer_subset.py): a candidate unless
     # --no-subset (its CUDA path, flash with separate query lengths, is timed like the rest).
     subsets = (False,) if args.no_subset else (False, True)
-    return [Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses
-            for s in subsets]
+    return [
+        Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses for s in subsets
+    ]
 
 
 def named_candidate(spec: str, fusable: bool) -> Candidate:
     attention, *flags = spec.split("+")
     if attention not in BACKENDS or not set(flags) <= set(FLAGS):
-        sys.exit(f"--fastest {spec!r}: expected ATTENTION[+FLAG...], ATTENTION one of "
-                 f"{sorted(BACKENDS)}, FLAG one of {', '.join(FLAGS)}")
+        sys.exit(
+            f"--fastest {spec!r}: expected ATTENTION[+FLAG...], ATTENTION one of "
+            f"{sorted(BACKENDS)}, FLAG one of {', '.join(FLAGS)}"
+        )
     if {"fused", "sublayers"} <= set(flags):
-        sys.exit(f"--fastest {spec!r}: +sublayers compiles what +fused replaces; "
-                 "name one of them")
+        sys.exit(f"--fastest {spec!r}: +sublayers compiles what +fused replaces; name one of them")
     if {"sharded", "fusedlamb"} <= set(flags):
-        sys.exit(f"--fastest {spec!r}: +fusedlamb is the sharded optimizer with its kernels; "
-                 "name one of them")
+        sys.exit(
+            f"--fastest {spec!r}: +fusedlamb is the sharded optimizer with its kernels; "
+            "name one of them"
+        )
     if "fused" in flags and not fusable:
-        sys.exit(f"--fastest {spec!r}: the fused kernels need hidden size "
-                 f"{FUSED_HIDDEN_SIZE} (--model large)")
+        sys.exit(
+            f"--fastest {spec!r}: the fused kernels need hidden size "
+            f"{FUSED_HIDDEN_SIZE} (--model large)"
+        )
     optimizer = next((flag for flag in ("sharded", "fusedlamb") if flag in flags), "lamb")
-    return Candidate(attention, "compile" in flags, "fused" in flags, "subset" in flags,
-                     "sublayers" in flags, optimizer)
+    return Candidate(
+        attention,
+        "compile" in flags,
+        "fused" in flags,
+        "subset" in flags,
+        "sublayers" in flags,
+        optimizer,
+    )

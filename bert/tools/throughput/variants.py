@@ -17,6 +17,7 @@ ours: `lamb` (bert.optim.LAMB, torch's foreach ops per tensor; also HF's), `shar
 kernels, optim.fused_kernel). On one H100 (2026-11-26) the foreach LAMB step took about a fifth
 of BERT-Large's training step.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,12 +68,16 @@ def fused_flags(cfg: ModelConfig) -> list[str]:
     """The model.fused_* flags a fused variant turns on: all of them, but fused_dense_gelu only
     for a tanh-GeLU model (cuBLASLt's GeLU epilogue is the tanh form). The benchmark's BERT has
     erf GeLU, as MLPerf's does, so its dense layers get fused_dense alone."""
-    return [flag for flag in ops.FUSED_KERNELS
-            if flag != "fused_dense_gelu" or cfg.hidden_act == "gelu_tanh"]
+    return [
+        flag
+        for flag in ops.FUSED_KERNELS
+        if flag != "fused_dense_gelu" or cfg.hidden_act == "gelu_tanh"
+    ]
 
 
-def make_optimizer(model: torch.nn.Module, kind: str,
-                   device: torch.device) -> torch.optim.Optimizer:
+def make_optimizer(
+    model: torch.nn.Module, kind: str, device: torch.device
+) -> torch.optim.Optimizer:
     """LAMB (lr LR, weight decay WEIGHT_DECAY, the other hyperparameters at their defaults) in
     one of OPTIMIZER_KINDS. `fusedlamb` raises RuntimeError when its kernels are not built."""
     groups = param_groups(model, WEIGHT_DECAY)
@@ -81,13 +86,18 @@ def make_optimizer(model: torch.nn.Module, kind: str,
     if kind not in OPTIMIZER_KINDS:
         raise ValueError(f"optimizer {kind!r}: expected one of {OPTIMIZER_KINDS}")
     spec = OPTIMIZERS["lamb"].sharded
-    return ShardedOptimizer(groups, lr=LR, weight_decay=WEIGHT_DECAY,
-                            trust_ratio=spec.weight_norms,
-                            **shard_math(spec, kind == "fusedlamb", device))
+    return ShardedOptimizer(
+        groups,
+        lr=LR,
+        weight_decay=WEIGHT_DECAY,
+        trust_ratio=spec.weight_norms,
+        **shard_math(spec, kind == "fusedlamb", device),
+    )
 
 
-def training_step(model: torch.nn.Module, loss_of: Callable[[int], torch.Tensor],
-                  optimizer_kind: str = "lamb") -> Callable[[int], None]:
+def training_step(
+    model: torch.nn.Module, loss_of: Callable[[int], torch.Tensor], optimizer_kind: str = "lamb"
+) -> Callable[[int], None]:
     """Step i of a variant: loss_of(i), backward, a LAMB step, each phase named for the
     profile (the same optimizer math and phases for every variant)."""
     device = next(model.parameters()).device
@@ -105,16 +115,27 @@ def training_step(model: torch.nn.Module, loss_of: Callable[[int], torch.Tensor]
     return step
 
 
-def build_ours(size: str, attention: str, compiled: bool, state: dict, workload: Workload,
-               device: torch.device, precision: str, name: str, fused: bool = False,
-               subset: bool = False, sublayers: bool = False,
-               optimizer: str = "lamb") -> Variant:
+def build_ours(
+    size: str,
+    attention: str,
+    compiled: bool,
+    state: dict,
+    workload: Workload,
+    device: torch.device,
+    precision: str,
+    name: str,
+    fused: bool = False,
+    subset: bool = False,
+    sublayers: bool = False,
+    optimizer: str = "lamb",
+) -> Variant:
     """The unpadded model with the given attention backend, optionally with every fused kernel
     valid for it, the last layer on [CLS] and masked tokens only (model.last_layer_subset), its
     sublayers torch.compile'd (model.compile_sublayers) and the whole model torch.compile'd.
     A fused kernel that cannot be loaded raises here (RuntimeError)."""
-    cfg = dataclasses.replace(model_config(size, attention), last_layer_subset=subset,
-                              compile_sublayers=sublayers)
+    cfg = dataclasses.replace(
+        model_config(size, attention), last_layer_subset=subset, compile_sublayers=sublayers
+    )
     flags = fused_flags(cfg) if fused else []
     if flags:  # replace() validates again: some kernels need hidden size 1024
         cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})
@@ -129,20 +150,35 @@ def build_ours(size: str, attention: str, compiled: bool, state: dict, workload:
         batch = batches[i % len(batches)]
         with autocast():
             mlm_logits, nsp_logits = runner(batch)
-        mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size,
-                                    cfg.fused_mlm_loss)
+        mlm, nsp = pretraining_loss(
+            mlm_logits, nsp_logits, batch, cfg.vocab_size, cfg.fused_mlm_loss
+        )
         return mlm + nsp
 
     step = training_step(model, loss_of, optimizer)
-    options = {"model": "unpadded BertForPretraining", "attention": attention,
-               "compile": compiled, "fused": fused, "fused_flags": flags,
-               "last_layer_subset": subset, "compile_sublayers": sublayers,
-               "optimizer": optimizer, "precision": precision}
+    options = {
+        "model": "unpadded BertForPretraining",
+        "attention": attention,
+        "compile": compiled,
+        "fused": fused,
+        "fused_flags": flags,
+        "last_layer_subset": subset,
+        "compile_sublayers": sublayers,
+        "optimizer": optimizer,
+        "precision": precision,
+    }
     return Variant(name, options, step)
 
 
-def build_hf(size: str, compiled: bool, state: dict, workload: Workload, device: torch.device,
-             precision: str, name: str) -> Variant:
+def build_hf(
+    size: str,
+    compiled: bool,
+    state: dict,
+    workload: Workload,
+    device: torch.device,
+    precision: str,
+    name: str,
+) -> Variant:
     """HF BertForPreTraining on the padded batches (same weights, optimizer and precision)."""
     import transformers
 
@@ -158,8 +194,12 @@ def build_hf(size: str, compiled: bool, state: dict, workload: Workload, device:
             return runner(**batches[i % len(batches)]).loss
 
     step = training_step(model, loss_of)
-    options = {"model": "transformers BertForPreTraining (padded)",
-               "attention": model.config._attn_implementation, "compile": compiled,
-               "precision": precision, "padding": workload.padding,
-               "transformers": transformers.__version__}
+    options = {
+        "model": "transformers BertForPreTraining (padded)",
+        "attention": model.config._attn_implementation,
+        "compile": compiled,
+        "precision": precision,
+        "padding": workload.padding,
+        "transformers": transformers.__version__,
+    }
     return Variant(name, options, step)

@@ -5,6 +5,7 @@ Batches are built once, before any timing, and kept on the device in both layout
 reads). Every variant therefore trains on exactly the same samples, and the host-side data
 pipeline is not part of what is measured.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,9 +44,15 @@ def model_config(size: str, attention: str = "padded_sdpa") -> ModelConfig:
     if size == "tiny":
         tiny = load_config(TINY_CPU_CONFIG).model
         vocab, positions = tiny.vocab_size, tiny.max_position_embeddings
-    cfg = ModelConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                      num_attention_heads=heads, intermediate_size=ffn,
-                      max_position_embeddings=positions, attention=attention)
+    cfg = ModelConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        max_position_embeddings=positions,
+        attention=attention,
+    )
     return cfg
 
 
@@ -54,26 +61,38 @@ def hf_config(cfg: ModelConfig):
     import transformers
 
     return transformers.BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        intermediate_size=cfg.intermediate_size, hidden_act="gelu",
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size,
+        hidden_act="gelu",
         hidden_dropout_prob=cfg.hidden_dropout_prob,
         attention_probs_dropout_prob=cfg.attention_probs_dropout_prob,
-        max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-        layer_norm_eps=cfg.layer_norm_eps, attn_implementation="sdpa")
+        max_position_embeddings=cfg.max_position_embeddings,
+        type_vocab_size=cfg.type_vocab_size,
+        layer_norm_eps=cfg.layer_norm_eps,
+        attn_implementation="sdpa",
+    )
 
 
-def make_samples(num_batches: int, batch: int, seed: int, max_length: int = MAX_LENGTH,
-                 vocab_size: int = VOCAB_SIZE) -> list[list[Sample]]:
+def make_samples(
+    num_batches: int,
+    batch: int,
+    seed: int,
+    max_length: int = MAX_LENGTH,
+    vocab_size: int = VOCAB_SIZE,
+) -> list[list[Sample]]:
     """num_batches local batches of synthetic samples with REFERENCE 2's length mix.
 
     data.synthetic draws the lengths from the real training set's histogram and masks 15% of
     the word tokens (at most 76), like the MLPerf data.
     """
     rng = np.random.default_rng(seed)
-    samples = generate_samples(rng, successor_table(seed, vocab_size), num_batches * batch,
-                               max_length, MAX_PREDICTIONS)
-    return [samples[i * batch:(i + 1) * batch] for i in range(num_batches)]
+    samples = generate_samples(
+        rng, successor_table(seed, vocab_size), num_batches * batch, max_length, MAX_PREDICTIONS
+    )
+    return [samples[i * batch : (i + 1) * batch] for i in range(num_batches)]
 
 
 def padded_inputs(samples: list[Sample], pad_to: int) -> dict[str, torch.Tensor]:
@@ -90,8 +109,13 @@ def padded_inputs(samples: list[Sample], pad_to: int) -> dict[str, torch.Tensor]
         mask[i, :n] = 1
         labels[i, s.masked_positions.astype(np.int64)] = s.masked_ids
     nsp = np.array([s.nsp_label for s in samples], dtype=np.int64)
-    arrays = dict(input_ids=input_ids, token_type_ids=segments, attention_mask=mask,
-                  labels=labels, next_sentence_label=nsp)
+    arrays = dict(
+        input_ids=input_ids,
+        token_type_ids=segments,
+        attention_mask=mask,
+        labels=labels,
+        next_sentence_label=nsp,
+    )
     return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
 
@@ -122,9 +146,15 @@ class Workload:
         }
 
 
-def build_workload(num_batches: int, batch: int, seed: int, device: torch.device,
-                   padding: str = "batch_max", max_length: int = MAX_LENGTH,
-                   vocab_size: int = VOCAB_SIZE) -> Workload:
+def build_workload(
+    num_batches: int,
+    batch: int,
+    seed: int,
+    device: torch.device,
+    padding: str = "batch_max",
+    max_length: int = MAX_LENGTH,
+    vocab_size: int = VOCAB_SIZE,
+) -> Workload:
     """Batches for every variant. padding: pad HF inputs to each batch's max or to max_length.
 
     max_length below 512 scales the length histogram down (only for quick tests)."""
@@ -152,7 +182,8 @@ FLOP_FORMULA = (
     "+ 6*B*(h^2 + 2*h)  (pooler and NSP); T = real tokens, l_i = sequence lengths, "
     "V = the model's vocabulary (30522; 1024 for tiny); "
     "biases, norms, embeddings and the optimizer are not counted. The same useful "
-    "count is used for every variant (padded ones do more work, which is not credited).")
+    "count is used for every variant (padded ones do more work, which is not credited)."
+)
 
 
 def train_flops(cfg: ModelConfig, lengths: np.ndarray, masked: int) -> float:
@@ -162,11 +193,10 @@ def train_flops(cfg: ModelConfig, lengths: np.ndarray, masked: int) -> float:
     Passing padded lengths (all equal to the pad length) and all tokens as `masked` gives
     what a padded implementation that runs the MLM head everywhere actually executes.
     """
-    h, L, F, V = (cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size,
-                  cfg.vocab_size)
+    h, L, F, V = (cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size)
     lengths = np.asarray(lengths, dtype=np.float64)
     encoder = 6.0 * L * (4 * h * h + 2 * h * F) * lengths.sum()
-    attention = 12.0 * L * h * float((lengths ** 2).sum())
+    attention = 12.0 * L * h * float((lengths**2).sum())
     mlm = 6.0 * masked * (h * h + h * V)
     nsp = 6.0 * lengths.shape[0] * (h * h + 2 * h)
     return encoder + attention + mlm + nsp
