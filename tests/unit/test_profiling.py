@@ -66,3 +66,17 @@ def test_cpu_profile_of_a_step_adds_up_to_its_wall_time():
     profile = profiling.profile_step(lambda index: (x @ x).relu().sum(), 0, torch.device("cpu"))
     assert profile["ms"]["gemm"] > 0
     assert abs(sum(profile["ms"].values()) - profile["wall_ms"]) <= 0.01 * profile["wall_ms"] + 0.01
+
+
+def test_kernel_names_with_lambdas_are_not_the_optimizer():
+    """PyTorch's elementwise kernels carry `{lambda()#2}` in their names, and "lamb" matched
+    them: the 2026-11-26b H100 profile put GeLU and its backward (5.3 ms) under optimizer."""
+    gelu = (
+        "void at::native::vectorized_elementwise_kernel<8, at::native::GeluCUDAKernelImpl("
+        "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const>"
+    )
+    assert profiling.categorize(gelu) == "elementwise_other"
+    fused_lamb = "void bert_kernels::update_kernel<float>(bert_kernels::LambUpdateArgs)"
+    assert profiling.categorize(fused_lamb) == "optimizer"
+    assert profiling.categorize("void multi_tensor_apply_kernel<...>") == "optimizer"
+    assert profiling.categorize("aten::_foreach_mul_") == "optimizer"

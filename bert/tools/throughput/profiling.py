@@ -28,7 +28,7 @@ from bert.tools.throughput.measure import synchronize
 # First match wins; patterns are matched against the op or kernel name, lower-cased.
 CATEGORIES = (
     ("communication", r"nccl|all_?reduce|all_?gather|reduce_?scatter|c10d|gloo|broadcast"),
-    ("optimizer", r"_foreach|multi_tensor|lamb"),
+    ("optimizer", r"_foreach|multi_tensor|lamb(?!da)"),  # not the kernels' {lambda()#n}
     ("dropout_rng", r"bernoulli|native_dropout|philox|::rand|randint|uniform_"),
     ("loss", r"log_softmax|nll_loss|cross_entropy"),
     ("attention", r"flash|fmha|attention|softmax|::bmm|::baddbmm"),
