@@ -508,6 +508,11 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
         ("per_sequence", False, False, True, False, "lamb")
     ]
+    # several named sets compete in one run: the optimizers timed against each other (issue 23)
+    assert candidates("cuda", "--fastest", "flash_varlen+fused,flash_varlen+fused+fusedlamb") == [
+        ("flash_varlen", False, True, False, False, "lamb"),
+        ("flash_varlen", False, True, False, False, "fusedlamb"),
+    ]
     # The last-layer subset is exact, so it always competes, with and without.
     assert {c.subset for c in candidates("cpu")} == {False, True}
     # Compiled sublayers (model.compile_sublayers) compete only when named, never with +fused.

@@ -272,8 +272,11 @@ STEPS = (
         False,
         throughput(
             "throughput_fused",
-            "--fastest flash_varlen+fused+fusedlamb --variants fastest,hf_eager --repeats 2 "
-            "--steps 10 --include-unvalidated --profile",
+            # the fused switches with each optimizer, timed against each other in this process
+            # (fastest_selection): the 2026-11-26b window's fused LAMB run was slower than the
+            # first window's default-LAMB run, two processes apart (issue 23)
+            "--fastest flash_varlen+fused,flash_varlen+fused+sharded,flash_varlen+fused+fusedlamb "
+            "--variants fastest,hf_eager --repeats 2 --steps 10 --include-unvalidated --profile",
         ),
     ),
     # the optimizer without custom kernels: ShardedOptimizer's flat LAMB. Before the compiled

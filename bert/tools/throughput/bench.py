@@ -97,7 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "[+subset][+sublayers][+sharded|+fusedlamb], e.g. per_sequence or "
         "flash_varlen+compile+fused+subset (subset: model.last_layer_subset; "
         "sublayers: model.compile_sublayers, not with fused; sharded: the "
-        "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels)",
+        "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels); several, "
+        "comma-separated, are each timed for one block in this process (JSON: "
+        "fastest_selection) and the fastest is the variant",
     )
     p.add_argument(
         "--include-unvalidated",

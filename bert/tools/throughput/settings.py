@@ -97,8 +97,8 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
     (model.compile_sublayers) and the sharded optimizers only when --fastest names them."""
     # The fused kernels are built for hidden size 1024 only.
     fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
-    if args.fastest != "auto":
-        return [named_candidate(args.fastest, fusable)]
+    if args.fastest != "auto":  # one set, or several to time against each other in this run
+        return [named_candidate(spec, fusable) for spec in args.fastest.split(",")]
     backends = [
         b for b in ATTENTION_CANDIDATES[kind] if validated(kind, b) or args.include_unvalidated
     ]
