@@ -6,7 +6,7 @@
 - `tiny_settings(data_dir, out, **changed)`: the config keys every tiny run sets, with the test's
   own keys (`changed`) on top: step budget, schedule, logging, division, checkpoints, ...
   run.max_steps is not among the shared keys: each test passes its own.
-- `set_args(values)`: a settings dict as `--set key=value` arguments for run_pretraining.py.
+Their `--set key=value` arguments: `bert.tools.common.set_args`, shared with the GPU tools.
 
 Used by tests/integration/test_reliability.py, test_resume.py, test_obs.py, test_trust.py and
 test_obs_distributed.py; keep a change here in step with what they assert.
@@ -60,8 +60,3 @@ def tiny_settings(data_dir: Path, out: Path, **changed) -> dict:
         "submission.division": "open",  # open: the target is not required
         **changed,
     }
-
-
-def set_args(values: dict) -> list[str]:
-    """`values` as run_pretraining.py's `--set key=value` arguments, in the dict's order."""
-    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]

@@ -1,4 +1,5 @@
-"""Small helpers shared by the tools: provenance for result files, optional matplotlib."""
+"""Small helpers shared by the tools: provenance for result files, optional matplotlib, the
+`--set` arguments of a training run."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ def git_commit() -> str:
         pass
     stamp = ROOT / ".whl" / "COMMIT"
     return stamp.read_text().strip() if stamp.is_file() else "unknown"
+
+
+def set_args(values: dict) -> list[str]:
+    """`values` as run_pretraining.py's `--set key=value` arguments, in the dict's order."""
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
 def write_json(path: Path, record: dict, indent: int = 2) -> Path:

@@ -39,7 +39,8 @@ from bert.config import describe_fields, load_config
 from bert.core.errors import BadInputError
 
 from cli_rows import changed_paths, snapshot
-from tiny_run import make_tiny_data, set_args
+from tiny_run import make_tiny_data
+from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -36,7 +36,8 @@ from bert.train.config import LogConfig
 from bert.plan.flops import LengthMix, training_flops
 from data.packing import Sample, pack_samples
 
-from tiny_run import make_tiny_data, set_args, tiny_settings
+from tiny_run import make_tiny_data, tiny_settings
+from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

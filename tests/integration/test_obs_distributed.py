@@ -15,7 +15,8 @@ import pytest
 
 from bert.obs.sinks import read_records
 
-from tiny_run import make_tiny_data, set_args, tiny_settings
+from tiny_run import make_tiny_data, tiny_settings
+from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d rank (\d) (INFO|WARNING|ERROR) (.*)")

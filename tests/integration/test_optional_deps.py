@@ -20,6 +20,7 @@ import pytest
 
 from bert.config import find_config, load_config, shipped_configs
 from bert.core.errors import ConfigError
+from bert.tools.common import set_args
 from data.comm import mpi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def test_an_mpi_job_without_mpi4py_stops_with_one_error_line(tmp_path, no_mpi4py
         "data.synthetic.cache_dir": tmp_path / "cache",
         "run.output_dir": tmp_path / "out",
     }
-    args = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    args = set_args(sets)
     env = child_env(
         PYTHONPATH=no_mpi4py_path,
         OMPI_COMM_WORLD_RANK="0",

@@ -37,7 +37,8 @@ from bert.train.resume import complete_checkpoints, remove_folder, step_dir
 from bert.train.run_lock import LOCK_NAME, RunLock
 from bert.train.trainer import Callback, Trainer
 
-from tiny_run import make_tiny_data, set_args, tiny_settings
+from tiny_run import make_tiny_data, tiny_settings
+from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -29,7 +29,8 @@ from bert.train.trainer import Trainer
 from data.sample_record import read_records
 
 from test_data_distributed import launch
-from tiny_run import make_tiny_data, set_args
+from tiny_run import make_tiny_data
+from bert.tools.common import set_args
 from tiny_run import tiny_settings as shared_tiny_settings
 
 ROOT = Path(__file__).resolve().parents[2]

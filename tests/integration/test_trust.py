@@ -27,7 +27,8 @@ import torch
 from bert.mlperf import reader as run_logs
 from bert.train.resume import rank_file, step_dir
 
-from tiny_run import make_tiny_data, set_args, tiny_settings
+from tiny_run import make_tiny_data, tiny_settings
+from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

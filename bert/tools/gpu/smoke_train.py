@@ -37,7 +37,7 @@ from bert.mlperf.compliance import parse_args as checker_args
 from bert.mlperf.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
 from bert.mlperf.reader import mllog_records
-from bert.tools.common import git_commit, write_json
+from bert.tools.common import git_commit, set_args, write_json
 from bert.train.cli import main as train_main  # run_pretraining.py's and open-bert-train's
 
 STEPS_PER_BLOCK = 4
@@ -91,11 +91,6 @@ def overrides(device: str, work: Path, output: str, precision: str, blocks: int)
         "data.synthetic.eval_samples": 128,
     }
     return set_args(values)
-
-
-def set_args(values: dict) -> list[str]:
-    """run_pretraining.py's `--set key=value` for each item."""
-    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
 # ---- trainer callbacks (the Trainer's generic hooks) -----------------------------------------

@@ -47,8 +47,8 @@ from bert.core.errors import BadInputError
 from bert.model import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.obs.sinks import read_records
-from bert.tools.common import git_commit, import_pyplot, write_json
-from bert.tools.gpu.smoke_train import run, set_args
+from bert.tools.common import git_commit, import_pyplot, set_args, write_json
+from bert.tools.gpu.smoke_train import run
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
 # Both runs must have learned before their accuracies mean anything: chance is 1/920 (~0.001),
