@@ -16,16 +16,36 @@ from bert.core.errors import ConfigError, check
 from bert.core.readers import read_json
 from bert.core.settings import ExpandedPath, F, section
 from bert.model.attention import BACKENDS
-from bert.model.fused import FUSED_OPS
+from bert.model.fused import FUSED_OPS, enabled
+from bert.model.layer_functions import COMPILED, depends_on
 from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
 
-# the fusions of the sublayers model.compile_sublayers puts under torch.compile instead
-SUBLAYER_FUSIONS = ("fused_bias_dropout_residual_layernorm", "fused_dense", "fused_dense_gelu")
+# the fusions that replace a part of the sublayers model.compile_sublayers compiles instead
+SUBLAYER_FUSIONS = tuple(
+    flag for flag, op in FUSED_OPS.items() if depends_on(COMPILED) & set(op.replaces)
+)
 # the GPU window record that timed model.compile_sublayers and found it correct; None: not yet
 COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
 
 
+def with_fused_flags(cls: type) -> type:
+    """Declares `model.<flag>: bool = false` for every fused op (bert/model/fused.py's
+    FUSED_OPS, with its record's description), before compile_sublayers. Each replaces a
+    plain-PyTorch path; on CUDA it needs the compiled extension (checked when the model is
+    built) and fp16/bf16 activations (run.precision); on the CPU its PyTorch twin runs."""
+    annotations = {}
+    for name, annotation in cls.__annotations__.items():
+        if name == "compile_sublayers":
+            for flag, op in FUSED_OPS.items():
+                annotations[flag] = "bool"
+                setattr(cls, flag, F(False, op.doc))
+        annotations[name] = annotation
+    cls.__annotations__ = annotations
+    return cls
+
+
 @section("model")
+@with_fused_flags
 class ModelConfig:
     """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
 
@@ -81,31 +101,6 @@ class ModelConfig:
         "encoder FLOPs for BERT-Large on the MLPerf mix (HazyResearch's "
         "MLPerf BERT does this; NVIDIA's does not).",
     )
-    # Fused CUDA kernels (kernels/, one entry each in bert/model/fused.py), each replacing a
-    # plain-PyTorch path; each one's GPU status is its FusedOp record's. On CUDA they need the
-    # compiled extension (checked when the model is built) and fp16/bf16 activations
-    # (run.precision); on CPU their PyTorch twins run (kernels/reference*.py).
-    fused_bias_dropout_residual_layernorm: bool = F(False, "end of every attention/FFN sublayer")
-    fused_embedding_backward: bool = F(False, "word-embedding gradient with packed atomics")
-    fused_mlm_loss: bool = F(False, "MLM softmax cross-entropy, its gradient made in the forward")
-    fused_dense: bool = F(
-        False,
-        "cuBLASLt dense layers (kernels/dense.py), the bias, GeLU and "
-        "gradient reductions in the GEMMs' epilogues; every dense layer's in "
-        "and out features must be multiples of 8. fused_dense: GEMM + bias as "
-        "one GEMM (bias gradient inside the weight-gradient GEMM) for QKV, "
-        "attention output, FFN (unless fused_dense_gelu), MLM transform, "
-        "decoder and pooler; the residual's gradient is added inside the "
-        "QKV/FFN data-gradient GEMM. Fits either GeLU.",
-    )
-    fused_dense_gelu: bool = F(
-        False,
-        "fused_dense_gelu: GEMM + bias + GeLU as one GEMM, and "
-        "GeLU' + bias gradient inside the next data-gradient GEMM: FFN "
-        "and MLM transform. cuBLASLt's GeLU is the tanh approximation, "
-        "so it needs hidden_act=gelu_tanh: open division / experimental "
-        "(MLPerf's BERT uses erf gelu).",
-    )
     compile_sublayers: bool = F(
         False,
         "torch.compile (dynamic shapes) of the attention-output "
@@ -140,9 +135,17 @@ class ModelConfig:
             self.attention in BACKENDS,
             f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}",
         )
-        for flag, op in FUSED_OPS.items():
-            problem = op.check(self) if getattr(self, flag) else None
+        replaced: dict[str, str] = {}
+        for flag in enabled(self):
+            problem = FUSED_OPS[flag].check(self)
             check(problem is None, f"model.{flag}=true needs {problem}")
+            for name in FUSED_OPS[flag].replaces:
+                check(
+                    name not in replaced,
+                    f"model.{flag}=true and model.{replaced.get(name)}=true both replace the "
+                    f"layer function {name!r}: switch one off",
+                )
+                replaced[name] = flag
         if self.compile_sublayers:
             fused = [f"model.{flag}" for flag in SUBLAYER_FUSIONS if getattr(self, flag)]
             check(

@@ -9,8 +9,9 @@ every LayerNorm parameter name contains `layer_norm`, so the optimizer's no-deca
 
 The fused kernels (model.fused_* flags, kernels/) swap a function, never a parameter: the
 parameter names, and so checkpoints, are the same with every flag. Each module picks its
-functions from bert/model/fused.py once, at build, and its attention backend from
-bert/model/attention.py. The embeddings' LayerNorm is not fused: their
+layer functions once, at build (bert/model/fused.py's `layer_functions`: the references of
+bert/model/layer_functions.py with the replacements of the flags that are on), and its
+attention backend from bert/model/attention.py. The embeddings' LayerNorm is not fused: their
 dropout comes after the LayerNorm, not before the residual add the kernel fuses. The NSP layer
 stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLASLt needs.
 `model.compile_sublayers` puts the same two sublayer functions (attention output and FFN, each
@@ -20,14 +21,21 @@ measured against the hand-written one (scripts/bench_throughput.py `+sublayers`)
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bert.model import attention
 from bert.model import fused as ops
+from bert.model import layer_functions
+from bert.model.layer_functions import compiled_impl
 from bert.model.config import ModelConfig
 from data.packing import PackedBatch
+
+# (logits (M, padded_vocab), labels (M,), vocab_size) -> the mean MLM loss
+MLMLoss = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 class Embeddings(nn.Module):
@@ -38,7 +46,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.lookup_words = ops.word_embedding_impl(cfg.fused_embedding_backward)
+        self.lookup_words = ops.layer_functions(cfg).word_embedding
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """-> (T, hidden)"""
@@ -65,12 +73,10 @@ class SelfAttention(nn.Module):
         self.attention_dropout = cfg.attention_probs_dropout_prob
         backend = attention.resolve(cfg.attention)
         self.attend, self.attend_subset = backend.attend, backend.attend_subset
-        self.linear_with_residual = ops.linear_with_residual_impl(cfg.fused_dense)
-        self.linear = ops.linear_impl(cfg.fused_dense)
-        self.sublayer_output = ops.compiled_impl(
-            ops.sublayer_output_impl(cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense),
-            cfg.compile_sublayers,
-        )
+        functions = ops.layer_functions(cfg)
+        self.linear_with_residual = functions.linear_with_residual
+        self.linear = functions.linear
+        self.sublayer_output = compiled_impl(functions.sublayer_output, cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)"""
@@ -109,12 +115,7 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        self.sublayer = ops.compiled_impl(
-            ops.feed_forward_impl(
-                cfg.fused_bias_dropout_residual_layernorm, cfg.fused_dense, cfg.fused_dense_gelu
-            ),
-            cfg.compile_sublayers,
-        )
+        self.sublayer = compiled_impl(ops.layer_functions(cfg).feed_forward, cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (T, hidden) -> LayerNorm(x + dropout(output(gelu(intermediate(x))))), (T, hidden)"""
@@ -149,8 +150,9 @@ class PretrainingHeads(nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        self.linear = ops.linear_impl(cfg.fused_dense)  # decoder and pooler
-        self.linear_gelu = ops.linear_gelu_impl(cfg.fused_dense, cfg.fused_dense_gelu)
+        functions = ops.layer_functions(cfg)
+        self.linear = functions.linear  # decoder and pooler
+        self.linear_gelu = functions.linear_gelu
 
     def mlm_logits(self, masked_hidden: torch.Tensor) -> torch.Tensor:
         """masked_hidden: (M, hidden) -> (M, padded_vocab)"""
@@ -174,6 +176,7 @@ class BertForPretraining(nn.Module):
         if device is not None:
             ops.require_fused_kernels(cfg, device)
         self.config = cfg
+        self.mlm_cross_entropy = ops.layer_functions(cfg).mlm_cross_entropy
         self.attention_backend = attention.resolve(cfg.attention)  # what its batches carry
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
@@ -201,7 +204,7 @@ class BertForPretraining(nn.Module):
             nsp_logits,
             batch,
             self.config.vocab_size,
-            fused_mlm_loss=self.config.fused_mlm_loss,
+            self.mlm_cross_entropy,
         )
 
     def count_correct(self, mlm_logits: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
@@ -242,14 +245,15 @@ def pretraining_loss(
     nsp_logits: torch.Tensor,
     batch: PackedBatch,
     vocab_size: int,
-    fused_mlm_loss: bool = False,
+    mlm_cross_entropy: MLMLoss = layer_functions.mlm_cross_entropy,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(MLM loss, NSP loss), each a mean: MLM over masked tokens, NSP over sequences.
 
     Logits of the vocabulary padding rows are dropped so they never enter the softmax.
-    fused_mlm_loss: model.fused_mlm_loss, the softmax cross-entropy kernel for the MLM loss.
+    mlm_cross_entropy: the MLM loss function; a model's own is `model.loss` (with
+    model.fused_mlm_loss, the softmax cross-entropy kernel).
     """
-    mlm = ops.mlm_cross_entropy_impl(fused_mlm_loss)(mlm_logits, batch.masked_labels, vocab_size)
+    mlm = mlm_cross_entropy(mlm_logits, batch.masked_labels, vocab_size)
     nsp = F.cross_entropy(nsp_logits.float(), batch.nsp_labels)
     return mlm, nsp
 

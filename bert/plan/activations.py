@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from bert.model.config import ModelConfig
-from bert.model.modeling import BertForPretraining, pretraining_loss
+from bert.model.modeling import BertForPretraining
 from bert.plan.flops import masked_count
 from data.order.lengths import length_pmf
 from data.packing import Sample, pack_samples
@@ -160,14 +160,14 @@ def count_saved(
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
         if emulation is not None:
             with emulation:
-                _forward(model, batch, cfg)
+                _forward(model, batch)
         else:
             with torch.autocast(
                 "cpu",
                 dtype=LOW_PRECISION.get(precision, torch.bfloat16),
                 enabled=precision in LOW_PRECISION,
             ):
-                _forward(model, batch, cfg)
+                _forward(model, batch)
     # the weights themselves (saved by reference) are parameters, not activations
     for param in model.parameters():
         storages.pop(param.untyped_storage()._cdata, None)
@@ -180,7 +180,7 @@ def count_saved(
     return SavedBytes(sum(storages.values()) - weights, weights)
 
 
-def _forward(model: BertForPretraining, batch, cfg: ModelConfig) -> torch.Tensor:
+def _forward(model: BertForPretraining, batch) -> torch.Tensor:
     mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, cfg.vocab_size, cfg.fused_mlm_loss)
+    mlm, nsp = model.loss(mlm_logits, nsp_logits, batch)
     return mlm + nsp

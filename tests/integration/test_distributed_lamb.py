@@ -534,6 +534,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str, scenarios: list[str]
     try:
         results = {name: SCENARIOS[name](rank, world, out_dir, ckpt) for name in scenarios}
         torch.save(results, Path(out_dir) / f"rank{rank}.pt")
+        # No rank tears gloo down while a peer still talks to it: a CI run (2 cores) had one
+        # rank abort in teardown ("terminate called without an active exception") after the
+        # scenarios were done. Not after an error: the peers may be gone.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -70,7 +70,7 @@ def measured_forward_bytes(cfg: ModelConfig, lengths) -> int:
     model = BertForPretraining(cfg).train()
     batch = activations.synthetic_batch(lengths, 20, cfg.vocab_size, seed=1)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss = activations._forward(model, batch.to("cpu"), cfg)
+        loss = activations._forward(model, batch.to("cpu"))
     del loss
     return sum(event.self_cpu_memory_usage for event in prof.events())
 

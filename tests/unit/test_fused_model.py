@@ -27,7 +27,7 @@ import kernels
 from bert.model import fused as ops
 from bert.config import ConfigError
 from bert.model.config import FUSED_HIDDEN_SIZE, ModelConfig
-from bert.model import BertForPretraining, FeedForward, pretraining_loss
+from bert.model import BertForPretraining, FeedForward
 from data.packing import PackedBatch, Sample, pack_samples
 from kernels.reference import HIDDEN, dropout_keep_mask, unpack_dropout_mask
 from kernels.softmax_cross_entropy import softmax_cross_entropy
@@ -172,10 +172,11 @@ def expected_dense_sites(flags, layers: int) -> dict[str, int]:
     return sites
 
 
-def train_pass(model: BertForPretraining, batch, fused_mlm_loss: bool = False):
-    """Loss (MLM + NSP) and {name: grad} of one forward and backward."""
+def train_pass(model: BertForPretraining, batch):
+    """Loss (MLM + NSP, the model's own loss path) and {name: grad} of one forward and
+    backward."""
     model.zero_grad(set_to_none=True)
-    mlm, nsp = pretraining_loss(*model(batch), batch, model.config.vocab_size, fused_mlm_loss)
+    mlm, nsp = model.loss(*model(batch), batch)
     loss = mlm + nsp
     loss.backward()
     return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
@@ -292,7 +293,7 @@ def test_fused_model_matches_reference(flags):
     batch = make_batch().to("cpu")
     expected = train_pass(reference, batch)
     with OpRecorder() as recorder:
-        got = train_pass(fused, batch, fused_mlm_loss="fused_mlm_loss" in flags)
+        got = train_pass(fused, batch)
     called = {name for name in recorder.names() if name.startswith("bert_kernels.")}
     assert called == set().union(*(FLAG_OPS[flag] for flag in flags))
     assert dense_sites(recorder) == expected_dense_sites(flags, len(fused.layers))
@@ -392,14 +393,12 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     ).item()
 
 
-def gpu_pass(model, batch, dtype, fused_mlm_loss: bool = False):
+def gpu_pass(model, batch, dtype):
     """Logits, per-row MLM losses, the loss and the gradients of one pass under autocast."""
     model.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
         mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(
-        mlm_logits, nsp_logits, batch, model.config.vocab_size, fused_mlm_loss
-    )
+    mlm, nsp = model.loss(mlm_logits, nsp_logits, batch)
     (mlm + nsp).backward()
     with torch.no_grad():
         per_row = torch.nn.functional.cross_entropy(
@@ -450,11 +449,11 @@ def test_fused_model_on_gpu(dtype, attention, flags):
 
     oracle, oracle_grads = gpu_pass(reference, batch, None)
     torch_lp, torch_grads = gpu_pass(reference, batch, dtype)
-    gpu_pass(fused, batch, dtype, True)  # first pass: library handles, streams, allocations
+    gpu_pass(fused, batch, dtype)  # first pass: library handles, streams, allocations
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        got, got_grads = gpu_pass(fused, batch, dtype, True)
+        got, got_grads = gpu_pass(fused, batch, dtype)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

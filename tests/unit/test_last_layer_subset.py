@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from bert.model import BertForPretraining, ModelConfig, pretraining_loss
+from bert.model import BertForPretraining, ModelConfig
 from data.packing import Sample, pack_samples, subset_queries
 
 VOCAB = 101
@@ -79,7 +79,7 @@ def test_layout_helper_on_its_own():
 def run(model: BertForPretraining, batch) -> tuple[list[torch.Tensor], dict]:
     model.zero_grad()
     mlm_logits, nsp_logits = model(batch)
-    mlm, nsp = pretraining_loss(mlm_logits, nsp_logits, batch, VOCAB, model.config.fused_mlm_loss)
+    mlm, nsp = model.loss(mlm_logits, nsp_logits, batch)
     (mlm + nsp).backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return [mlm_logits, nsp_logits, mlm, nsp], grads

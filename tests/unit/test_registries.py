@@ -5,6 +5,12 @@ would be and trains 2 steps through the Trainer on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -125,3 +131,104 @@ def test_a_new_optimizer_is_one_record(data_dir, tmp_path, monkeypatch, sharded)
     )
     inner = trainer.optim.optimizer
     assert isinstance(inner, torch.optim.SGD) or inner.update_fn is sgd_update
+
+
+# A new fused op, registered the way bert/model/fused.py registers its own: one FusedOp record
+# naming the layer function it replaces. ModelConfig declares its flag when it is built, so the
+# record must exist before bert.model.config is imported: a fresh interpreter, as for a new
+# record in fused.py itself.
+FUSED_PLUGIN = """
+import sys
+from pathlib import Path
+
+from bert.model import fused
+
+calls = []
+
+
+def counted_embedding(input_ids, table):
+    calls.append(input_ids.numel())
+    return table(input_ids)
+
+
+fused.FUSED_OPS["fused_counted_embedding"] = fused.FusedOp(
+    "embedding_backward", "test: a counted word-embedding lookup",
+    {"word_embedding": counted_embedding},
+)
+
+import run_pretraining  # noqa: E402 - the config is built with the new flag
+from bert.tools.common import set_args  # noqa: E402
+from tiny_run import tiny_settings  # noqa: E402
+
+data_dir, out, flag = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+settings = tiny_settings(data_dir, out, **{"run.max_steps": 2, flag: "true"})
+code = run_pretraining.main(["--config", "configs/tiny_cpu.yaml", *set_args(settings)])
+from bert.config import describe_fields  # noqa: E402
+
+listed = any(line.startswith(flag + " (bool) = False  # test:") for line in describe_fields())
+print("exit", code, "lookups", len(calls), "listed", listed)
+"""
+
+
+def run_fused_plugin(tmp_path, flag: str):
+    from tiny_run import make_tiny_data
+
+    data_dir = make_tiny_data(tmp_path / "data")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    return subprocess.run(
+        [sys.executable, "-c", FUSED_PLUGIN, str(data_dir), str(tmp_path / "out"), flag],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_new_fused_op_is_one_record(tmp_path):
+    """The record alone gives model.fused_counted_embedding (config key, checks) and swaps the
+    word-embedding lookup of the model the run trains, from the first step on."""
+    done = run_fused_plugin(tmp_path, "model.fused_counted_embedding")
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, code, _, lookups, _, listed = done.stdout.strip().splitlines()[-1].split()
+    # exit 1: the 2 steps ran and the run ended unconverged, the normal end of a step budget
+    assert code == "1" and "run_stop aborted" in done.stderr + done.stdout
+    assert int(lookups) >= 3  # 2 training steps and the eval, through the record's function
+    assert listed == "True"  # --help-config lists the flag with the record's description
+
+
+def test_fused_flags_that_replace_the_same_function_are_refused():
+    from bert.model import fused
+    from bert.model.config import ModelConfig
+
+    taken = {"fused_dense": "linear", "fused_dense_gelu": "feed_forward"}
+    with pytest.MonkeyPatch.context() as patch:
+        for flag, name in taken.items():
+            record = dataclasses.replace(
+                fused.FUSED_OPS[flag], replaces={name: torch.nn.Identity()}
+            )
+            patch.setitem(fused.FUSED_OPS, flag, record)
+        record = dataclasses.replace(
+            fused.FUSED_OPS["fused_mlm_loss"], replaces={"linear": torch.nn.Identity()}
+        )
+        patch.setitem(fused.FUSED_OPS, "fused_mlm_loss", record)
+        with pytest.raises(Exception, match="both replace the layer function 'linear'"):
+            ModelConfig(fused_mlm_loss=True, fused_dense=True)
+
+
+def test_every_fused_record_replaces_known_layer_functions():
+    from bert.model import fused
+    from bert.model.config import SUBLAYER_FUSIONS
+    from bert.model.layer_functions import REFERENCE, pick_layer_functions
+
+    for flag, op in fused.FUSED_OPS.items():
+        assert op.replaces and set(op.replaces) <= set(REFERENCE), flag
+    with pytest.raises(KeyError, match="no layer function named"):
+        pick_layer_functions({"lineaar": torch.nn.functional.linear})
+    # model.compile_sublayers competes with the fusions inside the sublayers it compiles
+    assert set(SUBLAYER_FUSIONS) == {
+        "fused_bias_dropout_residual_layernorm",
+        "fused_dense",
+        "fused_dense_gelu",
+    }

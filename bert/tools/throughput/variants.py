@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
-from bert.model import BertForPretraining, ModelConfig, pretraining_loss
+from bert.model import BertForPretraining, ModelConfig
 from bert.model import fused as ops
 from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
@@ -150,9 +150,7 @@ def build_ours(
         batch = batches[i % len(batches)]
         with autocast():
             mlm_logits, nsp_logits = runner(batch)
-        mlm, nsp = pretraining_loss(
-            mlm_logits, nsp_logits, batch, cfg.vocab_size, cfg.fused_mlm_loss
-        )
+        mlm, nsp = model.loss(mlm_logits, nsp_logits, batch)
         return mlm + nsp
 
     step = training_step(model, loss_of, optimizer)
