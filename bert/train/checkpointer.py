@@ -38,8 +38,9 @@ class Checkpointer:
         self._point = pick_resume_point(
             cfg.checkpoint.resume, cfg.run.output_dir, ctx, global_batch_size, cfg.to_dict(), say
         )
-        self.folder: Path | None = self._point.folder if self._point else None
-        self.manifest: Manifest | None = self._point.manifest if self._point else None
+        # the checkpoint this run resumes from, read whole before the log opens; None: fresh
+        self.resume_from: Path | None = self._point.folder if self._point else None
+        self.resume_manifest: Manifest | None = self._point.manifest if self._point else None
         self.last_step: int | None = None  # the step of the last checkpoint saved or resumed
 
     def restore(self, raw_model: torch.nn.Module, optim) -> tuple[dict, dict]:
@@ -59,7 +60,7 @@ class Checkpointer:
         return progress, point.rank_state["pipeline"]
 
     def restore_pipeline(self, pipeline, state: dict) -> None:
-        with checkpoint_fit(self.folder / rank_file(self.ctx.rank)):
+        with checkpoint_fit(self.resume_from / rank_file(self.ctx.rank)):
             pipeline.load_state_dict(state)
 
     def due(self, step: int) -> bool:

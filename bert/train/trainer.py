@@ -115,18 +115,17 @@ class Trainer:
         )
         # read whole before the log opens: a refused or damaged resume writes nothing
         self.ckpt = Checkpointer(cfg, self.ctx, self.plan.global_batch_size, self.progress.line)
-        self.resume_from, self.resume_manifest = self.ckpt.folder, self.ckpt.manifest
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
         self._init_state = (
             read_checkpoint_file(cfg.run.init_checkpoint)
-            if cfg.run.init_checkpoint and not self.resume_from
+            if cfg.run.init_checkpoint and not self.ckpt.resume_from
             else None
         )
         self.lock = hold_output_dir(self.out_dir, self.ctx)  # one run per folder, till train ends
         weakref.finalize(self, self.lock.release)  # a Trainer dropped untrained (tests)
         try:
-            resumed_step = self.resume_manifest.step if self.resume_from else None
+            resumed_step = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
             self.log_file = LogFile(
                 mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed_step)
             )
@@ -160,7 +159,7 @@ class Trainer:
         log.cache_clear(cfg.run.cache_cleared)
         log.init_start()
         log.submission_info(sub.org, sub.platform, sub.division, sub.status)
-        self.seed = self.resume_manifest.seed if self.resume_from else self._run_seed()
+        self.seed = self.ckpt.resume_manifest.seed if self.ckpt.resume_from else self._run_seed()
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples, seed=self.seed)
         self._log_run_facts()
         if cfg.run.threads and self.ctx.device.type == "cpu":
@@ -175,7 +174,7 @@ class Trainer:
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
         self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
         self._resume_data: dict | None = None  # the data position, restored at run_start
-        if self.resume_from:
+        if self.ckpt.resume_from:
             self.start_point, self._resume_data = self.ckpt.restore(self.raw_model, self.optim)
         self.progress.line(
             f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
@@ -197,8 +196,10 @@ class Trainer:
             accelerators_per_node=ctx.local_world_size if on_gpu else 0,
             accelerator_model=torch.cuda.get_device_name(ctx.device) if on_gpu else "N/A",
         )
-        if self.resume_from:
-            self.mllog.resumed_from(self.resume_manifest.step, self.resume_manifest.samples)
+        if self.ckpt.resume_from:
+            self.mllog.resumed_from(
+                self.ckpt.resume_manifest.step, self.ckpt.resume_manifest.samples
+            )
         unvalidated = gpu_status.warning(self.cfg) if on_gpu else None
         if unvalidated:
             self.progress.result(unvalidated)

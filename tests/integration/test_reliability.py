@@ -381,7 +381,7 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(data_dir, tmp_path, capsy
     root = out / "checkpoints"
     (step_dir(root, 4) / "trainer.pt").write_bytes(b"not a pickle")
     trainer, result = train(data_dir, out, 6, **{"checkpoint.resume": "auto", "log.quiet": False})
-    assert trainer.resume_from == step_dir(root, 2) and result.steps == 6
+    assert trainer.ckpt.resume_from == step_dir(root, 2) and result.steps == 6
     printed = capsys.readouterr().out
     assert f"resume auto: {step_dir(root, 4)} is damaged, skipping it" in printed
     assert "trainer.pt" in printed and f"resuming from {step_dir(root, 2)}" in printed

@@ -134,7 +134,7 @@ def test_checkpoints_pruned_and_partial_ignored(data_dir, tmp_path):
 
 def test_resume_auto_without_checkpoint_starts_fresh(data_dir, tmp_path):
     trainer, result = train(data_dir, tmp_path, 2, **{"checkpoint.resume": "auto"})
-    assert trainer.resume_from is None and result.steps == 2
+    assert trainer.ckpt.resume_from is None and result.steps == 2
     assert (tmp_path / "mlperf.log").is_file()
 
 
