@@ -53,6 +53,8 @@ def test_cpu_run_writes_schema(tmp_path):
         "2",
         "--steps",
         "1",
+        "--num-batches",
+        "3",
         "--warmup",
         "1",
         "--repeats",
@@ -84,6 +86,10 @@ def test_cpu_run_writes_schema(tmp_path):
     assert "gemm" in profile["share"] and profile["top_ops"]
     assert record["partial"] is False and record["rounds_done"] == 2
     assert all(v["options"]["warmup_seconds"] > 0 for v in record["variants"].values())
+    # --warmup 1, but every variant first steps through every batch of the workload
+    batches = record["workload"]["num_batches"]
+    assert batches == 3
+    assert all(v["options"]["warmup_steps"] == batches for v in record["variants"].values())
 
 
 def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
