@@ -20,10 +20,14 @@ from bert.model.fused import FUSED_OPS, enabled
 from bert.model.layer_functions import COMPILED, depends_on
 from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
 
-# the fusions that replace a part of the sublayers model.compile_sublayers compiles instead
-SUBLAYER_FUSIONS = tuple(
-    flag for flag, op in FUSED_OPS.items() if depends_on(COMPILED) & set(op.replaces)
-)
+
+def sublayer_fusions() -> list[str]:
+    """The fused flags that replace a part of the sublayers model.compile_sublayers compiles
+    instead (read from the records)."""
+    compiled = depends_on(COMPILED)
+    return [flag for flag, op in FUSED_OPS.items() if compiled & set(op.replaces)]
+
+
 # the GPU window record that timed model.compile_sublayers and found it correct; None: not yet
 COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
 
@@ -147,7 +151,7 @@ class ModelConfig:
                 )
                 replaced[name] = flag
         if self.compile_sublayers:
-            fused = [f"model.{flag}" for flag in SUBLAYER_FUSIONS if getattr(self, flag)]
+            fused = [f"model.{flag}" for flag in sublayer_fusions() if getattr(self, flag)]
             check(
                 not fused,
                 f"model.compile_sublayers=true compiles the sublayers that "
