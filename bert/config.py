@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from bert.model.attention import BACKENDS
 from bert.model.config import ModelConfig
-from bert.model.fused import FUSED_OPS
+from bert.model.fused import enabled
 from bert.optim.config import OptimConfig, ScheduleConfig
 from bert.optim.registry import OPTIMIZERS
 from bert.train.config import (
@@ -122,7 +122,7 @@ def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:
             f"{where} and run.precision={precision}: use padded_sdpa (or per_sequence "
             f"on CPU)"
         )
-    fused = [flag for flag in FUSED_OPS if getattr(model, flag)]
+    fused = enabled(model)
     if fused and device == "cuda" and precision == "fp32":
         return (
             f"model.{fused[0]}=true needs run.precision=bf16 or fp16 on CUDA (its kernel "

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from bert.model.attention import BACKENDS
 from bert.model.config import COMPILE_SUBLAYERS_GPU_VALIDATED
-from bert.model.fused import FUSED_OPS
+from bert.model.fused import FUSED_OPS, enabled
 from bert.optim.registry import OPTIMIZERS
 
 if TYPE_CHECKING:
@@ -23,9 +23,7 @@ def unvalidated(cfg: "Config") -> list[str]:
     if not backend.reference and backend.gpu_validated is None:
         found.append(f"model.attention={backend.name}")
     found += [
-        f"model.{flag}"
-        for flag, op in FUSED_OPS.items()
-        if getattr(cfg.model, flag) and op.gpu_validated is None
+        f"model.{flag}" for flag in enabled(cfg.model) if FUSED_OPS[flag].gpu_validated is None
     ]
     if cfg.model.compile_sublayers and COMPILE_SUBLAYERS_GPU_VALIDATED is None:
         found.append("model.compile_sublayers")

@@ -21,7 +21,7 @@ from torch import nn
 
 import kernels
 from bert.model.attention import LOW_PRECISION
-from bert.model.layer_functions import add_and_norm, pick_layer_functions
+from bert.model.layer_functions import end_sublayer, gemm_bias, pick_layer_functions
 from kernels.bias_dropout_residual_layernorm import bias_dropout_residual_layernorm
 from kernels.dense import FEATURE_MULTIPLE, linear_bias, linear_bias_gelu, linear_gelu_linear
 from kernels.embedding_backward import embedding as embedding_with_fused_backward
@@ -170,13 +170,11 @@ def fused_gelu_feed_forward(
         intermediate.weight,
         intermediate.bias,
         output.weight,
-        output.bias if sublayer_end is None else None,
+        gemm_bias(output.bias, sublayer_end),
         approximate=approximate,
         return_residual=True,
     )
-    if sublayer_end is None:
-        return add_and_norm(y, dropout, layer_norm, residual)
-    return sublayer_end(y, output.bias, dropout, layer_norm, residual)
+    return end_sublayer(y, output.bias, dropout, layer_norm, residual, sublayer_end)
 
 
 def fused_backward_word_embedding(input_ids: torch.Tensor, table: nn.Embedding) -> torch.Tensor:

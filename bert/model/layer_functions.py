@@ -84,12 +84,23 @@ def sublayer_output(
     sublayer_end: Optional[SublayerEnd] = None,
 ):
     """The end of a post-LN sublayer, LayerNorm(residual + dropout(dense(h))):
-    (h (T, in), dense, dropout, layer_norm, residual (T, hidden)) -> (T, hidden).
-    sublayer_end None: the bias rides the GEMM and add_and_norm ends it; else the GEMM is
-    bias-free and sublayer_end adds the bias with the rest."""
+    (h (T, in), dense, dropout, layer_norm, residual (T, hidden)) -> (T, hidden)."""
+    y = linear(h, dense.weight, gemm_bias(dense.bias, sublayer_end))
+    return end_sublayer(y, dense.bias, dropout, layer_norm, residual, sublayer_end)
+
+
+def gemm_bias(bias: torch.Tensor, sublayer_end: Optional[SublayerEnd]) -> Optional[torch.Tensor]:
+    """The bias a sublayer's last GEMM adds: all of it, unless sublayer_end adds it instead."""
+    return bias if sublayer_end is None else None
+
+
+def end_sublayer(y, bias, dropout, layer_norm, residual, sublayer_end: Optional[SublayerEnd]):
+    """LayerNorm(residual + dropout(y + bias)) after the GEMM that made y with gemm_bias():
+    sublayer_end None, the bias is in y and add_and_norm ends it; else sublayer_end adds the
+    bias with the rest (model.fused_bias_dropout_residual_layernorm: one kernel)."""
     if sublayer_end is None:
-        return add_and_norm(linear(h, dense.weight, dense.bias), dropout, layer_norm, residual)
-    return sublayer_end(linear(h, dense.weight, None), dense.bias, dropout, layer_norm, residual)
+        return add_and_norm(y, dropout, layer_norm, residual)
+    return sublayer_end(y, bias, dropout, layer_norm, residual)
 
 
 def feed_forward(
@@ -130,16 +141,16 @@ REFERENCE: Mapping[str, Optional[Callable]] = MappingProxyType(
 COMPILED = ("sublayer_output", "feed_forward")
 
 
-def parts(fn: Optional[Callable]) -> list[str]:
-    """The layer functions `fn` is built from: its keyword-only parameters named after one."""
+def parts(fn: Optional[Callable]) -> dict[str, object]:
+    """The layer functions `fn` is built from (its keyword-only parameters named after one),
+    each with the default `fn` has for it."""
     if fn is None:
-        return []
-    target = fn.func if isinstance(fn, functools.partial) else fn
+        return {}
     try:
-        params = inspect.signature(target).parameters.values()
+        params = inspect.signature(fn).parameters.values()
     except ValueError:  # a builtin such as F.linear: built from nothing
-        return []
-    return [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name in REFERENCE]
+        return {}
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name in REFERENCE}
 
 
 def pick_layer_functions(replacements: Mapping[str, Callable]) -> SimpleNamespace:
@@ -156,15 +167,11 @@ def pick_layer_functions(replacements: Mapping[str, Callable]) -> SimpleNamespac
 
 
 def _bind_parts(name: str, fn: Optional[Callable], picked: dict) -> Optional[Callable]:
-    names = parts(fn)
-    if not names:
-        return fn
-    defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()}
     bound = {}
-    for part in names:
+    for part, default in parts(fn).items():
         if part not in picked:
             raise ValueError(f"layer function {name!r} is built from {part!r}, listed after it")
-        if picked[part] is not defaults[part]:
+        if picked[part] is not default:
             bound[part] = picked[part]
     return functools.partial(fn, **bound) if bound else fn
 

@@ -40,29 +40,21 @@ VARIANT_KEYS = {
 }
 
 
+# A benchmark run small enough for the CPU: 2 rounds of 1 step, a mini BERT on 32 tokens.
+SMALL_RUN = [
+    *("--device", "cpu", "--model", "mini", "--batch", "2", "--steps", "1"),
+    *("--warmup", "1", "--repeats", "2", "--max-length", "32", "--threads", "1"),
+]
+
+
 def test_cpu_run_writes_schema(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [
         sys.executable,
         str(ROOT / "scripts" / "bench_throughput.py"),
-        "--device",
-        "cpu",
-        "--model",
-        "mini",
-        "--batch",
-        "2",
-        "--steps",
-        "1",
+        *SMALL_RUN,
         "--num-batches",
         "3",
-        "--warmup",
-        "1",
-        "--repeats",
-        "2",
-        "--max-length",
-        "32",
-        "--threads",
-        "1",
         "--profile",
         "--json",
         str(out),
@@ -107,22 +99,7 @@ def test_each_round_is_written_before_the_next(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_throughput, "write_json", spy)
     bench_throughput.main(
         [
-            "--device",
-            "cpu",
-            "--model",
-            "mini",
-            "--batch",
-            "2",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-            "--repeats",
-            "2",
-            "--max-length",
-            "32",
-            "--threads",
-            "1",
+            *SMALL_RUN,
             "--variants",
             "reference",
             "--json",
