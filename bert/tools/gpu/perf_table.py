@@ -1,24 +1,23 @@
-"""The README's GPU performance table, generated from a window's throughput JSON files.
+"""The README's GPU performance table, generated from the committed windows' throughput records.
 
-    python -m bert.tools.gpu.perf_table benchmarks/results/gpu/2026-11-26_window [--write-readme]
-
-Every row is one variant of one bench_throughput.py run as recorded (device, commit, command in
-the JSON); each run compares its variants in the same process, so ratios are read within a run
-only. Without --write-readme the table is printed; with it, the README's block between the
-markers below is replaced (tests/tools/test_perf_table.py checks the README equals the records).
+Each bench_throughput.py run (`throughput_<run>.json`) is read from the newest window that has
+it complete, so a run the newest window did not finish keeps an older window's row, which names
+its window (date, device, commit). Each run compares its variants in one process: ratios are
+read within a run only. The rate is records.STATISTIC, and the table shows every round.
+`python -m bert.tools.gpu.gpu_docs --write` puts the table into README.md.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
+from bert.tools.gpu.records import STATISTIC, Window, newest_record, steady
 
-from bert.core.files import write_text_atomic
-from bert.tools.common import ROOT
-
-BEGIN, END = "<!-- perf-table:begin -->", "<!-- perf-table:end -->"
+RUNS = (
+    "throughput_eager",
+    "throughput_fused",
+    "throughput_compiled",
+    "throughput_sublayers",
+    "throughput_sharded",
+)
 # issue 23's goals, on one H100 in bf16, each measured in one run
 TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 VARIANT_NAMES = {
@@ -52,92 +51,101 @@ def describe(options: dict) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def run_rows(name: str, run: dict) -> list[str]:
+def ratios(run: dict) -> dict[str, float]:
+    """fastest/<other> for every other variant of the run, both rates by STATISTIC."""
+    variants = run["variants"]
+    if "fastest" not in variants:
+        return {}
+    mine = steady(variants["fastest"])
+    return {f"fastest/{k}": mine / steady(v) for k, v in variants.items() if k != "fastest"}
+
+
+def run_rows(name: str, window: Window, run: dict) -> list[str]:
     rows = []
     for variant, result in run["variants"].items():
-        ratio = next(
-            (
-                f"{value:.2f}x {key.split('/')[1]}"
-                for key, value in run["ratios"].items()
-                if key.startswith(f"{variant}/") and "paired" not in key
-            ),
-            "",
-        )
+        rate = steady(result)
+        # MFU is proportional to the rate within a run (same batches every round)
+        mfu = result["mfu"] * rate / result["samples_per_s"]
+        rounds = ", ".join(f"{r:.0f}" for r in result.get("samples_per_s_per_round", []))
+        ratio = ""
+        if variant == "fastest":
+            ratio = "; ".join(f"{v:.2f}x {k.split('/')[1]}" for k, v in ratios(run).items())
         rows.append(
-            f"| `{name}` | {VARIANT_NAMES.get(variant, variant)} | "
-            f"{describe(result['options'])} | {result['samples_per_s']:.0f} | "
-            f"{result['mfu']:.3f} | {ratio} |"
+            f"| `{name}` | {window.label} | {VARIANT_NAMES.get(variant, variant)} | "
+            f"{describe(result['options'])} | {rounds} | {rate:.0f} | {mfu:.3f} | {ratio} |"
         )
     return rows
 
 
-def render(folder: Path) -> str:
-    runs = {
-        path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("throughput_*.json"))
-    }
+def selection_lines(name: str, window: Window, run: dict) -> list[str]:
+    """The candidates a run timed to pick its fastest variant (one block each, no round
+    dropped: an ordering, not a steady rate)."""
+    timed = [c for c in run.get("fastest_selection", []) if "seconds_per_step" in c]
+    if not timed:
+        return []
+    parts = [
+        f"{c.get('optimizer', 'lamb')} {1000 * c['seconds_per_step']:.1f} ms/step" for c in timed
+    ]
+    return [
+        f"`{name}` in {window.label} picked its fastest among candidates timed once each "
+        f"(one block of {run['steps']} steps right after building, by optimizer): "
+        + ", ".join(parts)
+        + "."
+    ]
+
+
+def not_finished(newest: Window) -> str:
+    """The throughput steps the newest window did not finish, and why."""
+    parts = []
+    for step in newest.summary.get("steps", []):
+        if step["name"] in RUNS and step.get("status") != "ok":
+            why = (
+                step.get("reason") or f"{step['status']} at its {step.get('timeout_s', '?')} s cap"
+            )
+            parts.append(f"`{step['name']}` {why}")
+    if not parts:
+        return ""
+    return f"Not finished in the newest window, {newest.label}: " + "; ".join(parts) + "."
+
+
+def render(found: list[Window]) -> str:
+    runs = [(name, *hit) for name in RUNS if (hit := newest_record(found, name))]
     if not runs:
-        raise SystemExit(f"error: perf_table: no throughput_*.json in {folder}")
-    first = next(iter(runs.values()))
+        raise SystemExit("error: perf_table: no complete throughput_*.json in any window")
+    first = runs[0][2]
     header = [
         f"BERT-Large, {first['precision']}, batch {first['batch']}, the MLPerf length mix "
         f"(mean length {first['workload']['mean_length']:.0f}), the whole training step with "
-        f"the optimizer, one process; {first['device']}, torch {first['torch']}, "
-        f"{first['date'][:10]}, commit `{first['commit']}`; records: "
-        f"`{folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder}`. MFU against "
-        f"the bf16 matmul rate measured in the same run "
-        f"({first['matmul_peak_tflops']:.0f} TFLOP/s). Ratios compare variants of one run only.",
+        f"the optimizer, one process; each run from the newest window that finished it "
+        f"(records: `benchmarks/results/gpu/<window>_window/`). samples/s is {STATISTIC}; MFU "
+        f"against the bf16 matmul rate measured in the same run. Ratios compare variants of "
+        f"one run only.",
         "",
-        "| run | variant | what runs | samples/s | MFU | ratio in the run |",
-        "|---|---|---|---|---|---|",
+        "| run | window | variant | what runs | rounds (samples/s) | samples/s | MFU | ratio "
+        "in the run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    rows = [row for name, run in runs.items() for row in run_rows(name, run)]
-    return "\n".join(header + rows + ["", goals(runs)])
+    rows = [row for name, window, run in runs for row in run_rows(name, window, run)]
+    notes = [line for name, window, run in runs for line in selection_lines(name, window, run)]
+    notes += [not_finished(found[-1]), goals(runs)]
+    return "\n".join(header + rows) + "\n\n" + "\n\n".join(n for n in notes if n)
 
 
-def goals(runs: dict[str, dict]) -> str:
-    best = max(
-        v["samples_per_s"]
-        for run in runs.values()
-        for k, v in run["variants"].items()
-        if k == "fastest"
-    )
-    measured = {"samples_per_s": best}
-    for run in runs.values():
-        for key, value in run["ratios"].items():
-            if key in TARGETS and "paired" not in key:
-                measured[key] = max(measured.get(key, 0.0), value)
+def goals(runs: list[tuple[str, Window, dict]]) -> str:
+    measured: dict[str, tuple[float, Window]] = {}
+    for _, window, run in runs:
+        figures = dict(ratios(run))
+        if "fastest" in run["variants"]:
+            figures["samples_per_s"] = steady(run["variants"]["fastest"])
+        for key, value in figures.items():
+            if key in TARGETS and value > measured.get(key, (0.0, None))[0]:
+                measured[key] = (value, window)
     parts = []
     for key, goal in TARGETS.items():
         if key not in measured:
             parts.append(f"{key}: not measured")
             continue
-        verdict = "met" if measured[key] >= goal else "not met"
-        parts.append(f"{key} {measured[key]:.2f} (goal {goal:g}: {verdict})")
-    return "Goals (issue 23): " + "; ".join(parts) + "."
-
-
-def replace_block(text: str, table: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: perf_table: README.md has no {BEGIN} ... {END} block")
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("folder", type=Path, help="a window's records folder")
-    parser.add_argument("--write-readme", action="store_true")
-    args = parser.parse_args(argv)
-    table = render(args.folder.resolve())
-    if args.write_readme:
-        readme = ROOT / "README.md"
-        write_text_atomic(readme, replace_block(readme.read_text(), table))
-    else:
-        print(table)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        value, window = measured[key]
+        verdict = "met" if value >= goal else "not met"
+        parts.append(f"{key} {value:.2f} on {window.device} (goal {goal:g}: {verdict})")
+    return "Goals (issue 23, on one H100): " + "; ".join(parts) + "."

@@ -1,0 +1,133 @@
+"""kernels/VALIDATION.md's GPU figures and the README's GPU status, generated from the windows.
+
+A verdict is per GPU test file, from each window's `summary.json` (`tests_per_file`): the newest
+window's result, and the newest result on the target GPU (records.TARGET_GPU), since a kernel is
+switched on only after its tests pass there. Figures name their window (date, device, commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bert.model.attention import BACKENDS
+from bert.model.config import COMPILE_SUBLAYERS_GPU_VALIDATED
+from bert.model.fused import FUSED_OPS
+from bert.optim.registry import OPTIMIZERS
+from bert.tools.gpu.records import TARGET_GPU, Window, all_passed, outcome, window_tests
+
+KERNEL_TESTS = {
+    "bias_dropout_residual_layernorm": "tests/kernels/test_bias_dropout_residual_layernorm.py",
+    "embedding_backward": "tests/kernels/test_embedding_backward.py",
+    "softmax_cross_entropy": "tests/kernels/test_softmax_cross_entropy.py",
+    "dense": "tests/kernels/test_dense.py",
+    "lamb": "tests/kernels/test_lamb_kernel.py",
+}
+FUSED_MODEL = "tests/unit/test_fused_model.py"
+ATTENTION = "tests/unit/test_attention.py"
+# a switch is validated when the model-level test and its kernel's own tests pass
+SWITCH_TESTS = {
+    "model.fused_bias_dropout_residual_layernorm": (
+        FUSED_MODEL,
+        KERNEL_TESTS["bias_dropout_residual_layernorm"],
+    ),
+    "model.fused_embedding_backward": (FUSED_MODEL, KERNEL_TESTS["embedding_backward"]),
+    "model.fused_mlm_loss": (FUSED_MODEL, KERNEL_TESTS["softmax_cross_entropy"]),
+    "model.fused_dense": (FUSED_MODEL, KERNEL_TESTS["dense"]),
+    "model.fused_dense_gelu": (FUSED_MODEL, KERNEL_TESTS["dense"]),
+    "optim.fused_kernel": (KERNEL_TESTS["lamb"],),
+    "model.attention=flash_varlen": (ATTENTION,),
+    "model.attention=grouped_flash": (ATTENTION, FUSED_MODEL),
+    "model.compile_sublayers": (),
+}
+
+
+def registry_record(key: str) -> str | None:
+    """The GPU record a switch's registry entry cites as its validation (what bert/gpu_status.py
+    warns from), None while it has none; the docs state it beside the test counts."""
+    if key.startswith("model.attention="):
+        return BACKENDS[key.split("=", 1)[1]].gpu_validated
+    if key == "model.compile_sublayers":
+        return COMPILE_SUBLAYERS_GPU_VALIDATED
+    if key == "optim.fused_kernel":
+        cited = [o.sharded.fused_gpu_validated for o in OPTIMIZERS.values() if o.sharded]
+        return next((c for c in cited if c), None)
+    return FUSED_OPS[key.removeprefix("model.")].gpu_validated
+
+
+def newest_on(found: list[Window], gpu: str) -> Window | None:
+    return next((w for w in reversed(found) if gpu in w.device), None)
+
+
+def results(window: Window | None, files: tuple[str, ...]) -> str:
+    if window is None:
+        return "never run"
+    return "; ".join(f"`{f.split('/')[-1]}` {outcome(window.file_counts(f))}" for f in files)
+
+
+def verdict(found: list[Window], files: tuple[str, ...]) -> str:
+    """yes only when every file passed on the target GPU; else where it stands."""
+    if not files:
+        return "no: no GPU test"
+    target = newest_on(found, TARGET_GPU)
+    newest = found[-1]
+    if target is not None and all(all_passed(target.file_counts(f)) for f in files):
+        return f"yes, on {target.device} ({target.name})"
+    if all(all_passed(newest.file_counts(f)) for f in files):
+        return f"not yet: passes on {newest.device} ({newest.name}), not yet rerun on {TARGET_GPU}"
+    return "no: a test failed in the newest window"
+
+
+def switch_verdict(found: list[Window], key: str, files: tuple[str, ...]) -> str:
+    """The registry's word (what a run warns about) first, then where the tests stand."""
+    cited = registry_record(key)
+    head = f"yes (registry cites `{cited}`)" if cited else "**no** (the registry cites no record)"
+    return f"{head}; tests: {verdict(found, files)}"
+
+
+def verdict_table(
+    found: list[Window],
+    first: str,
+    rows: dict[str, tuple[str, ...]],
+    judge: Callable[[list[Window], str, tuple[str, ...]], str],
+) -> str:
+    newest, target = found[-1], newest_on(found, TARGET_GPU)
+    lines = [
+        f"| {first} | newest window, {newest.label} | newest on {TARGET_GPU} (the target), "
+        f"{target.label if target else 'none'} | GPU-validated |",
+        "|---|---|---|---|",
+    ]
+    for key, files in rows.items():
+        lines.append(
+            f"| `{key}` | {results(newest, files) or 'no GPU test'} | "
+            f"{results(target, files) or 'no GPU test'} | {judge(found, key, files)} |"
+        )
+    return "\n".join(lines + ["", never_on(found, "A100", "sm_80")])
+
+
+def never_on(found: list[Window], gpu: str, arch: str) -> str:
+    if newest_on(found, gpu):
+        return ""
+    return f"No window has run on an {gpu} ({arch}): nothing is validated there."
+
+
+def kernel_verdicts(found: list[Window]) -> str:
+    rows = {op: (path,) for op, path in KERNEL_TESTS.items()}
+    return verdict_table(found, "op", rows, lambda found, _, files: verdict(found, files))
+
+
+def switch_verdicts(found: list[Window]) -> str:
+    return verdict_table(found, "config", SWITCH_TESTS, switch_verdict)
+
+
+def window_table(found: list[Window]) -> str:
+    lines = [
+        "| window | device | commit | GPU tests | steps failed or timed out |",
+        "|---|---|---|---|---|",
+    ]
+    for w in found:
+        unfinished = ", ".join(f"`{s}`" for s in w.summary.get("failed_steps", [])) or "none"
+        lines.append(
+            f"| `{w.folder.name}` | {w.summary['device']} | `{w.commit}` | "
+            f"{window_tests(w)} | {unfinished} |"
+        )
+    return "\n".join(lines)
