@@ -1,35 +1,46 @@
-"""Does the fused model train like the reference? Two runs of the training program from the
-same seed on the same data, one with the fused switches on, compared step by step.
+"""Does the fused model train like the reference? Runs of the training program on the same data,
+the reference and the fused switches from the same seed, compared step by step, and the
+reference again from another seed, whose spread bounds how far apart they may drift.
 
     python -m bert.tools.gpu.train_compare --device cuda --out train_compare.json   # the window
     python -m bert.tools.gpu.train_compare --device cpu --steps 6 --min-accuracy 0 \
         --out t.json                                         # its twins: the mechanics only
 
-Both runs are run_pretraining.py's own entry point on the learnable synthetic shards
+The runs are run_pretraining.py's own entry point on the learnable synthetic shards
 (data/synthetic.py: a topic word per sentence and a successor table), one eval at the end:
-    reference  the switches off
+    reference  the switches off, run.seed RUN_SEED
     fused      every model.fused_* switch valid for the model's erf GeLU (MLPerf's), plus the
-               sharded LAMB's fused kernels on CUDA (optim.fused_kernel)
+               sharded LAMB's fused kernels on CUDA (optim.fused_kernel); run.seed RUN_SEED
+    reseeded   the reference with run.seed RESEED: other initial weights, data order and
+               dropout masks (~7 s more on an H100/H200: the three take ~30 s)
 The shape (SHAPES) is the fused kernels' width, 1024 (FFN 4096 on CUDA), with the default
 run's vocabulary (1024: 920 words) and the LAMB settings (LEARN) and batch under which that
 width learns the language within the steps (measured on the CPU: see LEARN): on CUDA 2 layers,
 batch 128, bf16, flash_varlen, 300 steps, an eval of 4096 samples. The LR schedule (warmup,
 then linear decay to zero) spans each run's steps.
 
-The check (issue 22) passes only when all of these hold:
-- both runs ended as expected: no exception (`error` unset), exit 1 and run_stop "aborted"
+The check (issues 22 and 35) passes only when all of these hold:
+- the three runs ended as expected: no exception (`error` unset), exit 1 and run_stop "aborted"
   (eval.target_mlm_accuracy=1.0 is out of reach on purpose, so each run trains all its steps:
   that exit is how a good run ends, and the record says so in each run's `ended`);
-- both runs learned: each final eval MLM accuracy at least --min-accuracy (LEARNED_FLOOR by
-  default; chance is about 0.001). Two runs that learned nothing agree at 0.0000, a check that
-  cannot fail: the 2026-11-26b window "passed" so (vocabulary 30522, batch 64);
-- the final eval MLM accuracies within ACCURACY_TOLERANCE, and a finite loss at every step.
-The verdict line names every failed condition. The JSON holds both loss curves (metrics.jsonl,
-every step) and their largest gap; `--plot` draws them. The curves agree in distribution, not
-step for step: the fused LayerNorm draws its own Philox dropout masks (kernels/reference.py),
-torch's dropout others.
+- the three runs learned: each final eval MLM accuracy at least --min-accuracy (LEARNED_FLOOR
+  by default; chance is about 0.001). Two runs that learned nothing agree at 0.0000, a check
+  that cannot fail: the 2026-11-26b window "passed" so (vocabulary 30522, batch 64);
+- the reference's and the fused run's final eval MLM accuracies within ACCURACY_TOLERANCE
+  (0.005), and a finite loss at every step;
+- their mean training losses over the last TAIL_STEPS (50) steps within TAIL_TOLERANCE (2%)
+  of the reference's;
+- no step gap above the bound: a step's gap is the gap between the two runs' mean losses over
+  the GAP_WINDOW (10) steps ending there (a raw loss spikes alone); the bound is
+  SPREAD_MULTIPLE (2) times the largest such gap between the reference and the reseeded run.
+The constants say where each number comes from. The verdict line names every failed
+condition. The JSON holds the three loss curves (metrics.jsonl, every step), the tail means,
+the largest step gap with its bound and where the bound came from; `--plot` draws the curves.
+The curves agree in distribution, not step for step: the fused LayerNorm draws its own Philox
+dropout masks (kernels/reference.py), torch's dropout others.
 On the CPU the fused switches run their PyTorch twins, so a short CPU run checks the mechanics
-(with --min-accuracy 0: a few steps learn nothing).
+(with --min-accuracy 0: a few steps learn nothing); tests/tools/test_train_compare.py trains a
+narrower model that learns, and shows a wrong fused function failing.
 """
 
 from __future__ import annotations
@@ -51,6 +62,28 @@ from bert.tools.common import git_commit, import_pyplot, set_args, write_json
 from bert.tools.gpu.smoke_train import run
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
+# The loss criterion (issue 35). Two curves at accuracies 0.700 and 0.703 used to pass with a
+# loss gap of 2.4; now the mean training loss over the last TAIL_STEPS steps must agree within
+# TAIL_TOLERANCE, relative to the reference's. 2%, not the 1% first asked for: the healthy
+# H200 pair of the 2026-11-28 window (reference 0.7887, fused 0.7882) averaged 1.0098 and
+# 1.0227 over steps 251-300, 1.28% apart; their step-by-step differences there have a standard
+# deviation of 0.049, so a 50-step mean's difference has a standard error of ~0.0069 (0.69%):
+# 1% is 1.5 standard errors (a sound kernel fails about one window in seven), 2% about 3.
+TAIL_STEPS = 50
+TAIL_TOLERANCE = 0.02
+# A step's gap: the gap between the two runs' mean losses over the GAP_WINDOW steps ending at
+# that step, not the raw losses: one raw loss spikes alone (that window's healthy pair had a
+# 0.886 gap at step 13; a 10-step mean's largest gap was 0.313, at step 40, amid the descent
+# from 7.8 to 2). Ten steps of 300 still resolve that descent (~50 steps long).
+GAP_WINDOW = 10
+# No step's gap may exceed SPREAD_MULTIPLE times the largest step gap between the reference and
+# the reference reseeded (RESEED: other initial weights, data order and dropout masks, on the
+# same shards), measured the same way. The fused run differs from the reference in less (the
+# fused LayerNorm's own dropout masks, rounding), so a sound fused run's largest gap is
+# expected below the reseeded run's; the multiple 2 is room for each largest gap being one
+# noisy draw (the 2026-11-28 pair's: 0.313 at step 40, 0.197 after step 50). It is a judgment,
+# not yet a measurement: no GPU window has recorded a reseeded run (the first will).
+SPREAD_MULTIPLE = 2.0
 # Both runs must have learned before their accuracies mean anything: chance is 1/920 (~0.001),
 # and two runs that learned nothing agree at ~0, a check that cannot fail. The CUDA shape on
 # the CPU (fp32, per_sequence, else as SHAPES["cuda"]) reached 0.75 after 50 of its 300 steps;
@@ -111,6 +144,8 @@ SHAPES = {  # the fused kernels' shape limits need width 1024 (bert/model/config
         "run.threads": 2,
     },
 }
+RUN_SEED = 4321  # the reference's and the fused run's: same initial weights, same data order
+RESEED = 1234  # the reseeded reference's: its own weights, data order and dropout masks
 DEFAULT_STEPS = 300  # ~10 s a run on an H100 (200 steps of batch 64 took 6-10 s)
 TARGET = 1.0  # eval.target_mlm_accuracy: out of reach, so every run trains all its steps
 # (exit status, run_stop status) of a run that ended by itself: the target missed, as
@@ -154,8 +189,10 @@ def schedule(shape: dict, steps: int) -> dict:
     }
 
 
-def run_args(device: str, work: Path, name: str, steps: int, extra: dict) -> list[str]:
-    shape = SHAPES[device]
+def run_args(
+    device: str, work: Path, name: str, steps: int, extra: dict, *, shape=None, seed=RUN_SEED
+) -> list[str]:
+    shape = SHAPES[device] if shape is None else shape
     values = {
         "data.synthetic.num_shards": 2,
         "data.synthetic.samples_per_shard": 2048,
@@ -164,7 +201,7 @@ def run_args(device: str, work: Path, name: str, steps: int, extra: dict) -> lis
         **schedule(shape, steps),
         **extra,
         "run.device": device,
-        "run.seed": 4321,
+        "run.seed": seed,
         "run.output_dir": str(work / name),
         "optim.sharded": "true",
         "run.max_steps": steps,
@@ -204,8 +241,11 @@ def ended(result: dict, stop: dict | None) -> str:
     )
 
 
-def one_run(device: str, work: Path, name: str, steps: int, extra: dict) -> dict:
-    result = run(run_args(device, work, name, steps, extra))  # the smoke's: exit, error, time
+def one_run(
+    device: str, work: Path, name: str, steps: int, extra: dict, *, shape=None, seed=RUN_SEED
+) -> dict:
+    # the smoke's: exit, error, time
+    result = run(run_args(device, work, name, steps, extra, shape=shape, seed=seed))
     metrics = work / name / "metrics.jsonl"
     records = read_records(metrics) if metrics.is_file() else []
     losses = {r["step"]: r["loss"] for r in records if r.get("kind") == "train"}
@@ -217,6 +257,7 @@ def one_run(device: str, work: Path, name: str, steps: int, extra: dict) -> dict
         "run_stop": None if stop is None else stop.get("status"),
         "steps_trained": None if stop is None else stop.get("steps"),
         "switches": extra,
+        "seed": seed,
         "loss_by_step": losses,
         "final_eval_mlm_accuracy": evals[-1] if evals else None,
     }
@@ -240,36 +281,156 @@ def run_failures(name: str, result: dict, min_accuracy: float) -> list[str]:
     return failures
 
 
-def compare(reference: dict, fused: dict, min_accuracy: float = LEARNED_FLOOR) -> dict:
-    """The verdict: `passed` only when both runs ended as expected, both learned (final
-    accuracy >= min_accuracy), every common step's loss is finite and the final accuracies
-    are within ACCURACY_TOLERANCE; `failures` says why not, one reason each."""
+def finite_pairs(reference: dict, other: dict) -> tuple[list[int], list[tuple[float, float]]]:
+    """The steps both curves hold, in number order (the keys are ints in a run, text in its
+    JSON), and those steps' (reference, other) losses where both are finite."""
+    a, b = reference["loss_by_step"], other["loss_by_step"]
+    kept = [
+        (int(step), a[step], b[step])
+        for step in sorted(set(a) & set(b), key=int)
+        if is_finite(a[step]) and is_finite(b[step])
+    ]
+    return [s for s, _, _ in kept], [(x, y) for _, x, y in kept]
+
+
+def is_finite(loss) -> bool:
+    return loss is not None and math.isfinite(loss)
+
+
+def moving_mean(values: list[float], window: int) -> list[float]:
+    """The mean of each `window` consecutive values, one per window, ending at each value from
+    the window-th on."""
+    return [sum(values[i - window : i]) / window for i in range(window, len(values) + 1)]
+
+
+def step_gaps(reference: dict, other: dict) -> list[tuple[int, float]]:
+    """(step, gap) at every common finite step from the GAP_WINDOW-th on: the gap between the two
+    runs' mean losses over the GAP_WINDOW steps ending there (all the steps, when fewer)."""
+    steps, pairs = finite_pairs(reference, other)
+    window = min(GAP_WINDOW, len(pairs))
+    if window == 0:
+        return []
+    means_a = moving_mean([a for a, _ in pairs], window)
+    means_b = moving_mean([b for _, b in pairs], window)
+    return [(s, abs(b - a)) for s, a, b in zip(steps[window - 1 :], means_a, means_b)]
+
+
+def largest_step_gap(reference: dict, other: dict) -> tuple[int | None, float | None]:
+    """(step, gap) of the largest step_gaps entry; (None, None) without one."""
+    return max(step_gaps(reference, other), key=lambda sg: sg[1], default=(None, None))
+
+
+def reseeded_spread(reference: dict, reseeded: dict, min_accuracy: float) -> dict:
+    """The step-gap bound from the reference's own seed-to-seed spread: SPREAD_MULTIPLE times
+    the largest step gap between the reference and the reseeded reference. No bound (and the
+    reasons in `failures`) when the reseeded run cannot stand for the reference's spread."""
+    failures = run_failures("reseeded reference", reseeded, min_accuracy)
+    at_step, largest = largest_step_gap(reference, reseeded)
+    if largest is None:
+        failures.append("no finite step common to the reference and the reseeded reference")
+    return {
+        "from": f"the reference with run.seed={RESEED} (its own weights, data order and "
+        f"dropout masks) against the reference (run.seed={RUN_SEED}): {SPREAD_MULTIPLE} "
+        f"times their largest {GAP_WINDOW}-step mean loss gap",
+        "largest_gap": largest,
+        "at_step": at_step,
+        "multiple": SPREAD_MULTIPLE,
+        "bound": None if failures else SPREAD_MULTIPLE * largest,
+        "failures": failures,
+    }
+
+
+def stated_spread(bound: float, source: str) -> dict:
+    """A step-gap bound given, not measured (a record replayed without a reseeded run)."""
+    return {
+        "from": source,
+        "largest_gap": None,
+        "at_step": None,
+        "multiple": None,
+        "bound": bound,
+        "failures": [],
+    }
+
+
+def tail_means(reference: dict, fused: dict) -> dict:
+    """Each run's mean loss over the last TAIL_STEPS common finite steps (all, when fewer) and
+    their gap relative to the reference's."""
+    _, pairs = finite_pairs(reference, fused)
+    tail = pairs[-TAIL_STEPS:]
+    if not tail:
+        return {"steps": 0, "reference": None, "fused": None, "relative_gap": None}
+    mean_ref = sum(a for a, _ in tail) / len(tail)
+    mean_fused = sum(b for _, b in tail) / len(tail)
+    return {
+        "steps": len(tail),
+        "reference": mean_ref,
+        "fused": mean_fused,
+        "relative_gap": abs(mean_fused - mean_ref) / abs(mean_ref) if mean_ref else math.inf,
+    }
+
+
+def loss_failures(reference: dict, fused: dict, bound: float | None) -> list[str]:
+    """Why the loss curves disagree: a step without a finite loss in both, the tail means
+    further apart than TAIL_TOLERANCE, or a step gap above `bound` (None: not checked, the
+    spread's own failures say why)."""
+    common = set(reference["loss_by_step"]) & set(fused["loss_by_step"])
+    steps, _ = finite_pairs(reference, fused)
+    if not common:
+        return ["no step common to both loss curves"]
+    failures = []
+    if len(steps) < len(common):
+        failures.append(
+            f"{len(common) - len(steps)} of {len(common)} steps without a finite loss in both runs"
+        )
+    tail = tail_means(reference, fused)
+    if tail["relative_gap"] is not None and not tail["relative_gap"] <= TAIL_TOLERANCE:
+        failures.append(
+            f"mean loss over the last {tail['steps']} steps {tail['fused']:.4f} vs reference "
+            f"{tail['reference']:.4f}: {tail['relative_gap']:.2%} apart, above "
+            f"{TAIL_TOLERANCE:.0%}"
+        )
+    at_step, gap = largest_step_gap(reference, fused)
+    if bound is not None and gap is not None and not gap <= bound:
+        failures.append(
+            f"{GAP_WINDOW}-step mean loss gap {gap:.4f} at step {at_step} above the "
+            f"reseeded spread's bound {bound:.4f}"
+        )
+    return failures
+
+
+def compare(
+    reference: dict, fused: dict, spread: dict, min_accuracy: float = LEARNED_FLOOR
+) -> dict:
+    """The verdict: `passed` only when both runs ended as expected and learned (final accuracy
+    >= min_accuracy), the spread gave a step-gap bound, every common step's loss is finite,
+    the final accuracies are within ACCURACY_TOLERANCE, the last TAIL_STEPS steps' mean losses
+    within TAIL_TOLERANCE and no step gap above the bound; `failures` says why not, one
+    reason each. `spread`: reseeded_spread's or stated_spread's."""
     failures = [
         *run_failures("reference", reference, min_accuracy),
         *run_failures("fused", fused, min_accuracy),
+        *spread["failures"],
+        *loss_failures(reference, fused, spread["bound"]),
     ]
-    steps = sorted(set(reference["loss_by_step"]) & set(fused["loss_by_step"]), key=int)
-    pairs = [(reference["loss_by_step"][s], fused["loss_by_step"][s]) for s in steps]
-    finite = [
-        (a, b)
-        for a, b in pairs
-        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)
-    ]
-    gaps = [abs(b - a) for a, b in finite]
-    if not steps:
-        failures.append("no step common to both loss curves")
-    elif len(finite) < len(steps):
-        failures.append(
-            f"{len(steps) - len(finite)} of {len(steps)} steps without a finite loss in both runs"
-        )
     acc_ref, acc_fused = (reference["final_eval_mlm_accuracy"], fused["final_eval_mlm_accuracy"])
     gap = None if acc_ref is None or acc_fused is None else abs(acc_fused - acc_ref)
     if gap is not None and not gap <= ACCURACY_TOLERANCE:
         failures.append(f"accuracy gap {gap:.4f} above tolerance {ACCURACY_TOLERANCE}")
+    _, pairs = finite_pairs(reference, fused)
+    raw_gaps = [abs(b - a) for a, b in pairs]
+    at_step, step_gap = largest_step_gap(reference, fused)
     return {
-        "steps_compared": len(steps),
-        "max_loss_gap": max(gaps, default=None),
-        "final_loss_gap": gaps[-1] if gaps else None,
+        "steps_compared": len(set(reference["loss_by_step"]) & set(fused["loss_by_step"])),
+        "max_loss_gap": max(raw_gaps, default=None),  # one step's raw losses: noisy
+        "final_loss_gap": raw_gaps[-1] if raw_gaps else None,
+        "tail_mean_loss": {**tail_means(reference, fused), "tolerance": TAIL_TOLERANCE},
+        "step_gap": {
+            "window": GAP_WINDOW,
+            "largest": step_gap,
+            "at_step": at_step,
+            "bound": spread["bound"],
+            "spread": {k: v for k, v in spread.items() if k != "failures"},
+        },
         "accuracy_gap": gap,
         "tolerance": ACCURACY_TOLERANCE,
         "min_accuracy": min_accuracy,
@@ -284,31 +445,77 @@ def plot(record: dict, path: Path) -> None:
 
     plt = import_pyplot()
     figure, axes = plt.subplots(figsize=(7, 4))
-    for name in ("reference", "fused"):
-        curve = record["runs"][name]["loss_by_step"]
+    for name, trained in record["runs"].items():  # reference, fused, reseeded reference
+        curve = trained["loss_by_step"]
         steps = sorted(curve, key=int)
-        axes.plot([int(s) for s in steps], [curve[s] for s in steps], label=name)
+        axes.plot([int(s) for s in steps], [curve[s] for s in steps], label=name, linewidth=1)
+    comparison = record["comparison"]
     axes.set(
         xlabel="step",
         ylabel="training loss",
-        title=f"{record['device']}: fused vs reference "
-        f"(final MLM accuracy gap {record['comparison']['accuracy_gap']})",
+        title=f"{record['device']}: fused vs reference (tail mean loss "
+        f"{shown_fraction(comparison['tail_mean_loss']['relative_gap'])} apart, final MLM "
+        f"accuracy gap {comparison['accuracy_gap']})",
     )
     axes.legend()
     save_figure(figure, path)
 
 
+def shown_fraction(value: float | None) -> str:
+    return "none" if value is None else f"{value:.2%}"
+
+
+def shown_loss(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4f}"
+
+
 def verdict_line(device: str, comparison: dict, out: Path) -> str:
     accuracies = comparison["accuracies"]
-    shown = ", ".join(
-        f"{name} {'none' if a is None else f'{a:.4f}'}" for name, a in accuracies.items()
-    )
+    shown = ", ".join(f"{name} {shown_loss(a)}" for name, a in accuracies.items())
     head = "passed" if comparison["passed"] else f"FAILED: {'; '.join(comparison['failures'])}"
+    tail, step_gap = comparison["tail_mean_loss"], comparison["step_gap"]
     return (
         f"train_compare ({device}): {head}. Final MLM accuracy {shown} (floor "
         f"{comparison['min_accuracy']}), gap {comparison['accuracy_gap']} (tolerance "
-        f"{ACCURACY_TOLERANCE}), largest loss gap {comparison['max_loss_gap']}; {out}"
+        f"{ACCURACY_TOLERANCE}); mean loss over the last {tail['steps']} steps reference "
+        f"{shown_loss(tail['reference'])}, fused {shown_loss(tail['fused'])}: "
+        f"{shown_fraction(tail['relative_gap'])} apart (tolerance {TAIL_TOLERANCE:.0%}); "
+        f"largest {step_gap['window']}-step mean loss gap {shown_loss(step_gap['largest'])} "
+        f"(bound {shown_loss(step_gap['bound'])}: {bound_source(step_gap['spread'])}); {out}"
     )
+
+
+def bound_source(spread: dict) -> str:
+    """Where the step-gap bound came from, in words: the reseeded reference, or as stated."""
+    if spread["multiple"] is None:
+        return f"stated, {spread['from']}"
+    return (
+        f"{spread['multiple']} times the reseeded reference's {shown_loss(spread['largest_gap'])}"
+    )
+
+
+def train_runs(device: str, shape: dict, steps: int, record: dict, out: Path | None) -> None:
+    """The three runs into record["runs"]: the reference, the fused run (same seed) and the
+    reference reseeded, whose gap to the reference bounds the fused run's (SPREAD_MULTIPLE).
+    The JSON at `out` is rewritten after each, so a killed comparison keeps the finished runs."""
+    runs = (
+        ("reference", {}, RUN_SEED),
+        ("fused", fused_switches(shape, device), RUN_SEED),
+        ("reseeded", {}, RESEED),
+    )
+    with tempfile.TemporaryDirectory(prefix="train-compare-") as tmp:
+        for name, extra, seed in runs:
+            record["runs"][name] = one_run(
+                device, Path(tmp), name, steps, extra, shape=shape, seed=seed
+            )
+            if out is not None:
+                write_json(out, record)
+
+
+def verdict(runs: dict, min_accuracy: float) -> dict:
+    """compare() of train_runs' runs, the step-gap bound from the reseeded reference."""
+    spread = reseeded_spread(runs["reference"], runs["reseeded"], min_accuracy)
+    return compare(runs["reference"], runs["fused"], spread, min_accuracy)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         "0 for a mechanics check too short to learn",
     )
     parser.add_argument("--out", type=Path, required=True, help="the JSON record")
-    parser.add_argument("--plot", type=Path, help="a PNG of both loss curves (matplotlib)")
+    parser.add_argument("--plot", type=Path, help="a PNG of the loss curves (matplotlib)")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be >= 2")
@@ -358,14 +565,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         record["gpu"], record["torch"] = torch.cuda.get_device_name(0), torch.__version__
-    with tempfile.TemporaryDirectory(prefix="train-compare-") as tmp:
-        work = Path(tmp)
-        for name, extra in (("reference", {}), ("fused", fused_switches(shape, args.device))):
-            record["runs"][name] = one_run(args.device, work, name, args.steps, extra)
-            write_json(args.out, record)  # a killed comparison keeps the finished run
-    record["comparison"] = compare(
-        record["runs"]["reference"], record["runs"]["fused"], args.min_accuracy
-    )
+    train_runs(args.device, shape, args.steps, record, args.out)
+    record["comparison"] = verdict(record["runs"], args.min_accuracy)
     write_json(args.out, record)
     if args.plot:
         plot(record, args.plot)
