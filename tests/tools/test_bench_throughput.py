@@ -191,3 +191,51 @@ def test_unknown_optimizer_kind_is_refused():
 
     with pytest.raises(ValueError, match="expected one of"):
         make_optimizer(torch.nn.Linear(2, 2), "adamw", torch.device("cpu"))
+
+
+def test_option_sets_are_variants_of_their_own_beside_the_hf_baselines(tmp_path):
+    """The GPU window's one throughput process: option sets named in --variants are each timed
+    in every round, and each gets its ratio to every HF baseline from this run."""
+    sys.path.insert(0, str(ROOT))
+    from bert.tools.throughput import bench as bench_throughput
+
+    payload = bench_throughput.main(
+        [
+            *SMALL_RUN,
+            "--variants",
+            "fastest,per_sequence+sharded,hf_eager",
+            "--fastest",
+            "per_sequence",
+            "--json",
+            str(tmp_path / "b.json"),
+        ]
+    )
+    assert list(payload["variants"]) == ["fastest", "per_sequence+sharded", "hf_eager"]
+    assert payload["variants"]["per_sequence+sharded"]["options"]["optimizer"] == "sharded"
+    assert {"per_sequence+sharded/hf_eager", "fastest/hf_eager"} <= set(payload["ratios"])
+    assert payload["variant_errors"] == {}
+
+
+def test_a_bad_option_set_in_variants_is_refused():
+    from bert.tools.throughput import bench as bench_throughput
+    from bert.tools.throughput.settings import resolve
+
+    with pytest.raises(SystemExit, match="nope"):
+        resolve(bench_throughput.parse_args([*SMALL_RUN, "--variants", "per_sequence+nope"]))
+    with pytest.raises(SystemExit, match="unknown"):
+        resolve(bench_throughput.parse_args([*SMALL_RUN, "--variants", "fastest,nope"]))
+
+
+def test_release_drops_the_gradients_between_blocks():
+    """What lets seven BERT-Large variants share one GPU: a variant keeps no gradients while
+    the others run (the timed steps set them to None first anyway)."""
+    import torch
+
+    from bert.tools.throughput.variants import training_step
+
+    model = torch.nn.Linear(4, 2)
+    step, release = training_step(model, lambda i: model(torch.ones(3, 4)).sum())
+    step(0)
+    assert all(p.grad is not None for p in model.parameters())
+    release()
+    assert all(p.grad is None for p in model.parameters())

@@ -257,23 +257,30 @@ def test_speedups_and_targets():
 
 # ---- the window (bert/tools/gpu/window.py) ----------------------------------------------------
 def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
-    """The command to run first on a lent GPU: its plan fits 420 s (the planned steps' caps
-    plus the tests' minimum), every step's command knows its flags, and every GPU test file
-    pytest collects (as the image would, without mlperf_logging) is in its per-file list."""
+    """The command to run first on a lent GPU: issue 35's order, its plan (expected seconds per
+    step) fits 420 s with the one throughput process left for --continue, which fits its own
+    budget; every step's command knows its flags, and every GPU test file pytest collects (as
+    the image would, without mlperf_logging) is in its per-file list."""
     run, summary = dry_run("window", tmp_path, BERT_COMMIT="0123abc")
     assert run.returncode == 0, run.stdout + run.stderr
     plan = summary["plan"]
     assert summary["budget_s"] == plan["budget_s"] == gpu_window.WINDOW_BUDGET_S <= 420
-    assert plan["fits"] and plan["planned_caps_s"] <= 420 - validate_gpu.RESERVE_S
+    assert plan["this_call_expected_s"] <= 420 - validate_gpu.RESERVE_S
+    assert plan["continue_call"]["steps"] == ["throughput"] and plan["continue_call"]["fits"]
+    assert "[window] --continue: throughput; expected" in run.stdout
     steps = {s["name"]: s for s in summary["steps"]}
     for step in gpu_window.STEPS:
         assert steps[step.name]["status"] in ("ok", "skipped"), steps[step.name]
     order = [s["name"] for s in summary["steps"]]
     # the dry run checks the carry right after the device step (bert/tools/gpu/carry.py)
-    assert order[:5] == ["device", "carry", "sdpa_probe", "smoke", "throughput_eager"]
+    assert order[:6] == ["device", "carry", "learning_proof", "smoke", "sdpa_probe", "build"]
+    assert order[-3:] == ["train_compare", "bench_lamb", "throughput"]
     assert steps["carry"]["status"] == "ok", steps["carry"]
+    assert "--device cuda" in steps["learning_proof"]["planned_command"]
     assert "--device cuda" in steps["smoke"]["planned_command"]
-    assert "hf_eager" in steps["throughput_eager"]["planned_command"]
+    throughput = steps["throughput"]["planned_command"]
+    assert ",".join(gpu_window.THROUGHPUT_VARIANTS) in throughput
+    assert {"hf_eager", "hf_compile", "flash_varlen+fused"} <= set(gpu_window.THROUGHPUT_VARIANTS)
     tests = summary["tests"]
     assert tests["errored"] == 0 and tests["collected"] >= 280
     assert set(tests["per_file"]) <= set(summary["test_files"])
@@ -282,6 +289,7 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
         "tests/unit/test_attention.py",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs_window.tar.gz", "summary.json"]
+    assert len(gpu_window.RECORD_FILES) + 2 <= validate_gpu.MAX_FILES
 
 
 def test_window_killed_mid_step_leaves_a_summary_of_the_finished_steps(tmp_path):
@@ -304,7 +312,8 @@ def test_window_killed_mid_step_leaves_a_summary_of_the_finished_steps(tmp_path)
         proc.wait()
     summary = json.loads(summary_path.read_text())  # parses: written atomically
     names = [s["name"] for s in summary["steps"]]
-    assert names[:3] == ["device", "carry", "sdpa_probe"] and len(names) < len(gpu_window.STEPS)
+    assert names[:3] == ["device", "carry", "learning_proof"]
+    assert len(names) < len(gpu_window.STEPS)
     assert all(s["status"] == "ok" for s in summary["steps"])
     assert not list(tmp_path.glob("*.tmp"))
 
@@ -323,8 +332,8 @@ def test_window_continue_runs_only_what_the_first_call_left(tmp_path, monkeypatc
         return run
 
     steps = tuple(
-        gpu_window.Step(n, 10, True, fake(n))
-        for n in ("device", "sdpa_probe", "smoke", "build", "throughput_eager")
+        gpu_window.Step(n, 10, fake(n))
+        for n in ("device", "sdpa_probe", "smoke", "build", "throughput")
     )
     monkeypatch.setattr(gpu_window, "STEPS", steps)
     first = tmp_path / "first.json"
@@ -339,17 +348,18 @@ def test_window_continue_runs_only_what_the_first_call_left(tmp_path, monkeypatc
                     {"name": "sdpa_probe", "status": "ok"},
                     {"name": "smoke", "status": "ok"},
                     {"name": "build", "status": "ok"},
-                    {"name": "throughput_eager", "status": "timeout"},
+                    {"name": "throughput", "status": "timeout"},
                 ],
             }
         )
     )
     monkeypatch.setenv("OUT", str(tmp_path / "second"))
     assert validate_gpu.main(["window", "--dry-run", "--continue", str(first)]) == 0
-    assert ran == ["device", "build", "throughput_eager"]
+    assert ran == ["device", "build", "throughput"]
     summary = json.loads((tmp_path / "second" / "summary.json").read_text())
     assert summary["continued_from"]["done"] == ["build", "device", "sdpa_probe", "smoke"]
     assert summary["smoke"] == {"full_run": True}
+    assert summary["budget_s"] == gpu_window.CONTINUE_BUDGET_S  # the short second call
 
 
 def test_window_continue_with_an_unreadable_summary_is_one_error(tmp_path, capsys):
@@ -360,15 +370,194 @@ def test_window_continue_with_an_unreadable_summary_is_one_error(tmp_path, capsy
     assert capsys.readouterr().err.count("error:") == 1
 
 
-def test_plan_does_not_fit_when_a_cap_grows(monkeypatch):
-    """The plan check can fail: a planned step 300 s longer breaks the 420-s window."""
-    assert gpu_window.plan_fits(420, validate_gpu.RESERVE_S)["fits"]
-    longer = tuple(
-        gpu_window.Step(s.name, s.cap_s + (300 if s.name == "smoke" else 0), s.planned, s.run)
+# ---- the plan: expected durations from the records --------------------------------------------
+RECORDS = ROOT / gpu_window.RECORDS
+
+
+def recorded_seconds(window: str) -> dict[str, float]:
+    """A window's step durations by name, a crashed test file's reruns added to its own."""
+    seconds: dict[str, float] = {}
+    for step in json.loads((RECORDS / window / "summary.json").read_text())["steps"]:
+        if step.get("seconds") is not None:
+            name = step["name"].split("_after_crash_")[0]
+            seconds[name] = seconds.get(name, 0.0) + step["seconds"]
+    return seconds
+
+
+def test_every_expected_time_is_its_records_number():
+    """A measured expectation is the seconds its record holds (a typo or a stale number fails);
+    every step has one; the learning proof's estimate uses learning_proof.py's step budget."""
+    from bert.tools.gpu import learning_proof
+
+    for name, expected in gpu_window.EXPECTED.items():
+        if not expected.estimate:
+            assert recorded_seconds(expected.record)[name] == expected.seconds, name
+    assert {s.name for s in gpu_window.STEPS} - {"gpu_tests"} <= set(gpu_window.EXPECTED)
+    for path in gpu_window.gpu_test_files(ROOT):  # every GPU test file has run in a window
+        assert not gpu_window.expectation(gpu_window.test_step_name(path)).estimate, path
+    assert gpu_window.LEARNING_PROOF_MAX_STEPS == learning_proof.SHAPES["cuda"]["run.max_steps"]
+    assert gpu_window.LEARNING_PROOF_RUNS == len(learning_proof.DEFAULT_VARIANTS["cuda"])
+    assert gpu_window.EXPECTED["learning_proof"].estimate  # until a window records it
+
+
+def test_every_cap_stays_a_margin_above_its_expected_time(monkeypatch):
+    units = gpu_window.units(ROOT)
+    assert gpu_window.caps_below_margin(units) == []
+    # the check can fail: a cap at the expected time is no margin
+    monkeypatch.setitem(gpu_window.EXPECTED, "smoke", gpu_window.measured(100.0))
+    assert gpu_window.caps_below_margin(units) == ["smoke: cap 100 s < 1.25 x expected 100 s"]
+
+
+def test_continue_plan_does_not_fit_when_its_step_grows(monkeypatch):
+    """The plan's arithmetic can fail: a throughput process 100 s longer than estimated no
+    longer fits the --continue call's budget."""
+    plan = gpu_window.make_plan(gpu_window.units(ROOT), 420, validate_gpu.RESERVE_S)
+    assert plan["continue_call"]["fits"]
+    longer = gpu_window.Expectation(gpu_window.EXPECTED["throughput"].seconds + 100, None, "x")
+    monkeypatch.setitem(gpu_window.EXPECTED, "throughput", longer)
+    plan = gpu_window.make_plan(gpu_window.units(ROOT), 420, validate_gpu.RESERVE_S)
+    assert not plan["continue_call"]["fits"]
+
+
+class ReplayHarness:
+    """The harness on a simulated clock: each step takes the seconds `durations` gives it, cut
+    (as a timeout) by its cap and what is left of the budget."""
+
+    def __init__(self, durations: dict[str, float], tmp_path: Path):
+        self.durations, self.clock = durations, 0.0
+        self.stage, self.dry_run, self.root, self.done = "window", False, ROOT, set()
+        self.budget_s, self.reserve_s = gpu_window.WINDOW_BUDGET_S, validate_gpu.RESERVE_S
+        self.summary: dict = {"steps": []}
+        self.work = self.out = tmp_path
+        self.started: list[tuple[str, float, float]] = []  # name, seconds left, seconds needed
+
+    def remaining(self) -> float:
+        return self.budget_s - self.reserve_s - self.clock
+
+    def _record(self, record: dict, code: int) -> int:
+        self.summary["steps"].append(record)
+        return code
+
+    def write(self) -> None:
+        pass
+
+    def run(self, name: str, cap_s: float) -> None:
+        left, needed = self.remaining(), self.durations[name]
+        self.started.append((name, left, needed))
+        limit = min(cap_s, left)
+        self.clock += min(needed, limit)
+        status = "ok" if needed <= limit else "timeout"
+        self._record({"name": name, "status": status, "seconds": min(needed, limit)}, 0)
+
+    def run_gpu_test_file(self, name, path, junit, cap_s, require_kernels) -> dict:
+        self.run(name, cap_s)
+        return {}
+
+
+def replayed(h: ReplayHarness, step: gpu_window.Step) -> None:
+    h.run(step.name, step.cap_s)
+
+
+def could_not_finish(h: ReplayHarness) -> list[str]:
+    """The invariant: every step started had the time it needed."""
+    return [
+        f"{name} ({needed:g} s, {left:.1f} s left)"
+        for name, left, needed in h.started
+        if needed > left
+    ]
+
+
+# The windows' throughput steps before the one-process layout, and what each needs: what it took
+# in a window that finished it, else an estimate (each more than the step ran before its kill).
+OLD_STEPS = {
+    "throughput_eager": gpu_window.measured(45.0),
+    "throughput_fused": gpu_window.measured(62.1),
+    "throughput_compiled": gpu_window.measured(90.8, "2026-11-26_window"),
+    "throughput_sublayers": gpu_window.measured(39.2, "2026-11-26_window"),
+    # never finished: one variant of ours alone, as throughput_sublayers (39.2 s, 2026-11-26)
+    "throughput_sharded": gpu_window.Expectation(39.2, None, "as throughput_sublayers"),
+    "tests_test_validate_gpu": gpu_window.measured(1.9, "2026-11-26b_window"),
+}
+
+
+def replay_recorded_window(
+    window: str, tmp_path: Path, monkeypatch, told: dict | None = None
+) -> ReplayHarness:
+    """The window's own steps in its own order through the planner (run_window), each taking
+    its recorded time: a step that did not finish takes what OLD_STEPS knows it needs. The
+    planner is told OLD_STEPS too, or `told` where given (a wrong expectation)."""
+    truth = {**gpu_window.EXPECTED, **OLD_STEPS}
+    monkeypatch.setattr(gpu_window, "EXPECTED", {**truth, **(told or {})})
+    record = json.loads((RECORDS / window / "summary.json").read_text())
+    seconds = recorded_seconds(window)
+    names = list(dict.fromkeys(s["name"].split("_after_crash_")[0] for s in record["steps"]))
+    durations = {}
+    for step in record["steps"]:
+        name = step["name"].split("_after_crash_")[0]
+        finished = step["status"] in ("ok", "failed") and name in seconds
+        durations[name] = seconds[name] if finished else truth[name].seconds
+    monkeypatch.setattr(
+        gpu_window, "STEPS", tuple(gpu_window.Step(n, 1e6, replayed) for n in names)
+    )
+    h = ReplayHarness(durations, tmp_path)
+    gpu_window.run_window(h, None)
+    return h
+
+
+def skipped(h: ReplayHarness) -> dict[str, str]:
+    return {s["name"]: s["reason"] for s in h.summary["steps"] if s["status"] == "skipped"}
+
+
+@pytest.mark.parametrize(
+    "window, would_have_started",
+    [
+        # throughput_sharded started with 28 s left and was killed at its cap, with nothing
+        ("2026-11-28_window", "throughput_sharded"),
+        # HF compile's warm-up alone was 52 s; the step started with 65 s left and was killed
+        ("2026-11-26b_window", "throughput_compiled"),
+    ],
+)
+def test_replayed_windows_start_nothing_that_cannot_finish(
+    tmp_path, monkeypatch, window, would_have_started
+):
+    h = replay_recorded_window(window, tmp_path, monkeypatch)
+    assert could_not_finish(h) == []
+    assert skipped(h)[would_have_started].startswith("would not finish (expected ")
+    assert would_have_started in h.summary["continue"]["steps"]
+
+
+def test_the_replay_fails_a_planner_without_the_check(tmp_path, monkeypatch):
+    """The replay can fail: without the check, 2026-11-28's throughput_sharded starts with 28 s
+    left again; with a wrong expectation (HF compiled in 30 s), 2026-11-26b's compiled run."""
+    monkeypatch.setattr(gpu_window, "starts", lambda h, name: True)
+    h = replay_recorded_window("2026-11-28_window", tmp_path, monkeypatch)
+    assert [v.split()[0] for v in could_not_finish(h)][:1] == ["throughput_sharded"]
+    monkeypatch.undo()
+    wrong = {"throughput_compiled": gpu_window.measured(30.0)}
+    h = replay_recorded_window("2026-11-26b_window", tmp_path, monkeypatch, told=wrong)
+    assert [v.split()[0] for v in could_not_finish(h)] == ["throughput_compiled"]
+
+
+def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
+    """Today's steps, each taking what 2026-11-28 recorded (the learning proof and the one
+    throughput process their estimates): everything but the throughput process finishes in the
+    first call, and the plan for --continue is that process, within its budget."""
+    durations = {
+        **{n: e.seconds for n, e in gpu_window.EXPECTED.items()},
+        **recorded_seconds(gpu_window.NEWEST),
+    }
+    steps = tuple(
+        s if s.name == "gpu_tests" else gpu_window.Step(s.name, s.cap_s, replayed)
         for s in gpu_window.STEPS
     )
-    monkeypatch.setattr(gpu_window, "STEPS", longer)
-    assert not gpu_window.plan_fits(420, validate_gpu.RESERVE_S)["fits"]
+    monkeypatch.setattr(gpu_window, "STEPS", steps)
+    h = ReplayHarness(durations, tmp_path)
+    gpu_window.run_window(h, None)
+    assert could_not_finish(h) == []
+    assert list(skipped(h)) == ["throughput"]
+    assert [n for n, _, _ in h.started] == [n for n, _ in gpu_window.units(ROOT)][:-1]
+    assert h.summary["continue"]["steps"] == ["throughput"] and h.summary["continue"]["fits"]
+    assert h.summary["plan"]["continue_call"] == h.summary["continue"]
 
 
 def test_a_timed_out_step_kills_its_whole_process_group(tmp_path):

@@ -5,10 +5,12 @@
 
 Run it through scripts/bench/validate_gpu.sh, which first installs the wheels carried in .whl/.
 `window` is what to run first whenever a GPU is lent (window.py: one command
-within 420 s, its steps ordered by what they reveal). The three stages below are for a longer
-lease. Each is one device command, planned to end inside BUDGET_S seconds (default 540, under
-the device's 10-minute limit): every step gets its own timeout, cut to what is left of the budget,
-and the summary is rewritten after every step, so a hang costs one step, not the window.
+within 420 s, its steps ordered by what they reveal, each started only if its expected time
+fits what is left; `--continue` runs what it left within 240 s). The three stages below are
+for a longer lease. Each is one device command, planned to end inside BUDGET_S seconds
+(default 540, under the device's 10-minute limit): every step gets its own timeout, cut to
+what is left of the budget, and the summary is rewritten after every step, so a hang costs one
+step, not the window.
 
     kernels     build for this GPU's arch with all cores; every GPU test (a missing or failing
                 build FAILS the kernel tests); each kernel microbenchmark eager, then one size
@@ -451,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(
         os.environ.get("OUT") or args.out or ROOT / "results" / "gpu-validation" / args.stage
     ).resolve()
-    budget = float(os.environ.get("BUDGET_S", BUDGETS_S[args.stage]))
+    # the --continue call is the short second one (window.py: CONTINUE_BUDGET_S)
+    default = gpu_window.CONTINUE_BUDGET_S if args.previous else BUDGETS_S[args.stage]
+    budget = float(os.environ.get("BUDGET_S", default))
     previous = gpu_window.load_previous(args.previous) if args.previous else None
     try:
         h = Harness(args.stage, out, args.dry_run, budget)

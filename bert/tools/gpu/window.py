@@ -4,37 +4,43 @@
     OUT=$OUT scripts/bench/validate_gpu.sh window --continue SUMMARY      # only what it left
 
 A lent GPU gives a session 15 minutes in all, the machine's start included, and at most 10 per
-command: one command of about 7 minutes (timeout_s 480) plus one short second call. Each step
-below runs under its own cap, cut to what is left of the budget; summary.json is rewritten after
-every step, so whatever finished comes back even if the call is killed.
+command: one command of about 7 minutes (timeout_s 480, budget WINDOW_BUDGET_S) plus one short
+second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in issue 35's order:
 
-    a  device      GPU, driver, torch/CUDA, which SDPA kernels this build has
-    b  sdpa_probe  every SDPA kernel with a boolean mask against fp64 (probe_sdpa.py), and the
-                   kernel padded_sdpa's pin lands on: the yardstick of every later comparison
-    c  smoke       run_pretraining.py on CUDA end to end (smoke_train.py): bf16 and fp16 with a
-                   forced overflow, flash_varlen, prefetch thread, two evals, checkpoint and
-                   exact resume, no host sync in the step, the compliance checker
-    d  throughput_eager   BERT-Large bf16, the unpadded model (flash_varlen) against HF padded
-                   eager in one process, whole step with LAMB; JSON after every round
-    e  build (which fails a library that cannot raise: kernels/raise_check.py), then the GPU
-                   tests one pytest process per file (fused model and attention first), each
-                   test journaled: a test that kills its process is recorded as crashed and
-                   the file goes on past it
-    f  with what is left: the fused switches trained against the reference (train_compare:
-                   200 steps, the final MLM accuracies within 0.005; JSON and a plot), the
-                   fused LAMB step against the foreach one (bench_lamb), the
-                   fused switches' throughput with the fused LAMB and a per-op
-                   profile (after the JSON), then HF compiled, the sharded optimizer without
-                   kernels, and compile_sublayers, each under its own cap
+    device          GPU, driver, torch/CUDA, which SDPA kernels this build has
+    learning_proof  run_pretraining.py to MLPerf's 0.720 three ways (reference bf16, every fused
+                    switch, fp16; learning_proof.py): the verdict goes into summary.json
+    smoke           run_pretraining.py on CUDA end to end (smoke_train.py): bf16 and fp16 with a
+                    forced overflow, prefetch thread, evals, checkpoint and exact resume, no host
+                    sync in the step, the compliance checker
+    sdpa_probe      every SDPA kernel with a boolean mask against fp64 (probe_sdpa.py), and the
+                    kernel padded_sdpa's pin lands on
+    build           the kernels (a library that cannot raise fails it: kernels/raise_check.py),
+    tests_<file>    then the GPU tests, one pytest process per file (fused model and attention
+                    first), each test journaled: a test that kills its process is recorded as
+                    crashed and the file goes on past it (Done when: 0 crashed, 0 failed)
+    train_compare   the fused switches trained against the reference (300 steps, same data)
+    bench_lamb      the fused LAMB step against the foreach one
+    throughput      ONE bench_throughput.py process with every variant (flash_varlen; +fused
+                    with each LAMB; +sharded; +sublayers) and both HF baselines, eager and
+                    compiled, so every ratio, the fused path against HF compiled included,
+                    comes from one run. HF compile's warm-up alone is 52-91 s: this is the long
+                    step, and the plan puts it in the --continue call.
 
-Steps a-e are the plan: their caps, plus a minimum for the tests, fit the budget (the dry run
-checks it: tests/tools/test_validate_gpu.py). The f steps only fill what is left.
+The plan spends time only where a step can finish. Each step has an EXPECTED duration, read
+from the newest committed window record (EXPECTED: each number names its record; a test reads
+it back) or, for a step no window has run yet, an estimate built from recorded parts and
+marked so; and a cap, the kill limit, at least CAP_MARGIN above it. A step starts only if its
+expected time fits what is left of the budget; otherwise it is recorded as `skipped: would not
+finish (expected X s, Y s left)` and left for `--continue`, which runs only the steps not
+finished (the device is read again and the build rerun, a no-op on the warm machine). The
+first call prints and records (summary.json: plan) which steps each call is expected to run,
+and at its end (summary.json: continue) what is left and its expected total.
 """
 
 from __future__ import annotations
 
 import ast
-
 import json
 import shutil
 import sys
@@ -46,8 +52,13 @@ from bert.tools.gpu import carry
 from bert.tools.gpu import report as gpu_report
 
 WINDOW_BUDGET_S = 420  # a 480-s device call leaves 60 s for the start and the copy back
-MIN_TESTS_S = 60  # the tests' share that the plan must leave after the steps before them
+# The second call: 15 minutes less the machine's start (up to 120 s) and the first call (480 s)
+# leave 300 s, 60 of them for its own start and copy back, as for the first.
+CONTINUE_BUDGET_S = 240
 TEST_FILE_CAP_S = 60  # per test file
+CAP_MARGIN = 1.25  # a cap is at least this much above its step's expected time
+# Every call reads the device and runs the build again (a no-op when the machine is warm).
+RERUN = ("device", "build")
 # Test files that run first: the fused model and the attention backends (the GPU rows a
 # config would turn on), then the sync check; every other file with GPU tests follows.
 FIRST_TEST_FILES = (
@@ -60,23 +71,122 @@ FIRST_TEST_FILES = (
     "tests/kernels/test_embedding_backward.py",
     "tests/kernels/test_lamb_kernel.py",
 )
-# Files copied to $OUT beside summary.json and the log tarball (the device returns 8 at most).
+# Files copied to $OUT beside summary.json and the log tarball (the device returns 8 at most);
+# every other record is in the tarball.
 RECORD_FILES = (
-    "sdpa_probe.json",
+    "learning_proof.json",
     "smoke.json",
-    "throughput_eager.json",
-    "throughput_fused.json",
-    "throughput_compiled.json",
+    "sdpa_probe.json",
     "train_compare.json",
+    "bench_lamb.json",
+    "throughput.json",
 )
+# The one throughput process's variants: ours (the validated fastest path, the fused switches
+# with the foreach and the fused LAMB, the flat LAMB without kernels, torch.compile's sublayer
+# fusion), then both HF baselines.
+THROUGHPUT_VARIANTS = (
+    "fastest",
+    "flash_varlen+fused",
+    "flash_varlen+fused+fusedlamb",
+    "flash_varlen+sharded",
+    "flash_varlen+sublayers",
+    "hf_eager",
+    "hf_compile",
+)
+
+
+# ---- expected durations -----------------------------------------------------------------------
+RECORDS = "benchmarks/results/gpu"
+NEWEST = "2026-11-28_window"  # H200, every step up to throughput_fused finished
+
+
+@dataclass(frozen=True)
+class Expectation:
+    seconds: float
+    record: str | None  # the window (RECORDS/<record>/summary.json) whose step took `seconds`
+    basis: str = ""  # for an estimate (no record): how it is built from recorded parts
+
+    @property
+    def estimate(self) -> bool:
+        return self.record is None
+
+
+# The learning proof has no GPU record yet. Each of its runs is train_compare's program with an
+# eval every 10 steps, stopping at the target: at most the step budget (learning_proof.py:
+# run.max_steps 500) at the rate of train_compare's slower run (the reference: 300 steps in
+# 11.7 s, 2026-11-28 train_compare.json), plus an allowance for 50 evals and the checker; plus
+# the process's start, train_compare's step less its two runs (25.3 - 11.7 - 6.8 s).
+LEARNING_PROOF_RUNS = 3
+LEARNING_PROOF_MAX_STEPS = 500
+LEARNING_PROOF_RUN_S = 11.7 / 300 * LEARNING_PROOF_MAX_STEPS + 5.0
+LEARNING_PROOF_S = LEARNING_PROOF_RUNS * LEARNING_PROOF_RUN_S + (25.3 - 11.7 - 6.8)
+# The one throughput process has no GPU record yet: its parts, each from a record.
+THROUGHPUT_PARTS_S = {
+    # 2026-11-28 throughput_eager: 45.0 s, less its warm-ups (1.49 + 4.12 s) and 3 rounds of
+    # 10 steps at 0.096 + 0.214 s
+    "the process, its workload and two variants built": 30.1,
+    # 2026-11-28 throughput_fused built two variants more than throughput_eager and took 15 s
+    # more once its warm-ups, selection blocks and rounds are taken out
+    "five more variants built, 7.5 s each": 5 * 7.5,
+    # hf_compile 51.84 s (2026-11-26 throughput_compiled.json), sublayers 11.55 s (2026-11-26
+    # summary.json), flash_varlen 1.49 and hf_eager 4.12 s (2026-11-28 throughput_eager.json),
+    # the three fused or sharded ones about 1.9 s each (2026-11-28 throughput_fused.json)
+    "warm-ups (HF compile's is 51.8 s)": 51.84 + 11.55 + 1.49 + 4.12 + 3 * 1.9,
+    # seconds_per_step of the records: 0.096 + 0.082 + 0.092 + 0.096 + 0.104 + 0.214 + 0.178
+    "2 rounds of 10 steps of the 7 variants": 2 * 10 * 0.862,
+}
+
+
+def measured(seconds: float, record: str = NEWEST) -> Expectation:
+    return Expectation(seconds, record)
+
+
+EXPECTED = {
+    "device": measured(7.2),
+    "learning_proof": Expectation(
+        round(LEARNING_PROOF_S, 1),
+        None,
+        f"{LEARNING_PROOF_RUNS} runs of at most {LEARNING_PROOF_MAX_STEPS} steps at "
+        "train_compare's recorded rate, plus evals and the process start",
+    ),
+    "smoke": measured(20.1),
+    "sdpa_probe": measured(15.6),
+    "build": measured(20.5),
+    "tests_test_fused_model": measured(28.8),
+    "tests_test_attention": measured(11.6),
+    "tests_test_sync_free": measured(13.4),
+    "tests_test_dense": measured(31.8),
+    "tests_test_bias_dropout_residual_layernorm": measured(27.2),
+    "tests_test_softmax_cross_entropy": measured(11.6),
+    "tests_test_embedding_backward": measured(12.6),
+    "tests_test_lamb_kernel": measured(13.7),
+    "tests_test_bucketing_pipeline": measured(7.9),
+    "tests_test_prefetch": measured(7.1),
+    "train_compare": measured(25.3),
+    "bench_lamb": measured(15.0),
+    "throughput": Expectation(
+        round(sum(THROUGHPUT_PARTS_S.values()), 1),
+        None,
+        "; ".join(f"{part} {s:.1f} s" for part, s in THROUGHPUT_PARTS_S.items()),
+    ),
+}
+
+
+def expectation(name: str) -> Expectation:
+    """A step's expected duration; a test file no window has run yet is expected to take its
+    cap (every other step has an entry: tests/tools/test_validate_gpu.py)."""
+    return EXPECTED.get(name) or Expectation(TEST_FILE_CAP_S, None, "no record: its cap")
 
 
 @dataclass(frozen=True)
 class Step:
     name: str
-    cap_s: float  # longest it may run; the harness cuts it to what is left of the budget
-    planned: bool  # part of the plan (a-e) rather than filling what is left (f)
+    cap_s: float  # the kill limit; the harness cuts it to what is left of the budget
     run: Callable  # (harness, step) -> None
+
+
+def test_step_name(path: str) -> str:
+    return "tests_" + Path(path).stem
 
 
 def gpu_test_files(root: Path) -> list[str]:
@@ -200,20 +310,28 @@ def bench_lamb(h, step: Step) -> None:
         h.summary["bench_lamb"] = gpu_report.speedups(json.loads(out.read_text()))
 
 
-def throughput(name: str, options: str):
-    """A step running bench_throughput.py on BERT-Large with `options` (space-separated)."""
+def learning_proof(h, step: Step) -> None:
+    out = h.work / "learning_proof.json"
+    h.check_or_run(
+        step.name,
+        [h.py, "scripts/bench/learning_proof.py", "--device", "cuda", "--out", str(out)],
+        step.cap_s,
+    )
+    if out.is_file():  # partial too: rewritten after every run
+        h.summary["learning_proof"] = json.loads(out.read_text()).get("verdict")
 
-    def run(h, step: Step) -> None:
-        out = h.work / f"{name}.json"
-        argv = [h.py, "scripts/bench_throughput.py", "--model", "large", *options.split()]
-        argv += ["--json", str(out)]
-        h.check_or_run(step.name, argv, step.cap_s)
-        if out.is_file():  # partial too: every round is written as it ends
-            results = h.summary.setdefault("throughput", {})
-            results[name] = gpu_report.throughput(json.loads(out.read_text()))
-            h.summary["targets"] = gpu_report.targets(results)
 
-    return run
+def throughput(h, step: Step) -> None:
+    """bench_throughput.py on BERT-Large: every variant and both HF baselines in one process."""
+    out = h.work / "throughput.json"
+    argv = [h.py, "scripts/bench_throughput.py", "--model", "large", "--fastest", "flash_varlen"]
+    argv += ["--variants", ",".join(THROUGHPUT_VARIANTS), "--repeats", "2", "--steps", "10"]
+    argv += ["--json", str(out)]
+    h.check_or_run(step.name, argv, step.cap_s)
+    if out.is_file():  # partial too: every round is written as it ends
+        results = {step.name: gpu_report.throughput(json.loads(out.read_text()))}
+        h.summary["throughput"] = results
+        h.summary["targets"] = gpu_report.targets(results)
 
 
 def build(h, step: Step) -> None:
@@ -221,14 +339,15 @@ def build(h, step: Step) -> None:
 
 
 def gpu_tests(h, step: Step) -> None:
-    """One pytest process per file, each capped; counts per file in summary["tests"]."""
+    """One pytest process per file, each capped and started only if it can finish; counts per
+    file in summary["tests"]."""
     files = gpu_test_files(h.root)
     if h.dry_run:
         h.collect_gpu_tests(files)
         return
     for path in files:
-        name = "tests_" + Path(path).stem
-        if name in h.done:  # passed in the first call (--continue)
+        name = test_step_name(path)
+        if name in h.done or not starts(h, name):  # passed in the first call, or cannot finish
             continue
         junit = h.work / f"{name}.xml"
         tests = h.run_gpu_test_file(
@@ -249,94 +368,125 @@ def gpu_tests(h, step: Step) -> None:
 
 
 STEPS = (
-    Step("device", 20, True, device),
-    Step("sdpa_probe", 40, True, sdpa_probe),
-    Step("smoke", 100, True, smoke),
-    Step(
-        "throughput_eager",
-        90,
-        True,
-        throughput(
-            "throughput_eager",
-            "--fastest flash_varlen --variants fastest,hf_eager --repeats 3 --steps 10",
-        ),
-    ),
-    Step("build", 90, True, build),
-    Step("gpu_tests", 0, True, gpu_tests),  # per file, TEST_FILE_CAP_S each, MIN_TESTS_S kept
-    # issue 22: the fused switches train like the reference (200 steps, same seed and data)
-    Step("train_compare", 90, False, train_compare),
-    Step("bench_lamb", 45, False, bench_lamb),
-    Step(
-        "throughput_fused",
-        120,
-        False,
-        throughput(
-            "throughput_fused",
-            # the fused switches with each optimizer, timed against each other in this process
-            # (fastest_selection): the 2026-11-26b window's fused LAMB run was slower than the
-            # first window's default-LAMB run, two processes apart (issue 23)
-            "--fastest flash_varlen+fused,flash_varlen+fused+sharded,flash_varlen+fused+fusedlamb "
-            "--variants fastest,hf_eager --repeats 2 --steps 10 --include-unvalidated --profile",
-        ),
-    ),
-    # the optimizer without custom kernels: ShardedOptimizer's flat LAMB. Before the compiled
-    # run, which the 2026-11-26b window's budget cut: with the fused LAMB the step was slower
-    # (533 samples/s) than with the default LAMB (595), so the sharded path's own cost comes
-    # first (issue 23)
-    Step(
-        "throughput_sharded",
-        60,
-        False,
-        throughput(
-            "throughput_sharded",
-            "--fastest flash_varlen+sharded --variants fastest --repeats 2 --steps 10",
-        ),
-    ),
-    Step(
-        "throughput_compiled",
-        150,
-        False,
-        throughput(
-            "throughput_compiled",
-            "--fastest flash_varlen --variants fastest,hf_compile --repeats 2 --steps 10",
-        ),
-    ),
-    Step(
-        "throughput_sublayers",
-        120,
-        False,
-        throughput(
-            "throughput_sublayers",
-            "--fastest flash_varlen+sublayers --variants fastest --repeats 2 --steps 10",
-        ),
-    ),
+    Step("device", 20, device),
+    Step("learning_proof", 150, learning_proof),
+    Step("smoke", 100, smoke),
+    Step("sdpa_probe", 40, sdpa_probe),
+    Step("build", 90, build),
+    Step("gpu_tests", TEST_FILE_CAP_S, gpu_tests),  # the cap of each file
+    Step("train_compare", 90, train_compare),
+    Step("bench_lamb", 45, bench_lamb),
+    Step("throughput", 240, throughput),
 )
 
 
-def plan_fits(budget_s: float, reserve_s: float) -> dict:
-    """The plan's arithmetic, recorded in every summary: the planned steps' caps plus the tests'
-    minimum within the budget less the reserve."""
-    planned = sum(s.cap_s for s in STEPS if s.planned) + MIN_TESTS_S
+# ---- the plan ----------------------------------------------------------------------------------
+def units(root: Path) -> list[tuple[str, float]]:
+    """What the plan counts, in order, with its cap: each step, the GPU tests one per file
+    (named as summary.json's steps name them)."""
+    out = []
+    for step in STEPS:
+        if step.name == "gpu_tests":
+            out += [(test_step_name(f), step.cap_s) for f in gpu_test_files(root)]
+        else:
+            out.append((step.name, step.cap_s))
+    return out
+
+
+def caps_below_margin(plan_units: list[tuple[str, float]]) -> list[str]:
+    """Every unit whose cap is not CAP_MARGIN above its expected time (the plan's safety)."""
+    return [
+        f"{name}: cap {cap:g} s < {CAP_MARGIN} x expected {expectation(name).seconds:g} s"
+        for name, cap in plan_units
+        if cap < CAP_MARGIN * expectation(name).seconds
+    ]
+
+
+def starts(h, name: str) -> bool:
+    """A step starts only if its expected time fits what is left of the budget; otherwise it
+    is recorded as skipped and left for --continue. A dry run checks every step's command."""
+    expected, left = expectation(name).seconds, h.remaining()
+    if h.dry_run or expected <= left:
+        return True
+    reason = f"would not finish (expected {expected:g} s, {left:.0f} s left)"
+    print(f"[{h.stage}] {name}: skipped: {reason}", flush=True)
+    h._record({"name": name, "status": "skipped", "reason": reason, "expected_s": expected}, 0)
+    return False
+
+
+def make_plan(plan_units: list[tuple[str, float]], budget_s: float, reserve_s: float) -> dict:
+    """The plan's arithmetic: in order, each unit whose expected time fits what the earlier
+    ones leave goes in this call, the others in the --continue call (with the device and the
+    build again), whose expected total must fit CONTINUE_BUDGET_S."""
+    left = budget_s - reserve_s
+    rows, later = [], []
+    for name, cap in plan_units:
+        expected = expectation(name)
+        here = expected.seconds <= left
+        if here:
+            left -= expected.seconds
+        else:
+            later.append(name)
+        row = {"name": name, "expected_s": expected.seconds, "cap_s": cap}
+        row |= {"record": expected.record} if expected.record else {"estimate": expected.basis}
+        rows.append({**row, "call": "this" if here else "continue"})
     return {
         "budget_s": budget_s,
         "reserve_s": reserve_s,
-        "planned_caps_s": planned,
-        "fits": planned <= budget_s - reserve_s,
-        "steps": [
-            {
-                "name": s.name,
-                "cap_s": s.cap_s or f"{TEST_FILE_CAP_S} per file",
-                "planned": s.planned,
-            }
-            for s in STEPS
-        ],
+        "steps": rows,
+        "this_call_expected_s": round(budget_s - reserve_s - left, 1),
+        "continue_call": continue_call(later, reserve_s),
     }
 
 
+def continue_call(names: list[str], reserve_s: float) -> dict:
+    total = sum(expectation(n).seconds for n in (*RERUN, *names))
+    return {
+        "steps": names,
+        "expected_s": round(total, 1),  # the device and the build included
+        "budget_s": CONTINUE_BUDGET_S,
+        "fits": total <= CONTINUE_BUDGET_S - reserve_s,
+    }
+
+
+def left_undone(h, plan_units: list[tuple[str, float]]) -> dict:
+    """After the call: what --continue would run (every unit not finished ok)."""
+    status = {s["name"]: s["status"] for s in h.summary["steps"]}
+    names = [n for n, _ in plan_units if n not in RERUN and status.get(n) != "ok"]
+    return continue_call(names, h.reserve_s)
+
+
+def plan_lines(plan: dict) -> list[str]:
+    room = plan["budget_s"] - plan["reserve_s"]
+    lines = [
+        f"plan: {plan['budget_s']:g} s less {plan['reserve_s']:g} kept back = {room:g} s; "
+        "expected seconds from the records (* an estimate: no record yet)"
+    ]
+    for row in plan["steps"]:
+        mark = "*" if "estimate" in row else " "
+        where = "this call" if row["call"] == "this" else "--continue"
+        lines.append(
+            f"  {row['name']:44s}{row['expected_s']:7.1f} s{mark} cap {row['cap_s']:>4g}  {where}"
+        )
+    lines.append(f"this call: expected {plan['this_call_expected_s']:g} s of {room:g} s")
+    lines.append(continue_line(plan["continue_call"], plan["reserve_s"]))
+    return lines
+
+
+def continue_line(call: dict, reserve_s: float) -> str:
+    if not call["steps"]:
+        return "--continue: nothing left"
+    return (
+        f"--continue: {', '.join(call['steps'])}; expected {call['expected_s']:g} s with the "
+        f"device and the build again, of {call['budget_s'] - reserve_s:g} s (budget "
+        f"{call['budget_s']:g} s less {reserve_s:g}){'' if call['fits'] else ': DOES NOT FIT'}"
+    )
+
+
 def run_window(h, previous: dict | None) -> None:
-    """Every step in order; with `previous` (a first call's summary), only the steps it did not
-    finish (status other than ok), its finished records carried over."""
-    h.summary["plan"] = plan_fits(h.budget_s, h.reserve_s)
+    """Every step in order, each started only if it can finish; with `previous` (a first call's
+    summary), only the steps it did not finish (status other than ok), its finished records
+    carried over."""
     done = h.done = set()
     if previous:
         done = h.done = {s["name"] for s in previous.get("steps", []) if s.get("status") == "ok"}
@@ -345,15 +495,30 @@ def run_window(h, previous: dict | None) -> None:
             "date": previous.get("date"),
             "done": sorted(done),
         }
-        for key in ("sdpa_probe", "smoke", "throughput", "targets", "tests_per_file", "tests"):
+        for key in (
+            "learning_proof",
+            "sdpa_probe",
+            "smoke",
+            "throughput",
+            "targets",
+            "tests_per_file",
+            "tests",
+        ):
             if key in previous:
                 h.summary.setdefault(key, previous[key])
+    todo = [(n, cap) for n, cap in units(h.root) if n not in done or n in RERUN]
+    h.summary["plan"] = make_plan(todo, h.budget_s, h.reserve_s)
+    for line in plan_lines(h.summary["plan"]):
+        print(f"[{h.stage}] {line}", flush=True)
     for step in STEPS:
-        # The device is read every call; the build too (a no-op for ninja on the same machine,
-        # a rebuild on a fresh one, whose tests need it).
-        if step.name in done and step.name not in ("device", "build"):
+        if step.name in done and step.name not in RERUN:
             continue
-        step.run(h, step)
+        # the GPU tests are started, or not, one file at a time (gpu_tests)
+        if step.name == "gpu_tests" or starts(h, step.name):
+            step.run(h, step)
+    if not h.dry_run:  # a dry run finishes nothing on a GPU: its plan is the prediction
+        h.summary["continue"] = left_undone(h, todo)
+        print(f"[{h.stage}] {continue_line(h.summary['continue'], h.reserve_s)}", flush=True)
     copy_records(h)
 
 

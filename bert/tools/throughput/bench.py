@@ -24,6 +24,10 @@ timing, in the same precision and from the same initial weights:
     reference   the unpadded model with the reference attention (padded_sdpa), not compiled
     hf_eager    HF BertForPreTraining, padded to each batch's longest sequence, SDPA attention
     hf_compile  hf_eager under torch.compile (with --hf-compile)
+    ATTENTION[+FLAG...]  an option set named in --variants (--fastest's syntax), a variant of
+                its own: e.g. `--variants fastest,flash_varlen+fused,hf_eager,hf_compile`
+                times the fused path in every round beside both HF baselines, so its ratio to
+                each (JSON ratios: "flash_varlen+fused/hf_compile") comes from this process
 
 Variants run in rounds: each round times `--steps` steps of every variant, in a rotated order,
 and each figure is the median over `--repeats` rounds, so drifting load on a shared machine
@@ -68,6 +72,7 @@ from bert.tools.throughput.workload import (
 )
 
 GB = 1e9
+HF_BASELINES = ("hf_eager", "hf_compile")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,7 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--variants",
         default="fastest,reference,hf_eager",
-        help=f"comma-separated subset of {','.join(VARIANTS)}",
+        help=f"comma-separated: of {','.join(VARIANTS)}, or option sets in --fastest's "
+        "syntax (ATTENTION[+FLAG...]), each a variant of its own",
     )
     p.add_argument("--hf-compile", action="store_true", help="add the hf_compile variant")
     p.add_argument(
@@ -176,6 +182,7 @@ class Bench:
         self.variants: dict[str, object] = {}
         self.resident: dict[str, int] = {}
         self.selection: list[dict] = []
+        self.errors: dict[str, str] = {}  # option-set variants that could not be built
 
     # -- building ------------------------------------------------------------------------------
 
@@ -210,6 +217,7 @@ class Bench:
         for i in range(warmup):
             variant.step(i)
         synchronize(self.device)
+        variant.release()
         variant.options["warmup_steps"] = warmup
         # compilation happens here, so compile time is recorded apart from the timed steps
         variant.options["warmup_seconds"] = round(time.perf_counter() - started, 2)
@@ -243,6 +251,7 @@ class Bench:
                 self._collect()
                 continue
             wall, _ = timed_block(variant.step, 0, self.args.steps, self.device)
+            variant.release()
             self.selection.append({**choice, "seconds_per_step": wall / self.args.steps})
             if wall < best_time:
                 best, best_time, best_resident = variant, wall, self.resident["fastest"]
@@ -263,10 +272,21 @@ class Bench:
                 self.variants[name] = self.build_fastest()
             elif name == "reference":
                 self.variants[name] = self.build(name, Candidate("padded_sdpa"))
+            elif name in self.args.spec_variants:
+                self.build_spec(name)
             else:
                 self.variants[name] = self.build(
                     name, Candidate("padded_sdpa", compile=name == "hf_compile")
                 )
+
+    def build_spec(self, name: str) -> None:
+        """An option set named in --variants; one that cannot be built (an unbuilt extension,
+        no memory left) is recorded and left out, so the others' figures still come back."""
+        try:
+            self.variants[name] = self.build(name, self.args.spec_variants[name])
+        except RuntimeError as err:
+            self.errors[name] = str(err).splitlines()[0]
+            self._collect()
 
     # -- measuring -----------------------------------------------------------------------------
 
@@ -288,6 +308,7 @@ class Bench:
         start = self._settled_memory()
         self.meter.reset_peak()
         wall, cpu = timed_block(self.variants[name].step, 0, self.args.steps, self.device)
+        self.variants[name].release()
         # Memory above what every variant keeps resident, plus this variant's own resident part:
         # what the variant would need alone (input batches excluded).
         peak = self.meter.peak() - start + self.resident[name]
@@ -340,6 +361,8 @@ def ratios(variants: dict, timings: dict) -> dict:
         ("reference", "hf_eager"),
         ("hf_compile", "hf_eager"),
     ]
+    # every option-set variant against each HF baseline
+    pairs += [(name, hf) for name in variants if name not in VARIANTS for hf in HF_BASELINES]
     out = {}
     for a, b in pairs:
         if a in variants and b in variants:
@@ -426,6 +449,7 @@ def build_payload(
         "variants": variants,
         "ratios": ratios(variants, timings),
         "fastest_selection": bench.selection,
+        "variant_errors": bench.errors,
         "memory_method": bench.meter.method + "; peak_mem_gb = peak during the variant's "
         "timed steps minus what the other variants keep resident",
         "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "

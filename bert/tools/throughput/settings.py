@@ -1,4 +1,5 @@
-"""The settings of one throughput benchmark run, settled before anything is built: the variants,
+"""The settings of one throughput benchmark run, settled before anything is built: the variants
+(VARIANTS' names, or option sets named ATTENTION[+FLAG...], each a variant of its own),
 the per-device defaults that complete its command line (bench.py: parse_args), and the option
 sets that compete for the `fastest` variant (--fastest: auto, or one set named).
 """
@@ -76,9 +77,16 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     names = [v for v in args.variants.split(",") if v]
     if args.hf_compile and "hf_compile" not in names:
         names.append("hf_compile")
-    unknown = set(names) - set(VARIANTS)
+    unknown = {n for n in names if n not in VARIANTS and not is_spec(n)}
     if unknown or not names:
-        sys.exit(f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS}")
+        sys.exit(
+            f"--variants: unknown {sorted(unknown)}; choose from {VARIANTS} or name option sets "
+            "as --fastest does (ATTENTION[+FLAG...])"
+        )
+    # Each option set named in --variants is a variant of its own, timed in every round beside
+    # the others, so its ratios to both HF baselines come from this one process.
+    fusable = model_config(args.model).hidden_size == FUSED_HIDDEN_SIZE
+    args.spec_variants = {n: named_candidate(n, fusable) for n in names if n not in VARIANTS}
     positions = model_config(args.model).max_position_embeddings
     args.max_length = args.max_length or positions
     if not 20 <= args.max_length <= positions:
@@ -116,6 +124,11 @@ def fastest_candidates(args: argparse.Namespace, kind: str) -> list[Candidate]:
     return [
         Candidate(b, c, f, s) for b in backends for c in compiles for f in fuses for s in subsets
     ]
+
+
+def is_spec(name: str) -> bool:
+    """An option set (ATTENTION[+FLAG...]) rather than one of VARIANTS' names."""
+    return name.split("+")[0] in BACKENDS
 
 
 def named_candidate(spec: str, fusable: bool) -> Candidate:
