@@ -162,7 +162,11 @@ EXPECTED = {
     "tests_test_lamb_kernel": measured(13.7),
     "tests_test_bucketing_pipeline": measured(7.9),
     "tests_test_prefetch": measured(7.1),
-    "train_compare": measured(25.3),
+    # 2026-11-28 ran two runs in 25.3 s; train_compare now adds a reseeded reference (the
+    # bound of its step-gap check), one more run at the reference's 11.7 s
+    "train_compare": Expectation(
+        round(25.3 + 11.7, 1), None, "2026-11-28's two runs 25.3 s + one reference run 11.7 s"
+    ),
     "bench_lamb": measured(15.0),
     "throughput": Expectation(
         round(sum(THROUGHPUT_PARTS_S.values()), 1),
