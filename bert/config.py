@@ -47,6 +47,7 @@ from bert.train.config import (
     SubmissionConfig,
     run_device_type,
 )
+from bert.train.graphs.config import graphs_config_error
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_yaml
 from bert.core.settings import F, expected, section, shown
@@ -98,6 +99,8 @@ class Config:
             f"model.max_position_embeddings={self.model.max_position_embeddings}",
         )
         problem = device_combination_error(self.model, self.run)
+        check(problem is None, problem or "")
+        problem = graphs_config_error(self)
         check(problem is None, problem or "")
 
     def to_dict(self) -> dict[str, Any]:

@@ -60,6 +60,7 @@ class Observer:
         self.recorder: MetricsRecorder | None = None
         self.window: ProfilerWindow | None = None
         self.optim = None
+        self.graphs = None  # the trainer's GraphCache (run.cuda_graphs): its counts
         self._block = (time.perf_counter(), 0)  # (clock, samples) at the block's start
         ranges.set_nvtx(cfg.profile.nvtx)
 
@@ -92,6 +93,7 @@ class Observer:
 
     def on_train_start(self, trainer) -> None:
         start = trainer.start_point
+        self.graphs = trainer.graphs
         self.recorder.restart_clock(start["samples"])
         self._block = (time.perf_counter(), start["samples"])
         profile = self.cfg.profile
@@ -126,7 +128,10 @@ class Observer:
 
     def train_point(self, step: int, samples: int, loss: float, lr: float) -> None:
         """A progress point (rank 0): the optimizer's host reads, then the record."""
-        self.recorder.train_point(step, samples, loss, lr, read_optimizer(self.optim))
+        host = read_optimizer(self.optim)
+        if self.graphs is not None:
+            host.update(self.graphs.metrics())  # host counts: no device read
+        self.recorder.train_point(step, samples, loss, lr, host)
 
     def block_stats(self, samples: int) -> dict | None:
         """Throughput of the block just trained, and the latest loss and lr (tracked_stats)."""

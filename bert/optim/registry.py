@@ -142,6 +142,16 @@ class Replicated:
         self._updated = False
         self.optimizer.register_step_post_hook(self._mark_updated)
         self.skipped = 0  # host count: GradScaler already read the inf flag on the host
+        self._free_grads = True  # zero_grad frees them, unless keep_gradients()
+
+    def keep_gradients(self) -> None:
+        """Allocate every gradient now and from here on zero it in place, never free it: a
+        captured CUDA graph accumulates into their fixed addresses (bert/train/graphs/)."""
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        self._free_grads = False
 
     def _mark_updated(self, *_hook_args) -> None:
         self._updated = True
@@ -158,7 +168,7 @@ class Replicated:
         self._updated = False
         self.grad_scaler.step(self.optimizer)  # fp16: reads the inf flag on the host
         self.grad_scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=self._free_grads)
         if self._updated:
             self.scheduler.step()  # a skipped step leaves the schedule where it was
         else:

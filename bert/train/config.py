@@ -47,6 +47,19 @@ class RunConfig:
         "never (bert/train/step_guard.py)",
         ge=0,
     )
+    cuda_graphs: bool = F(
+        False,
+        "replay forward+backward as one CUDA graph per padded batch "
+        "shape, eager for a batch no shape fits (docs/cuda_graphs.md); "
+        "CUDA, one rank; not yet validated on a GPU",
+    )
+    graph_token_bucket: int = F(1024, "cuda_graphs: tokens padded to a multiple of this", gt=0)
+    graph_masked_bucket: int = F(
+        128, "cuda_graphs: masked tokens padded to a multiple of this", gt=0
+    )
+    graph_max_shapes: int = F(
+        32, "cuda_graphs: most shapes captured; a new shape past them runs eagerly", gt=0
+    )
 
 
 @section("dist")

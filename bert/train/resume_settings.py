@@ -37,6 +37,10 @@ RESUME_FREE_KEYS = frozenset(
         "run.max_steps",
         "run.max_samples",
         "run.max_nonfinite_steps",
+        "run.cuda_graphs",  # padding is neutral: the same math, graphed or not
+        "run.graph_token_bucket",
+        "run.graph_masked_bucket",
+        "run.graph_max_shapes",
         "data.train_dir",
         "data.eval_file",
         "data.prefetch_depth",

@@ -49,6 +49,7 @@ from bert.obs.ranges import named
 from bert.obs.run_record import RunOrigin
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
+from bert.train.graphs.build import build_graphs
 from bert.train.launch_env import launch_layout
 from bert.train.run_plan import RunPlan
 from bert.train.logfile import LogFile, log_name
@@ -172,6 +173,9 @@ class Trainer:
             self.raw_model, cfg.optim, cfg.schedule, cfg.run.precision == "fp16", self.ctx
         )
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
+        self.graphs = None  # run.cuda_graphs: a GraphCache (bert/train/graphs/)
+        if cfg.run.cuda_graphs:  # forward and backward replayed; the optimizer step eager
+            self.graphs = build_graphs(self)
         self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
         self._resume_data: dict | None = None  # the data position, restored at run_start
         if self.ckpt.resume_from:
@@ -414,7 +418,7 @@ class Trainer:
 
     def train_step(self, pipeline: TrainPipeline) -> torch.Tensor:
         """One optimizer step over the micro-batches the pipeline hands out (the geometry's
-        `gradient_accumulation_steps`).
+        `gradient_accumulation_steps`), each padded and replayed as a graph if one fits.
 
         Returns the step's loss (MLM + NSP, averaged over micro-batches) as a device tensor.
         """
@@ -430,15 +434,22 @@ class Trainer:
             # Gradients are reduced across ranks only on the last micro-batch.
             last = micro == accum - 1
             with contextlib.nullcontext() if last else self.optim.no_sync():
-                with named("forward"):
-                    loss = self.forward_loss(batch) / accum
-                with named("backward"):
-                    self.optim.backward(loss)
-            step_loss += loss.detach()
+                loss = None if self.graphs is None else self.graphs.run(batch)  # replayed
+                if loss is None:  # no graph fits the batch, or run.cuda_graphs is off
+                    loss = self.forward_backward(batch, accum)
+            step_loss += loss
         with named("optimizer"):
             self.optim.step()
         pipeline.observe_loss(step_loss)  # loss-driven curricula; a queued copy, no host sync
         return step_loss
+
+    def forward_backward(self, batch: PackedBatch, accum: int) -> torch.Tensor:
+        """Forward and backward of a micro-batch (what a graph captures): its loss / accum."""
+        with named("forward"):
+            loss = self.forward_loss(batch) / accum
+        with named("backward"):
+            self.optim.backward(loss)
+        return loss.detach()
 
     def forward_loss(self, batch: PackedBatch) -> torch.Tensor:
         with self._autocast():
@@ -450,7 +461,8 @@ class Trainer:
         dtype = AUTOCAST_DTYPES.get(self.cfg.run.precision)
         if dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.ctx.device.type, dtype=dtype)
+        cache = self.graphs is None  # a graph would keep reading a cached cast of old weights
+        return torch.autocast(self.ctx.device.type, dtype=dtype, cache_enabled=cache)
 
     def _eval_point(self, eval_set, samples: int, step: int = 0) -> float:
         self.progress.point(step, samples, self.optim.lr)  # the block's last metrics (host read)

@@ -1,0 +1,32 @@
+"""run.cuda_graphs against the rest of the config: what it cannot run with, checked when the
+config loads (bert/config.py)."""
+
+from __future__ import annotations
+
+from bert.train.config import run_device_type
+
+
+def graphs_config_error(cfg) -> str | None:
+    """Why this Config cannot run with run.cuda_graphs=true; None when it can (or it is off)."""
+    run, model = cfg.run, cfg.model
+    if not run.cuda_graphs:
+        return None
+    device = run_device_type(run.device)
+    if device != "cuda":
+        return (
+            f"run.cuda_graphs=true needs CUDA (torch.cuda.CUDAGraph), but run.device="
+            f"{run.device} resolves to {device}: set run.cuda_graphs=false"
+        )
+    refused = {
+        "run.precision=fp16": run.precision == "fp16",  # the loss scaler is not captured yet
+        "optim.sharded=true": cfg.optim.sharded,  # reduce-scatter hooks during backward
+        "model.attention=grouped_flash": model.attention == "grouped_flash",  # per-batch shapes
+        "model.last_layer_subset=true": model.last_layer_subset,  # query shapes not bucketed
+    }
+    for setting, on in refused.items():
+        if on:
+            return (
+                f"run.cuda_graphs=true cannot run with {setting} yet (docs/cuda_graphs.md); "
+                f"set run.cuda_graphs=false"
+            )
+    return None
