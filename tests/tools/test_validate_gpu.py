@@ -19,6 +19,7 @@ from bert.tools import common as script_utils  # noqa: E402
 from bert.tools.gpu import report as gpu_report  # noqa: E402
 from bert.tools.gpu import validate as validate_gpu  # noqa: E402
 from bert.tools.gpu import window as gpu_window  # noqa: E402
+from bert.tools.gpu import expected as gpu_expected  # noqa: E402
 from bert.tools.gpu.launch import run_capped  # noqa: E402
 
 HARNESS = ROOT / "scripts" / "bench" / "validate_gpu.sh"
@@ -371,7 +372,7 @@ def test_window_continue_with_an_unreadable_summary_is_one_error(tmp_path, capsy
 
 
 # ---- the plan: expected durations from the records --------------------------------------------
-RECORDS = ROOT / gpu_window.RECORDS
+RECORDS = ROOT / gpu_expected.RECORDS
 
 
 def recorded_seconds(window: str) -> dict[str, float]:
@@ -389,22 +390,29 @@ def test_every_expected_time_is_its_records_number():
     every step has one; the learning proof's estimate uses learning_proof.py's step budget."""
     from bert.tools.gpu import learning_proof
 
-    for name, expected in gpu_window.EXPECTED.items():
+    for name, expected in gpu_expected.EXPECTED.items():
         if not expected.estimate:
             assert recorded_seconds(expected.record)[name] == expected.seconds, name
-    assert {s.name for s in gpu_window.STEPS} - {"gpu_tests"} <= set(gpu_window.EXPECTED)
-    for path in gpu_window.gpu_test_files(ROOT):  # every GPU test file has run in a window
-        assert not gpu_window.expectation(gpu_window.test_step_name(path)).estimate, path
-    assert gpu_window.LEARNING_PROOF_MAX_STEPS == learning_proof.SHAPES["cuda"]["run.max_steps"]
-    assert gpu_window.LEARNING_PROOF_RUNS == len(learning_proof.DEFAULT_VARIANTS["cuda"])
-    assert gpu_window.EXPECTED["learning_proof"].estimate  # until a window records it
+    assert {s.name for s in gpu_window.STEPS} - {"gpu_tests"} <= set(gpu_expected.EXPECTED)
+    # every GPU test file the newest window ran is expected at its recorded time; one no
+    # window has run yet (a new file) at its cap
+    newest = recorded_seconds(gpu_expected.NEWEST)
+    for path in gpu_window.gpu_test_files(ROOT):
+        expected = gpu_expected.expectation(gpu_window.test_step_name(path))
+        if gpu_window.test_step_name(path) in newest:
+            assert not expected.estimate, path
+        else:
+            assert expected.seconds == gpu_window.TEST_FILE_CAP_S, path
+    assert gpu_expected.LEARNING_PROOF_MAX_STEPS == learning_proof.SHAPES["cuda"]["run.max_steps"]
+    assert gpu_expected.LEARNING_PROOF_RUNS == len(learning_proof.DEFAULT_VARIANTS["cuda"])
+    assert gpu_expected.EXPECTED["learning_proof"].estimate  # until a window records it
 
 
 def test_every_cap_stays_a_margin_above_its_expected_time(monkeypatch):
     units = gpu_window.units(ROOT)
     assert gpu_window.caps_below_margin(units) == []
     # the check can fail: a cap at the expected time is no margin
-    monkeypatch.setitem(gpu_window.EXPECTED, "smoke", gpu_window.measured(100.0))
+    monkeypatch.setitem(gpu_expected.EXPECTED, "smoke", gpu_expected.measured(100.0))
     assert gpu_window.caps_below_margin(units) == ["smoke: cap 100 s < 1.25 x expected 100 s"]
 
 
@@ -413,8 +421,8 @@ def test_continue_plan_does_not_fit_when_its_step_grows(monkeypatch):
     longer fits the --continue call's budget."""
     plan = gpu_window.make_plan(gpu_window.units(ROOT), 420, validate_gpu.RESERVE_S)
     assert plan["continue_call"]["fits"]
-    longer = gpu_window.Expectation(gpu_window.EXPECTED["throughput"].seconds + 100, None, "x")
-    monkeypatch.setitem(gpu_window.EXPECTED, "throughput", longer)
+    longer = gpu_expected.Expectation(gpu_expected.EXPECTED["throughput"].seconds + 100, None, "x")
+    monkeypatch.setitem(gpu_expected.EXPECTED, "throughput", longer)
     plan = gpu_window.make_plan(gpu_window.units(ROOT), 420, validate_gpu.RESERVE_S)
     assert not plan["continue_call"]["fits"]
 
@@ -470,13 +478,13 @@ def could_not_finish(h: ReplayHarness) -> list[str]:
 # The windows' throughput steps before the one-process layout, and what each needs: what it took
 # in a window that finished it, else an estimate (each more than the step ran before its kill).
 OLD_STEPS = {
-    "throughput_eager": gpu_window.measured(45.0),
-    "throughput_fused": gpu_window.measured(62.1),
-    "throughput_compiled": gpu_window.measured(90.8, "2026-11-26_window"),
-    "throughput_sublayers": gpu_window.measured(39.2, "2026-11-26_window"),
+    "throughput_eager": gpu_expected.measured(45.0),
+    "throughput_fused": gpu_expected.measured(62.1),
+    "throughput_compiled": gpu_expected.measured(90.8, "2026-11-26_window"),
+    "throughput_sublayers": gpu_expected.measured(39.2, "2026-11-26_window"),
     # never finished: one variant of ours alone, as throughput_sublayers (39.2 s, 2026-11-26)
-    "throughput_sharded": gpu_window.Expectation(39.2, None, "as throughput_sublayers"),
-    "tests_test_validate_gpu": gpu_window.measured(1.9, "2026-11-26b_window"),
+    "throughput_sharded": gpu_expected.Expectation(39.2, None, "as throughput_sublayers"),
+    "tests_test_validate_gpu": gpu_expected.measured(1.9, "2026-11-26b_window"),
 }
 
 
@@ -486,8 +494,8 @@ def replay_recorded_window(
     """The window's own steps in its own order through the planner (run_window), each taking
     its recorded time: a step that did not finish takes what OLD_STEPS knows it needs. The
     planner is told OLD_STEPS too, or `told` where given (a wrong expectation)."""
-    truth = {**gpu_window.EXPECTED, **OLD_STEPS}
-    monkeypatch.setattr(gpu_window, "EXPECTED", {**truth, **(told or {})})
+    truth = {**gpu_expected.EXPECTED, **OLD_STEPS}
+    monkeypatch.setattr(gpu_expected, "EXPECTED", {**truth, **(told or {})})
     record = json.loads((RECORDS / window / "summary.json").read_text())
     seconds = recorded_seconds(window)
     names = list(dict.fromkeys(s["name"].split("_after_crash_")[0] for s in record["steps"]))
@@ -533,7 +541,7 @@ def test_the_replay_fails_a_planner_without_the_check(tmp_path, monkeypatch):
     h = replay_recorded_window("2026-11-28_window", tmp_path, monkeypatch)
     assert [v.split()[0] for v in could_not_finish(h)][:1] == ["throughput_sharded"]
     monkeypatch.undo()
-    wrong = {"throughput_compiled": gpu_window.measured(30.0)}
+    wrong = {"throughput_compiled": gpu_expected.measured(30.0)}
     h = replay_recorded_window("2026-11-26b_window", tmp_path, monkeypatch, told=wrong)
     assert [v.split()[0] for v in could_not_finish(h)] == ["throughput_compiled"]
 
@@ -543,8 +551,8 @@ def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
     throughput process their estimates): everything but the throughput process finishes in the
     first call, and the plan for --continue is that process, within its budget."""
     durations = {
-        **{n: e.seconds for n, e in gpu_window.EXPECTED.items()},
-        **recorded_seconds(gpu_window.NEWEST),
+        **{n: e.seconds for n, e in gpu_expected.EXPECTED.items()},
+        **recorded_seconds(gpu_expected.NEWEST),
     }
     steps = tuple(
         s if s.name == "gpu_tests" else gpu_window.Step(s.name, s.cap_s, replayed)

@@ -49,7 +49,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -58,24 +57,18 @@ from bert.core.errors import BadInputError
 from bert.model import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.obs.sinks import read_records
-from bert.tools.common import git_commit, import_pyplot, set_args, write_json
+from bert.tools.common import git_commit, set_args, write_json
+from bert.tools.gpu.loss_curves import (
+    GAP_WINDOW,
+    TAIL_TOLERANCE,
+    finite_pairs,
+    largest_step_gap,
+    tail_means,
+)
+from bert.tools.gpu.compare_report import plot, verdict_line
 from bert.tools.gpu.smoke_train import run
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
-# The loss criterion (issue 35). Two curves at accuracies 0.700 and 0.703 used to pass with a
-# loss gap of 2.4; now the mean training loss over the last TAIL_STEPS steps must agree within
-# TAIL_TOLERANCE, relative to the reference's. 2%, not the 1% first asked for: the healthy
-# H200 pair of the 2026-11-28 window (reference 0.7887, fused 0.7882) averaged 1.0098 and
-# 1.0227 over steps 251-300, 1.28% apart; their step-by-step differences there have a standard
-# deviation of 0.049, so a 50-step mean's difference has a standard error of ~0.0069 (0.69%):
-# 1% is 1.5 standard errors (a sound kernel fails about one window in seven), 2% about 3.
-TAIL_STEPS = 50
-TAIL_TOLERANCE = 0.02
-# A step's gap: the gap between the two runs' mean losses over the GAP_WINDOW steps ending at
-# that step, not the raw losses: one raw loss spikes alone (that window's healthy pair had a
-# 0.886 gap at step 13; a 10-step mean's largest gap was 0.313, at step 40, amid the descent
-# from 7.8 to 2). Ten steps of 300 still resolve that descent (~50 steps long).
-GAP_WINDOW = 10
 # No step's gap may exceed SPREAD_MULTIPLE times the largest step gap between the reference and
 # the reference reseeded (RESEED: other initial weights, data order and dropout masks, on the
 # same shards), measured the same way. The fused run differs from the reference in less (the
@@ -281,45 +274,6 @@ def run_failures(name: str, result: dict, min_accuracy: float) -> list[str]:
     return failures
 
 
-def finite_pairs(reference: dict, other: dict) -> tuple[list[int], list[tuple[float, float]]]:
-    """The steps both curves hold, in number order (the keys are ints in a run, text in its
-    JSON), and those steps' (reference, other) losses where both are finite."""
-    a, b = reference["loss_by_step"], other["loss_by_step"]
-    kept = [
-        (int(step), a[step], b[step])
-        for step in sorted(set(a) & set(b), key=int)
-        if is_finite(a[step]) and is_finite(b[step])
-    ]
-    return [s for s, _, _ in kept], [(x, y) for _, x, y in kept]
-
-
-def is_finite(loss) -> bool:
-    return loss is not None and math.isfinite(loss)
-
-
-def moving_mean(values: list[float], window: int) -> list[float]:
-    """The mean of each `window` consecutive values, one per window, ending at each value from
-    the window-th on."""
-    return [sum(values[i - window : i]) / window for i in range(window, len(values) + 1)]
-
-
-def step_gaps(reference: dict, other: dict) -> list[tuple[int, float]]:
-    """(step, gap) at every common finite step from the GAP_WINDOW-th on: the gap between the two
-    runs' mean losses over the GAP_WINDOW steps ending there (all the steps, when fewer)."""
-    steps, pairs = finite_pairs(reference, other)
-    window = min(GAP_WINDOW, len(pairs))
-    if window == 0:
-        return []
-    means_a = moving_mean([a for a, _ in pairs], window)
-    means_b = moving_mean([b for _, b in pairs], window)
-    return [(s, abs(b - a)) for s, a, b in zip(steps[window - 1 :], means_a, means_b)]
-
-
-def largest_step_gap(reference: dict, other: dict) -> tuple[int | None, float | None]:
-    """(step, gap) of the largest step_gaps entry; (None, None) without one."""
-    return max(step_gaps(reference, other), key=lambda sg: sg[1], default=(None, None))
-
-
 def reseeded_spread(reference: dict, reseeded: dict, min_accuracy: float) -> dict:
     """The step-gap bound from the reference's own seed-to-seed spread: SPREAD_MULTIPLE times
     the largest step gap between the reference and the reseeded reference. No bound (and the
@@ -349,23 +303,6 @@ def stated_spread(bound: float, source: str) -> dict:
         "multiple": None,
         "bound": bound,
         "failures": [],
-    }
-
-
-def tail_means(reference: dict, fused: dict) -> dict:
-    """Each run's mean loss over the last TAIL_STEPS common finite steps (all, when fewer) and
-    their gap relative to the reference's."""
-    _, pairs = finite_pairs(reference, fused)
-    tail = pairs[-TAIL_STEPS:]
-    if not tail:
-        return {"steps": 0, "reference": None, "fused": None, "relative_gap": None}
-    mean_ref = sum(a for a, _ in tail) / len(tail)
-    mean_fused = sum(b for _, b in tail) / len(tail)
-    return {
-        "steps": len(tail),
-        "reference": mean_ref,
-        "fused": mean_fused,
-        "relative_gap": abs(mean_fused - mean_ref) / abs(mean_ref) if mean_ref else math.inf,
     }
 
 
@@ -438,60 +375,6 @@ def compare(
         "failures": failures,
         "passed": not failures,
     }
-
-
-def plot(record: dict, path: Path) -> None:
-    from bert.obs.figures import save_figure
-
-    plt = import_pyplot()
-    figure, axes = plt.subplots(figsize=(7, 4))
-    for name, trained in record["runs"].items():  # reference, fused, reseeded reference
-        curve = trained["loss_by_step"]
-        steps = sorted(curve, key=int)
-        axes.plot([int(s) for s in steps], [curve[s] for s in steps], label=name, linewidth=1)
-    comparison = record["comparison"]
-    axes.set(
-        xlabel="step",
-        ylabel="training loss",
-        title=f"{record['device']}: fused vs reference (tail mean loss "
-        f"{shown_fraction(comparison['tail_mean_loss']['relative_gap'])} apart, final MLM "
-        f"accuracy gap {comparison['accuracy_gap']})",
-    )
-    axes.legend()
-    save_figure(figure, path)
-
-
-def shown_fraction(value: float | None) -> str:
-    return "none" if value is None else f"{value:.2%}"
-
-
-def shown_loss(value: float | None) -> str:
-    return "none" if value is None else f"{value:.4f}"
-
-
-def verdict_line(device: str, comparison: dict, out: Path) -> str:
-    accuracies = comparison["accuracies"]
-    shown = ", ".join(f"{name} {shown_loss(a)}" for name, a in accuracies.items())
-    head = "passed" if comparison["passed"] else f"FAILED: {'; '.join(comparison['failures'])}"
-    tail, step_gap = comparison["tail_mean_loss"], comparison["step_gap"]
-    return (
-        f"train_compare ({device}): {head}. Final MLM accuracy {shown} (floor "
-        f"{comparison['min_accuracy']}), gap {comparison['accuracy_gap']} (tolerance "
-        f"{ACCURACY_TOLERANCE}); mean loss over the last {tail['steps']} steps reference "
-        f"{shown_loss(tail['reference'])}, fused {shown_loss(tail['fused'])}: "
-        f"{shown_fraction(tail['relative_gap'])} apart (tolerance {TAIL_TOLERANCE:.0%}); "
-        f"largest {step_gap['window']}-step mean loss gap {shown_loss(step_gap['largest'])} "
-        f"(bound {shown_loss(step_gap['bound'])}: {bound_source(step_gap['spread'])}); {out}"
-    )
-
-
-def bound_source(spread: dict) -> str:
-    """Where the step-gap bound came from, in words: the reseeded reference, or as stated."""
-    if spread["multiple"] is None:
-        return f"stated, {spread['from']}"
-    return (
-        f"{spread['multiple']} times the reseeded reference's {shown_loss(spread['largest_gap'])}"
-    )
 
 
 def train_runs(device: str, shape: dict, steps: int, record: dict, out: Path | None) -> None:

@@ -27,15 +27,15 @@ second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in issue 35's 
                     comes from one run. HF compile's warm-up alone is 52-91 s: this is the long
                     step, and the plan puts it in the --continue call.
 
-The plan spends time only where a step can finish. Each step has an EXPECTED duration, read
-from the newest committed window record (EXPECTED: each number names its record; a test reads
-it back) or, for a step no window has run yet, an estimate built from recorded parts and
-marked so; and a cap, the kill limit, at least CAP_MARGIN above it. A step starts only if its
-expected time fits what is left of the budget; otherwise it is recorded as `skipped: would not
-finish (expected X s, Y s left)` and left for `--continue`, which runs only the steps not
-finished (the device is read again and the build rerun, a no-op on the warm machine). The
-first call prints and records (summary.json: plan) which steps each call is expected to run,
-and at its end (summary.json: continue) what is left and its expected total.
+The plan spends time only where a step can finish. Each step has an expected duration
+(bert/tools/gpu/expected.py), read from the newest committed window record (each number names
+its record; a test reads it back) or, for a step no window has run yet, an estimate built from
+recorded parts and marked so; and a cap, the kill limit, at least CAP_MARGIN above it. A step
+starts only if its expected time fits what is left of the budget; otherwise it is recorded as
+`skipped: would not finish (expected X s, Y s left)` and left for `--continue`, which runs
+only the steps not finished (the device is read again and the build rerun, a no-op on the warm
+machine). The first call prints and records (summary.json: plan) which steps each call is
+expected to run, and at its end (summary.json: continue) what is left and its expected total.
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ from pathlib import Path
 from typing import Callable
 
 from bert.tools.gpu import carry
+from bert.tools.gpu.expected import UNRECORDED_TEST_FILE_S, expectation
 from bert.tools.gpu import report as gpu_report
 
 WINDOW_BUDGET_S = 420  # a 480-s device call leaves 60 s for the start and the copy back
 # The second call: 15 minutes less the machine's start (up to 120 s) and the first call (480 s)
 # leave 300 s, 60 of them for its own start and copy back, as for the first.
 CONTINUE_BUDGET_S = 240
-TEST_FILE_CAP_S = 60  # per test file
+TEST_FILE_CAP_S = UNRECORDED_TEST_FILE_S  # per test file
 CAP_MARGIN = 1.25  # a cap is at least this much above its step's expected time
 # Every call reads the device and runs the build again (a no-op when the machine is warm).
 RERUN = ("device", "build")
@@ -93,93 +94,6 @@ THROUGHPUT_VARIANTS = (
     "hf_eager",
     "hf_compile",
 )
-
-
-# ---- expected durations -----------------------------------------------------------------------
-RECORDS = "benchmarks/results/gpu"
-NEWEST = "2026-11-28_window"  # H200, every step up to throughput_fused finished
-
-
-@dataclass(frozen=True)
-class Expectation:
-    seconds: float
-    record: str | None  # the window (RECORDS/<record>/summary.json) whose step took `seconds`
-    basis: str = ""  # for an estimate (no record): how it is built from recorded parts
-
-    @property
-    def estimate(self) -> bool:
-        return self.record is None
-
-
-# The learning proof has no GPU record yet. Each of its runs is train_compare's program with an
-# eval every 10 steps, stopping at the target: at most the step budget (learning_proof.py:
-# run.max_steps 500) at the rate of train_compare's slower run (the reference: 300 steps in
-# 11.7 s, 2026-11-28 train_compare.json), plus an allowance for 50 evals and the checker; plus
-# the process's start, train_compare's step less its two runs (25.3 - 11.7 - 6.8 s).
-LEARNING_PROOF_RUNS = 3
-LEARNING_PROOF_MAX_STEPS = 500
-LEARNING_PROOF_RUN_S = 11.7 / 300 * LEARNING_PROOF_MAX_STEPS + 5.0
-LEARNING_PROOF_S = LEARNING_PROOF_RUNS * LEARNING_PROOF_RUN_S + (25.3 - 11.7 - 6.8)
-# The one throughput process has no GPU record yet: its parts, each from a record.
-THROUGHPUT_PARTS_S = {
-    # 2026-11-28 throughput_eager: 45.0 s, less its warm-ups (1.49 + 4.12 s) and 3 rounds of
-    # 10 steps at 0.096 + 0.214 s
-    "the process, its workload and two variants built": 30.1,
-    # 2026-11-28 throughput_fused built two variants more than throughput_eager and took 15 s
-    # more once its warm-ups, selection blocks and rounds are taken out
-    "five more variants built, 7.5 s each": 5 * 7.5,
-    # hf_compile 51.84 s (2026-11-26 throughput_compiled.json), sublayers 11.55 s (2026-11-26
-    # summary.json), flash_varlen 1.49 and hf_eager 4.12 s (2026-11-28 throughput_eager.json),
-    # the three fused or sharded ones about 1.9 s each (2026-11-28 throughput_fused.json)
-    "warm-ups (HF compile's is 51.8 s)": 51.84 + 11.55 + 1.49 + 4.12 + 3 * 1.9,
-    # seconds_per_step of the records: 0.096 + 0.082 + 0.092 + 0.096 + 0.104 + 0.214 + 0.178
-    "2 rounds of 10 steps of the 7 variants": 2 * 10 * 0.862,
-}
-
-
-def measured(seconds: float, record: str = NEWEST) -> Expectation:
-    return Expectation(seconds, record)
-
-
-EXPECTED = {
-    "device": measured(7.2),
-    "learning_proof": Expectation(
-        round(LEARNING_PROOF_S, 1),
-        None,
-        f"{LEARNING_PROOF_RUNS} runs of at most {LEARNING_PROOF_MAX_STEPS} steps at "
-        "train_compare's recorded rate, plus evals and the process start",
-    ),
-    "smoke": measured(20.1),
-    "sdpa_probe": measured(15.6),
-    "build": measured(20.5),
-    "tests_test_fused_model": measured(28.8),
-    "tests_test_attention": measured(11.6),
-    "tests_test_sync_free": measured(13.4),
-    "tests_test_dense": measured(31.8),
-    "tests_test_bias_dropout_residual_layernorm": measured(27.2),
-    "tests_test_softmax_cross_entropy": measured(11.6),
-    "tests_test_embedding_backward": measured(12.6),
-    "tests_test_lamb_kernel": measured(13.7),
-    "tests_test_bucketing_pipeline": measured(7.9),
-    "tests_test_prefetch": measured(7.1),
-    # 2026-11-28 ran two runs in 25.3 s; train_compare now adds a reseeded reference (the
-    # bound of its step-gap check), one more run at the reference's 11.7 s
-    "train_compare": Expectation(
-        round(25.3 + 11.7, 1), None, "2026-11-28's two runs 25.3 s + one reference run 11.7 s"
-    ),
-    "bench_lamb": measured(15.0),
-    "throughput": Expectation(
-        round(sum(THROUGHPUT_PARTS_S.values()), 1),
-        None,
-        "; ".join(f"{part} {s:.1f} s" for part, s in THROUGHPUT_PARTS_S.items()),
-    ),
-}
-
-
-def expectation(name: str) -> Expectation:
-    """A step's expected duration; a test file no window has run yet is expected to take its
-    cap (every other step has an entry: tests/tools/test_validate_gpu.py)."""
-    return EXPECTED.get(name) or Expectation(TEST_FILE_CAP_S, None, "no record: its cap")
 
 
 @dataclass(frozen=True)
