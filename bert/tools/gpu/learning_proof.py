@@ -37,7 +37,8 @@ from bert.mlperf.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.smoke_train import mlperf_events, run
-from bert.tools.gpu.train_compare import LEARN, fused_switches, run_stop
+from bert.tools.gpu.learn import LEARN
+from bert.tools.gpu.train_compare import fused_switches, run_stop
 
 TARGET = 0.720  # MLPerf BERT's eval MLM accuracy target (shared/REFERENCE.md section 1)
 # Issue 35: the fused and the fp16 runs reach the target within 10% of the reference's samples.

@@ -3,23 +3,39 @@
     python scripts/bench/smoke_train.py --device cuda --out smoke.json   # the GPU window's step
     python scripts/bench/smoke_train.py --device cpu --out smoke.json    # the same on a CPU
 
-Four short runs of run_pretraining.py's own entry point on synthetic shards, each a check:
+Four short runs of run_pretraining.py's own entry point on synthetic shards of the learnable
+language (data/synthetic_language.py), and what each check proves:
 
-    full      bf16, two eval blocks; no host sync inside the steady-state steps of the first
-              block (CUDA: torch.cuda.set_sync_debug_mode("error") over them); the MLPerf log
-              passes the official compliance checker
-    first     bf16, one block, then a checkpoint
-    resumed   `--resume auto` from that checkpoint to the second block: the same two evals as
-              `full` (bitwise on the CPU; on CUDA within a tolerance, as the flash and
-              embedding backward kernels accumulate with atomics)
-    fp16      fp16 with the loss scaler: one forced overflow (an inf gradient at step 2) is
-              skipped, and training goes on to a finite eval
+    full      bf16, two eval blocks, the loss of every step in metrics.jsonl:
+              full_run               the program trains and evaluates end to end (exit 1: the
+                                     target is out of reach on purpose, so all steps run)
+              full_run_learned       the last eval is at least LEARNED_FLOOR (chance: 1/920):
+                                     the model learns, so the evals below compare something
+              compliance_but_target  its MLPerf log passes the official compliance checker
+    first     bf16, the first block, then a checkpoint:
+              no_sync_in_step        no host sync inside the block's steady-state steps (CUDA:
+                                     torch.cuda.set_sync_debug_mode("error") over them)
+    resumed   `--resume auto` from that checkpoint to the end of the second block:
+              resume_same_losses     the loss of the first RESUME_LOSS_STEPS steps after the
+                                     resume equals `full`'s at the same steps (bitwise on the
+                                     CPU; on CUDA within RESUME_LOSS_BOUND, the rounding of
+                                     atomics): weights, optimizer moments, data position and
+                                     dropout RNG all came back. The first step's loss shows the
+                                     weights, data and RNG; the optimizer shows from the second
+              resume_same_evals      both evals (the first run's, then the resumed run's) equal
+                                     `full`'s (bitwise on the CPU; on CUDA within
+                                     RESUME_TOLERANCE)
+    fp16      fp16 with the loss scaler, FP16_STEPS steps:
+              fp16_overflow_skipped  one forced overflow (an inf gradient at step 2) is
+                                     skipped, and training goes on to a finite eval
 
-The model differs by device only: on CUDA a BERT of width 1024 (2 layers, 16 heads, MLPerf's
-vocabulary and 512 positions, so the fused kernels' shape limits apply) with flash_varlen; on
-the CPU the default run's tiny BERT with per_sequence. Both use the sharded LAMB, the prefetch
-thread (on CUDA its pinned side-stream copy) and evals on the device. The JSON is rewritten
-after every run, so a killed smoke still reports the runs that finished.
+The model differs by device: on CUDA a BERT of width 1024 (2 layers, 16 heads, FFN 4096, 512
+positions, so the fused kernels' shape limits apply) with flash_varlen and the settings under
+which it learns within the window's steps (bert/tools/gpu/learn.py); on the CPU a one-layer
+tiny BERT (tiny_cpu.yaml's width 128) on sequences of 64, which learns within its 20 steps
+(SHAPES). Both use the sharded LAMB, the prefetch thread (on CUDA its pinned side-stream copy)
+and evals on the device. The JSON is rewritten after every check, so a killed smoke still
+reports the runs that finished; window.py reads its `checks` (name -> passed, detail).
 """
 
 from __future__ import annotations
@@ -37,14 +53,54 @@ from bert.mlperf.compliance import parse_args as checker_args
 from bert.mlperf.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
 from bert.mlperf.reader import mllog_records
+from bert.obs.observer import file_suffix
+from bert.obs.sinks import read_records
 from bert.tools.common import git_commit, set_args, write_json
+from bert.tools.gpu.learn import LEARN
 from bert.train.cli import main as train_main  # run_pretraining.py's and open-bert-train's
+from data.synthetic_language import FIRST_WORD_ID
 
-STEPS_PER_BLOCK = 4
-# Eval accuracies of the resumed run against the uninterrupted one: bitwise on the CPU; on CUDA
-# atomics in backward kernels reorder sums, so a resumed run drifts by rounding only.
-RESUME_TOLERANCE = {"cpu": 0.0, "cuda": 0.02}
+# Steps per eval block: enough for each device's shape to learn within two blocks (SHAPES).
+# CUDA: 100 steps of batch 128 in all runs, ~4 s of an H100 (train_compare: 300 in ~10 s).
+STEPS_PER_BLOCK = {"cuda": 25, "cpu": 10}
+FP16_STEPS = 4  # the forced overflow at step 2, then real steps: the loss scaler's mechanics
 FORCED_OVERFLOW_STEP = 2
+
+# The full run's last eval must reach this for the evals to mean anything: chance is 1/920
+# (a word of the 1024 vocabulary), and runs that learned nothing agree at ~0, so comparing
+# them cannot fail (every eval of the 2026-11-28 window was 0.0). Measured on the CPU
+# (SHAPES["cpu"], eval of 128 samples): 0.157-0.188 after its 20 steps (run.seed 1234, 7, 99,
+# 5), 0.005-0.017 after 10, before it starts to learn. 0.05 is 46 times chance and 3 times
+# below the CPU's worst; CUDA's shape reached 0.75 after 50 steps (learn.py, in fp32).
+LEARNED_FLOOR = 0.05
+CHANCE = 1 / (LEARN["model.vocab_size"] - FIRST_WORD_ID)
+
+# resume_same_losses compares the first RESUME_LOSS_STEPS steps after the resume: the first
+# step's loss comes from the restored weights, data position and dropout RNG, the optimizer's
+# moments and schedule show from the second; later steps only add drift on CUDA.
+RESUME_LOSS_STEPS = 4
+# |resumed loss - uninterrupted loss| <= bound * |uninterrupted loss| at each of those steps.
+# CPU: 0. Its kernels are deterministic, so a resume that restored everything repeats the
+# uninterrupted run's arithmetic bit for bit.
+# CUDA: runs of one seed are not bitwise equal. flash_varlen's backward adds dQ's fp32 partial
+# sums with atomics (and the embedding backward may), in whatever order the thread blocks come,
+# and the resumed run continues the `first` run, whose weights already differ from `full`'s in
+# their low fp32 bits. The forward runs in bf16: 8 significant bits, one unit in the last place
+# (ulp) is 2^-8 = 0.39% of a value. Weights equal to fp32 rounding round to the same bf16 value
+# or, near a rounding boundary, to neighbours one ulp apart, so the two runs' bf16 activations
+# and logits differ by about an ulp at most; the cross entropy (gradient softmax - one_hot) moves
+# by less than an ulp of its value, since the per-token changes have random signs and the loss
+# averages over a thousand masked tokens. Bound: two ulps of the loss, 2^-7 = 0.78% (0.05 at loss 7,
+# 0.02 at 3), the second for the drift of the steps compared. What wrong resumes do, measured
+# on the CPU shape (tests/tools/test_smoke_train.py runs each): lost optimizer moments move
+# the second step's loss by 11%, a lost data position the four steps' by 0.7-1.7% (3 of 4
+# past the bound), both fail here too; lost RNG state (other dropout masks) by 0.04-0.44%,
+# inside it: on CUDA that fault is not told from rounding, the CPU's bitwise check catches it.
+# Not yet measured on a GPU: the record keeps each step's gap for the next window to show.
+RESUME_LOSS_BOUND = {"cpu": 0.0, "cuda": 2.0**-7}
+# Eval accuracies of the resumed run against the uninterrupted one: bitwise on the CPU; on CUDA
+# the rounding above may flip a few of the eval's thousand-odd predictions (0.02: ~25).
+RESUME_TOLERANCE = {"cpu": 0.0, "cuda": 0.02}
 
 SHAPES = {
     "cuda": {
@@ -52,26 +108,48 @@ SHAPES = {
         "model.num_hidden_layers": 2,
         "model.num_attention_heads": 16,
         "model.intermediate_size": 4096,
-        "model.vocab_size": 30522,
+        **LEARN,
         "model.max_position_embeddings": 512,
-        "model.initializer_range": 0.02,
         "model.attention": "flash_varlen",
-        "data.max_seq_length": 512,
-        "data.max_predictions_per_seq": 76,
-        "run.global_batch_size": 16,
-        "eval.batch_size": 32,
+        "data.max_seq_length": 128,
+        "data.max_predictions_per_seq": 20,
+        "run.global_batch_size": 128,
+        "eval.batch_size": 128,
+        "data.synthetic.samples_per_shard": 4096,  # 8192: 50 steps of 128 see each at most once
+        # the schedule's decay spans tiny_cpu.yaml's 800 steps: after the warmup the lr stays
+        # near its peak, as in learn.py's measure
     },
+    # tiny_cpu.yaml's model (width 128, init 0.08, vocabulary 1024) with one layer, on
+    # sequences of 64 and batch 128: the cheapest measured shape that learns within 20 steps.
+    # Eval MLM accuracy after 20 steps on the CPU (seed 1234): this shape 0.184; with
+    # per_sequence attention two layers 0.179 at about twice the time, batch 64 0.063;
+    # tiny_cpu's own shape (2 layers, sequences of 128, batch 32, lr 1e-2, warmup 20) 0.045
+    # after 24 steps and 0.125 after 48. Padded
+    # SDPA, not tiny_cpu's per_sequence: at batch 128 its 128 calls per layer cost more than
+    # the padding (20 steps: 1.9 s of CPU time against 2.9 s).
     "cpu": {
-        "model.attention": "per_sequence",
-        "run.global_batch_size": 16,
+        "model.num_hidden_layers": 1,
+        "model.max_position_embeddings": 64,
+        "model.attention": "padded_sdpa",
+        "data.max_seq_length": 64,
+        "data.max_predictions_per_seq": 10,
+        "optim.lr": 2e-2,
+        "schedule.warmup_steps": 5,
+        "run.global_batch_size": 128,
         "eval.batch_size": 64,
         "run.threads": 1,
+        "data.synthetic.samples_per_shard": 256,  # the 20 steps go 5 times over the 512
     },
 }
 
 
-def overrides(device: str, work: Path, output: str, precision: str, blocks: int) -> list[str]:
+def overrides(
+    device: str, work: Path, output: str, precision: str, steps: int, every_step: bool
+) -> list[str]:
+    """One run of `steps` steps, an eval every block. every_step: a metrics record (the loss)
+    at every step, one host read each; else one per block, so the steps between stay sync-free."""
     shape = SHAPES[device]
+    block = min(steps, STEPS_PER_BLOCK[device])
     values = {
         **shape,
         "run.device": device,
@@ -79,18 +157,43 @@ def overrides(device: str, work: Path, output: str, precision: str, blocks: int)
         "run.seed": 1234,
         "run.output_dir": str(work / output),
         "optim.sharded": "true",
-        "run.max_steps": blocks * STEPS_PER_BLOCK,
-        "eval.interval_samples": STEPS_PER_BLOCK * shape["run.global_batch_size"],
+        "run.max_steps": steps,
+        "eval.interval_samples": block * shape["run.global_batch_size"],
         "eval.samples": 128,
         "eval.target_mlm_accuracy": 1.0,
-        "log.interval_s": 1e9,
+        "log.interval_s": 0 if every_step else 1e9,
         "data.synthetic.enabled": "true",
         "data.synthetic.cache_dir": str(work / "cache"),
         "data.synthetic.num_shards": 2,
-        "data.synthetic.samples_per_shard": 256,
         "data.synthetic.eval_samples": 128,
     }
     return set_args(values)
+
+
+def loss_gaps(resumed: dict, reference: dict, steps: list[int], bound: float) -> dict:
+    """resume_same_losses' verdict: at each step, both losses present and finite and
+    |resumed - reference| <= bound * |reference|. Curves map step -> loss."""
+    failures, gaps = [], {}
+    for step in steps:
+        got, want = resumed.get(step), reference.get(step)
+        if got is None or want is None:
+            which = "resumed" if got is None else "uninterrupted"
+            failures.append(f"step {step}: no loss in the {which} run")
+            continue
+        gaps[step] = abs(got - want)
+        if not gaps[step] <= bound * abs(want):  # NaN and inf fail too
+            failures.append(
+                f"step {step}: loss {got!r} vs uninterrupted {want!r}, gap {gaps[step]:.3g} "
+                f"above {bound:.3g} of it"
+            )
+    return {
+        "steps": steps,
+        "gaps": gaps,
+        "max_gap": max(gaps.values(), default=None),
+        "relative_bound": bound,
+        "failures": failures,
+        "passed": not failures,
+    }
 
 
 # ---- trainer callbacks (the Trainer's generic hooks) -----------------------------------------
@@ -99,6 +202,7 @@ class SyncFree:
 
     def __init__(self, device: str):
         self.on = device == "cuda"
+        self.last = STEPS_PER_BLOCK[device] - 1
 
     def on_train_start(self, trainer) -> None:
         pass
@@ -110,7 +214,7 @@ class SyncFree:
 
         if step == 1:
             torch.cuda.set_sync_debug_mode("error")
-        elif step == STEPS_PER_BLOCK - 1:
+        elif step == self.last:
             torch.cuda.set_sync_debug_mode("default")
 
 
@@ -174,15 +278,31 @@ def compliance(log: Path) -> dict:
     }
 
 
+def learned(evals: list[float]) -> tuple[bool, dict]:
+    """full_run_learned's verdict: the last eval at least LEARNED_FLOOR (NaN fails)."""
+    last = evals[-1] if evals else None
+    passed = last is not None and last >= LEARNED_FLOOR
+    return passed, {"last_eval": last, "floor": LEARNED_FLOOR, "chance": CHANCE}
+
+
+def train_losses(folder: Path, log: str) -> dict[int, float]:
+    """step -> loss: the records of kind "train" in the metrics.jsonl of the run whose MLPerf
+    log is `log` (a resumed run's files carry the log's suffix, bert/obs/observer.py)."""
+    metrics = folder / f"metrics{file_suffix(log)}.jsonl"
+    records = read_records(metrics) if metrics.is_file() else []
+    return {r["step"]: r["loss"] for r in records if r.get("kind") == "train"}
+
+
 class Smoke:
     def __init__(self, device: str, out: Path, work: Path):
         self.device, self.out, self.work = device, out, work
+        self.block = STEPS_PER_BLOCK[device]
         self.record = {
             "device": device,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "commit": git_commit(),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "steps_per_block": STEPS_PER_BLOCK,
+            "steps_per_block": self.block,
             "runs": {},
             "checks": {},
         }
@@ -192,8 +312,8 @@ class Smoke:
             self.record["gpu"] = torch.cuda.get_device_name(0)
             self.record["torch"] = torch.__version__
 
-    def args(self, output: str, precision: str, blocks: int) -> list[str]:
-        return ["--quiet", *overrides(self.device, self.work, output, precision, blocks)]
+    def args(self, output: str, precision: str, steps: int, every_step: bool) -> list[str]:
+        return ["--quiet", *overrides(self.device, self.work, output, precision, steps, every_step)]
 
     def check(self, name: str, passed: bool, detail) -> None:
         self.record["checks"][name] = {"passed": bool(passed), "detail": detail}
@@ -202,53 +322,65 @@ class Smoke:
     def write(self) -> None:
         write_json(self.out, self.record)
 
-    def full(self) -> list[float]:
-        result = run(self.args("full", "bf16", 2), [SyncFree(self.device)])
+    def full(self) -> dict:
+        """The uninterrupted run; returns its evals and step -> loss, the resume's reference."""
+        result = run(self.args("full", "bf16", 2 * self.block, every_step=True))
         self.record["runs"]["full"] = result
-        events = mlperf_events(self.work / "full", LOG_NAME)
-        evals = eval_accuracies(events)
+        evals = eval_accuracies(mlperf_events(self.work / "full", LOG_NAME))
         self.check("full_run", result["exit"] == 1 and len(evals) == 2, {"evals": evals, **result})
-        self.check(
-            "no_sync_in_step",
-            result["error"] is None,
-            "set_sync_debug_mode('error') over steps 2-3"
-            if self.device == "cuda"
-            else "not applicable on the CPU (tests/unit/test_sync_free.py covers it)",
-        )
+        self.check("full_run_learned", *learned(evals))
         if (self.work / "full" / LOG_NAME).is_file():
             self.check("compliance_but_target", *self._compliance(self.work / "full" / LOG_NAME))
-        return evals
+        return {"evals": evals, "losses": train_losses(self.work / "full", LOG_NAME)}
 
     def _compliance(self, log: Path) -> tuple[bool, dict]:
         found = compliance(log)
         return found["passed"], found
 
-    def resume(self, reference: list[float]) -> None:
-        every_block = ["--set", f"checkpoint.interval_steps={STEPS_PER_BLOCK}"]
-        first = run([*self.args("resume", "bf16", 1), *every_block])
+    def every_block(self) -> list[str]:
+        return ["--set", f"checkpoint.interval_steps={self.block}"]
+
+    def first_half(self) -> None:
+        """The first block and its checkpoint; its steady-state steps must not sync."""
+        args = [*self.args("resume", "bf16", self.block, every_step=False), *self.every_block()]
+        first = run(args, [SyncFree(self.device)])
         self.record["runs"]["first"] = first
-        resumed = run([*self.args("resume", "bf16", 2), *every_block, "--resume", "auto"])
-        self.record["runs"]["resumed"] = resumed
-        evals = eval_accuracies(mlperf_events(self.work / "resume", LOG_NAME)) + eval_accuracies(
-            mlperf_events(self.work / "resume", resumed_log_name(STEPS_PER_BLOCK))
-        )
-        gap = max((abs(a - b) for a, b in zip(evals, reference)), default=math.inf)
-        same = len(evals) == len(reference) == 2 and gap <= RESUME_TOLERANCE[self.device]
         self.check(
-            "resume_same_evals",
-            same,
-            {
-                "evals": evals,
-                "uninterrupted": reference,
-                "max_gap": gap,
-                "first": first,
-                "resumed": resumed,
-            },
+            "no_sync_in_step",
+            first["error"] is None,
+            f"set_sync_debug_mode('error') over steps 2-{self.block - 1} of the first run"
+            if self.device == "cuda"
+            else "not applicable on the CPU (tests/unit/test_sync_free.py covers it)",
         )
+
+    def second_half(self, reference: dict) -> None:
+        """`--resume auto` from the first half's checkpoint to the end of the second block."""
+        args = [*self.args("resume", "bf16", 2 * self.block, every_step=True), *self.every_block()]
+        resumed = run([*args, "--resume", "auto"])
+        self.record["runs"]["resumed"] = resumed
+        self._same_losses(reference["losses"], resumed)
+        self._same_evals(reference["evals"], resumed)
+
+    def _same_losses(self, want: dict, resumed: dict) -> None:
+        steps = list(range(self.block + 1, self.block + 1 + RESUME_LOSS_STEPS))
+        got = train_losses(self.work / "resume", resumed_log_name(self.block))
+        verdict = loss_gaps(got, want, steps, RESUME_LOSS_BOUND[self.device])
+        self.check("resume_same_losses", verdict["passed"], {**verdict, "resumed": resumed})
+
+    def _same_evals(self, want: list[float], resumed: dict) -> None:
+        """The first half's eval, then the resumed run's, against the uninterrupted run's."""
+        evals = eval_accuracies(mlperf_events(self.work / "resume", LOG_NAME)) + eval_accuracies(
+            mlperf_events(self.work / "resume", resumed_log_name(self.block))
+        )
+        gap = max((abs(a - b) for a, b in zip(evals, want)), default=math.inf)
+        same = len(evals) == len(want) == 2 and gap <= RESUME_TOLERANCE[self.device]
+        detail = {"evals": evals, "uninterrupted": want, "max_gap": gap}
+        first = self.record["runs"].get("first")
+        self.check("resume_same_evals", same, {**detail, "first": first, "resumed": resumed})
 
     def fp16(self) -> None:
         overflow = ForcedOverflow(FORCED_OVERFLOW_STEP)
-        result = run(self.args("fp16", "fp16", 1), [overflow])
+        result = run(self.args("fp16", "fp16", FP16_STEPS, every_step=False), [overflow])
         self.record["runs"]["fp16"] = result
         evals = eval_accuracies(mlperf_events(self.work / "fp16", LOG_NAME))
         skipped = overflow.skipped_steps() if overflow.trainer is not None else -1
@@ -270,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     smoke.write()
     try:
         reference = smoke.full()
-        smoke.resume(reference)
+        smoke.first_half()
+        smoke.second_half(reference)
         smoke.fp16()
     finally:
         if args.work is None:

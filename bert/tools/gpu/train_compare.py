@@ -15,7 +15,7 @@ The runs are run_pretraining.py's own entry point on the learnable synthetic sha
                dropout masks (~7 s more on an H100/H200: the three take ~30 s)
 The shape (SHAPES) is the fused kernels' width, 1024 (FFN 4096 on CUDA), with the default
 run's vocabulary (1024: 920 words) and the LAMB settings (LEARN) and batch under which that
-width learns the language within the steps (measured on the CPU: see LEARN): on CUDA 2 layers,
+width learns the language within the steps (measured on the CPU: see learn.py): on CUDA 2 layers,
 batch 128, bf16, flash_varlen, 300 steps, an eval of 4096 samples. The LR schedule (warmup,
 then linear decay to zero) spans each run's steps.
 
@@ -66,6 +66,7 @@ from bert.tools.gpu.loss_curves import (
     tail_means,
 )
 from bert.tools.gpu.compare_report import plot, verdict_line
+from bert.tools.gpu.learn import LEARN
 from bert.tools.gpu.smoke_train import run
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
@@ -83,25 +84,6 @@ SPREAD_MULTIPLE = 2.0
 # the floor is far below that (room for bf16 and the fused twins' own dropout masks) and 300
 # times chance.
 LEARNED_FLOOR = 0.3
-# What lets the fused kernels' width (1024, FFN 4096) learn the hidden language within the
-# steps: the default run's vocabulary (1024: 920 words), LAMB at 1e-2 after a short warmup,
-# BERT-Large's initializer_range 0.02 (tiny_cpu's 0.08 suits its width 128) and above all the
-# batch. Measured on the CPU (hidden 1024, 16 heads, fp32, per_sequence; final eval MLM
-# accuracy at the step named; a run cut short keeps a schedule of 200-300), these settings but:
-#   2 layers, FFN 4096, batch 128 (the CUDA shape)  0.75 at 50
-#   2 layers, FFN 4096, batch 64                    0.007 at 45 (lr 2e-2: 0.001 at 60;
-#                                                   init 0.04: 0.001 at 60)
-#   1 layer, FFN 1024, batch 64, 200 steps          0.29 / 0.73 / 0.75 / 0.77 at 50-200
-#   1 layer, FFN 1024, batch 16                     0.003 at 120 (lr 5e-2 or init 0.04: 0)
-# Set here: before, the CUDA runs took vocab 30522 and batch 64 and inherited tiny_cpu.yaml's
-# init 0.08 and warmup 50 of 800 steps (run_pretraining.py's default config): both runs of the
-# 2026-11-26b window ended at 0.0000 (loss 15.4 -> 9.9).
-LEARN = {
-    "model.vocab_size": 1024,
-    "model.initializer_range": 0.02,
-    "optim.lr": 1e-2,
-    "schedule.warmup_steps": 20,
-}
 SHAPES = {  # the fused kernels' shape limits need width 1024 (bert/model/config.py)
     "cuda": {
         "model.hidden_size": 1024,
