@@ -125,7 +125,7 @@ def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:
             f"{where} and run.precision={precision}: use padded_sdpa (or per_sequence "
             f"on CPU)"
         )
-    fused = enabled(model)
+    fused = enabled(model) + (["fp8_linear"] if model.fp8_linear else [])
     if fused and device == "cuda" and precision == "fp32":
         return (
             f"model.{fused[0]}=true needs run.precision=bf16 or fp16 on CUDA (its kernel "

@@ -15,6 +15,7 @@ from typing import Literal
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_json
 from bert.core.settings import ExpandedPath, F, section
+from bert.model import fp8
 from bert.model.attention import BACKENDS
 from bert.model.fused import FUSED_OPS, enabled
 from bert.model.layer_functions import COMPILED, depends_on
@@ -26,6 +27,16 @@ def sublayer_fusions() -> list[str]:
     instead (read from the records)."""
     compiled = depends_on(COMPILED)
     return [flag for flag, op in FUSED_OPS.items() if compiled & set(op.replaces)]
+
+
+def fp8_competitors() -> list[str]:
+    """The fused flags that replace an encoder GEMM model.fp8_linear replaces, or a layer
+    function built from one (fused_dense_gelu's feed_forward): read from the records."""
+    return [
+        flag
+        for flag, op in FUSED_OPS.items()
+        if any(depends_on([name]) & set(fp8.REPLACES) for name in op.replaces)
+    ]
 
 
 # the GPU window record that timed model.compile_sublayers and found it correct; None: not yet
@@ -114,6 +125,20 @@ class ModelConfig:
         "read per-batch lengths. GPU status: "
         "COMPILE_SUBLAYERS_GPU_VALIDATED.",
     )
+    fp8_linear: bool = F(
+        False,
+        "The encoder's QKV, attention-output and both FFN GEMMs in FP8 (torch._scaled_mm: "
+        "e4m3 activations and weights, e5m2 output gradients, per-tensor scales; the "
+        "embeddings and heads unchanged; docs/fp8.md). CUDA needs compute capability 8.9+ "
+        "and run.precision=bf16 or fp16; hidden and intermediate sizes multiples of 16. Not "
+        "with fused_dense, fused_dense_gelu (same GEMMs) or compile_sublayers. GPU status: "
+        "FP8_LINEAR_GPU_VALIDATED (bert/model/fp8.py).",
+    )
+    fp8_scaling: Literal["delayed", "current"] = F(
+        "delayed",
+        "model.fp8_linear's scales: delayed (from an amax history of the last 16 calls per "
+        "tensor, kept on the device) or current (from the tensor being cast)",
+    )
     bert_config_file: ExpandedPath = F(
         "", "optional bert_config.json; its values replace the fields above"
     )
@@ -150,6 +175,8 @@ class ModelConfig:
                     f"layer function {name!r}: switch one off",
                 )
                 replaced[name] = flag
+        if self.fp8_linear:
+            self._check_fp8()
         if self.compile_sublayers:
             fused = [f"model.{flag}" for flag in sublayer_fusions() if getattr(self, flag)]
             check(
@@ -158,6 +185,21 @@ class ModelConfig:
                 f"{', '.join(fused)} replace{'s' if len(fused) == 1 else ''}: "
                 f"switch one or the other off",
             )
+
+    def _check_fp8(self) -> None:
+        problem = fp8.config_problem(self)
+        check(problem is None, f"model.fp8_linear=true needs {problem}")
+        same_gemms = [f"model.{flag}" for flag in fp8_competitors() if getattr(self, flag)]
+        check(
+            not same_gemms,
+            f"model.fp8_linear=true and {', '.join(same_gemms)}=true replace the same "
+            f"encoder GEMMs: switch one off",
+        )
+        check(
+            not self.compile_sublayers,
+            "model.fp8_linear=true with model.compile_sublayers=true is not supported yet "
+            "(the FP8 GEMMs update their scaling state in place): switch one off",
+        )
 
     @property
     def padded_vocab_size(self) -> int:

@@ -13,7 +13,7 @@ bert/model/attention.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 import torch
@@ -242,13 +242,16 @@ def enabled(cfg: "ModelConfig") -> list[str]:
     return [flag for flag in FUSED_OPS if getattr(cfg, flag)]
 
 
-def layer_functions(cfg: "ModelConfig") -> SimpleNamespace:
+def layer_functions(
+    cfg: "ModelConfig", own: Mapping[str, Callable] = MappingProxyType({})
+) -> SimpleNamespace:
     """The functions the layers of a model with `cfg` call: each flag's replacements over the
-    references (ModelConfig refuses two flags that replace the same function)."""
+    references (ModelConfig refuses two flags that replace the same function), then `own`, a
+    module's own replacements (model.fp8_linear's encoder GEMMs, which hold per-GEMM state)."""
     replacements: dict[str, Callable] = {}
     for flag in enabled(cfg):
         replacements.update(FUSED_OPS[flag].replaces)
-    return pick_layer_functions(replacements)
+    return pick_layer_functions({**replacements, **own})
 
 
 def require_fused_kernels(cfg: "ModelConfig", device: torch.device | str) -> None:

@@ -17,6 +17,9 @@ stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLAS
 `model.compile_sublayers` puts the same two sublayer functions (attention output and FFN, each
 ending in dropout + residual + LayerNorm) under torch.compile instead: the compiler's fusion,
 measured against the hand-written one (scripts/bench_throughput.py `+sublayers`).
+`model.fp8_linear` gives each encoder block two FP8 GEMM functions with their own scaling state
+(bert/model/fp8.py: `fp8_first`, `fp8_last`, buffers outside the state dict); the heads keep
+theirs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bert.model import attention
+from bert.model import attention, fp8
 from bert.model import fused as ops
 from bert.model import layer_functions
 from bert.model.layer_functions import compiled_impl
@@ -73,9 +76,11 @@ class SelfAttention(nn.Module):
         self.attention_dropout = cfg.attention_probs_dropout_prob
         backend = attention.resolve(cfg.attention)
         self.attend, self.attend_subset = backend.attend, backend.attend_subset
-        functions = ops.layer_functions(cfg)
+        functions = ops.layer_functions(cfg, fp8.encoder_gemms(self, cfg))
         self.linear_with_residual = functions.linear_with_residual
-        self.linear = functions.linear
+        # forward_subset's Q and K/V halves of the QKV GEMM: with FP8, the QKV GEMM's scales
+        # (its bound __call__: a module attribute would register fp8_first twice)
+        self.linear = self.fp8_first.__call__ if cfg.fp8_linear else functions.linear
         self.sublayer_output = compiled_impl(functions.sublayer_output, cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
@@ -115,7 +120,8 @@ class FeedForward(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        self.sublayer = compiled_impl(ops.layer_functions(cfg).feed_forward, cfg.compile_sublayers)
+        functions = ops.layer_functions(cfg, fp8.encoder_gemms(self, cfg))
+        self.sublayer = compiled_impl(functions.feed_forward, cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (T, hidden) -> LayerNorm(x + dropout(output(gelu(intermediate(x))))), (T, hidden)"""
@@ -175,6 +181,7 @@ class BertForPretraining(nn.Module):
         super().__init__()
         if device is not None:
             ops.require_fused_kernels(cfg, device)
+            fp8.require_device(cfg, device)
         self.config = cfg
         self.mlm_cross_entropy = ops.layer_functions(cfg).mlm_cross_entropy
         self.attention_backend = attention.resolve(cfg.attention)  # what its batches carry
