@@ -402,7 +402,7 @@ def test_every_expected_time_is_its_records_number():
         if gpu_window.test_step_name(path) in newest:
             assert not expected.estimate, path
         else:
-            assert expected.seconds == gpu_window.TEST_FILE_CAP_S, path
+            assert expected.seconds == gpu_expected.UNRECORDED_TEST_FILE_S, path
     assert gpu_expected.LEARNING_PROOF_MAX_STEPS == learning_proof.SHAPES["cuda"]["run.max_steps"]
     assert gpu_expected.LEARNING_PROOF_RUNS == len(learning_proof.DEFAULT_VARIANTS["cuda"])
     assert gpu_expected.EXPECTED["learning_proof"].estimate  # until a window records it
@@ -547,10 +547,12 @@ def test_the_replay_fails_a_planner_without_the_check(tmp_path, monkeypatch):
 
 
 def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
-    """Today's steps, each taking what 2026-11-28 recorded (the learning proof and the one
-    throughput process their estimates): everything but the throughput process finishes in the
-    first call, and the plan for --continue is that process, within its budget."""
+    """Today's steps, each taking what 2026-11-28 recorded (the steps no window has run, their
+    estimates): the first call runs the learning proof and every GPU test file, and the plan
+    for --continue holds what is left (the throughput process among it), within its budget."""
     durations = {
+        # a test file no window has run yet takes its estimate
+        **{n: gpu_expected.expectation(n).seconds for n, _ in gpu_window.units(ROOT)},
         **{n: e.seconds for n, e in gpu_expected.EXPECTED.items()},
         **recorded_seconds(gpu_expected.NEWEST),
     }
@@ -562,9 +564,14 @@ def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
     h = ReplayHarness(durations, tmp_path)
     gpu_window.run_window(h, None)
     assert could_not_finish(h) == []
-    assert list(skipped(h)) == ["throughput"]
-    assert [n for n, _, _ in h.started] == [n for n, _ in gpu_window.units(ROOT)][:-1]
-    assert h.summary["continue"]["steps"] == ["throughput"] and h.summary["continue"]["fits"]
+    started = [n for n, _, _ in h.started]
+    # issue 35's first things run in the first call: the learning proof and every GPU test file
+    first = ["device", "build", "learning_proof", "smoke", "sdpa_probe"]
+    tests = [gpu_window.test_step_name(p) for p in gpu_window.gpu_test_files(ROOT)]
+    assert started[: len(first) + len(tests)] == first + tests
+    # what did not start is the --continue call's, the throughput process among it, and fits
+    assert "throughput" in skipped(h)
+    assert h.summary["continue"]["steps"] == list(skipped(h)) and h.summary["continue"]["fits"]
     assert h.summary["plan"]["continue_call"] == h.summary["continue"]
 
 
