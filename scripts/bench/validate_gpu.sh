@@ -33,4 +33,9 @@ if (( ! dry_run )) && compgen -G ".whl/*.whl" >/dev/null; then
   fi
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# The commit the records name: the stamp prepare_gpu_carry.sh wrote beside the wheels, ahead of
+# any git the GPU machine's copy may hold (the 2026-11-28b window's records named a stale one).
+if (( ! dry_run )) && [[ -z "${BERT_COMMIT:-}" && -f .whl/COMMIT ]]; then
+  export BERT_COMMIT="$(cat .whl/COMMIT)"
+fi
 exec "$PYTHON" scripts/bench/validate_gpu.py "$@"

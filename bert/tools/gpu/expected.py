@@ -65,7 +65,7 @@ EXPECTED = {
         f"{LEARNING_PROOF_RUNS} runs of at most {LEARNING_PROOF_MAX_STEPS} steps at "
         "train_compare's recorded rate, plus evals and the process start",
     ),
-    "smoke": measured(20.1),
+    "smoke": measured(20.9, "2026-11-28b_window"),
     "sdpa_probe": measured(15.6),
     "build": measured(20.5),
     "tests_test_fused_model": measured(28.8),
@@ -78,6 +78,9 @@ EXPECTED = {
     "tests_test_lamb_kernel": measured(13.7),
     "tests_test_bucketing_pipeline": measured(7.9),
     "tests_test_prefetch": measured(7.1),
+    "tests_test_cuda_graphs": measured(9.0, "2026-11-28b_window"),
+    "tests_test_cuda_graphs_trainer": measured(15.1, "2026-11-28b_window"),
+    "tests_test_fp8": measured(14.7, "2026-11-28b_window"),
     # 2026-11-28 ran two runs in 25.3 s; train_compare now adds a reseeded reference (the
     # bound of its step-gap check), one more run at the reference's 11.7 s
     "train_compare": Expectation(
