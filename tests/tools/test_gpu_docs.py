@@ -14,7 +14,7 @@ import pytest
 
 from bert.tools.common import ROOT
 from bert.tools.gpu import gpu_docs, verdicts
-from bert.tools.gpu.records import RECORDS, windows
+from bert.tools.gpu.records import windows
 
 RENDERED = gpu_docs.render_all(windows())
 
@@ -80,19 +80,27 @@ def test_validated_only_when_the_target_gpu_passed(tmp_path):
     found = windows(tmp_path)
     table = verdicts.kernel_verdicts(found)
     assert (
-        "| `dense` | `test_dense.py` 3 of 3 passed | `test_dense.py` 2 passed, 1 failed (of 3) |"
-        in table
+        "| `dense` | `test_dense.py` 3 of 3 passed (2030-01-02, H200) | "
+        "`test_dense.py` 2 passed, 1 failed (of 3) (2030-01-01, H100) |" in table
     )
-    assert "not yet: passes on H200 (2030-01-02), not yet rerun on H100" in table
+    assert "not yet: passes on H200, not yet rerun on H100" in table
     assert "No window has run on an A100" in table
+    # a later window that ran other files only (a --continue call) leaves dense's verdict
+    other = {"tests/unit/test_fp8.py": {"passed": 4, "failed": 0}}
+    (tmp_path / "2030-01-03").mkdir()
+    (tmp_path / "2030-01-03" / "summary.json").write_text(
+        json.dumps(summary("2030-01-03", "NVIDIA H200", other))
+    )
+    assert verdicts.kernel_verdicts(windows(tmp_path)) == table
     (tmp_path / "2030-01-02" / "summary.json").write_text(
         json.dumps(summary("2030-01-02", "NVIDIA H100", passed))
     )
-    assert "| yes, on H100 (2030-01-02) |" in verdicts.kernel_verdicts(windows(tmp_path))
+    assert "| yes, on H100 |" in verdicts.kernel_verdicts(windows(tmp_path))
 
 
-def test_the_newest_journals_agree_with_the_summarys_counts():
-    newest = windows()[-1]
+@pytest.mark.parametrize("window", ["2026-11-28_window", "2026-11-28b_window"])
+def test_the_journals_agree_with_the_summarys_counts(window):
+    newest = next(w for w in windows() if w.folder.name == window)
     passed = Counter()
     with tarfile.open(newest.folder / "logs_window.tar.gz") as tar:
         for member in tar.getmembers():
@@ -103,4 +111,18 @@ def test_the_newest_journals_agree_with_the_summarys_counts():
                         passed[event["nodeid"].split("::")[0]] += 1
     counts = newest.summary["tests_per_file"]
     assert passed == Counter({path: c["passed"] for path, c in counts.items()})
-    assert newest.folder == RECORDS / "2026-11-28_window"
+
+
+def test_a_correction_beside_the_records_names_the_commit(tmp_path):
+    """The records stay as produced; a window's corrections.json (with its reason) fixes a
+    fact they got wrong, such as 2026-11-28b's commit (a stale git on the GPU machine)."""
+    (tmp_path / "2030-01-01").mkdir()
+    (tmp_path / "2030-01-01" / "summary.json").write_text(
+        json.dumps(summary("2030-01-01", "NVIDIA H200", {}))
+    )
+    assert windows(tmp_path)[0].commit == "bbbbbbb"
+    (tmp_path / "2030-01-01" / "corrections.json").write_text(
+        json.dumps({"commit": "c" * 40, "why": "a stale git"})
+    )
+    assert windows(tmp_path)[0].label == "2030-01-01 (H200, `ccccccc`)"
+    assert "`fc38826`" in next(w for w in windows() if w.name == "2026-11-28b").label

@@ -5,8 +5,15 @@ the README's short GPU status. Every figure names its window (date, device, comm
 from __future__ import annotations
 
 from bert.tools.gpu.perf_table import describe
-from bert.tools.gpu.records import STATISTIC, TARGET_GPU, Window, steady, window_tests
-from bert.tools.gpu.verdicts import never_on, newest_on
+from bert.tools.gpu.records import (
+    STATISTIC,
+    TARGET_GPU,
+    Window,
+    newest_record,
+    newest_tests,
+    steady,
+)
+from bert.tools.gpu.verdicts import never_on
 
 
 def lamb_bench(found: list[Window]) -> str:
@@ -83,23 +90,43 @@ def accuracies(record: dict) -> dict[str, float]:
 
 
 def status(found: list[Window]) -> str:
-    """The README's GPU sentences: the newest window, the target GPU, the GPU never run."""
-    newest = found[-1]
-    parts = [f"Newest GPU window {newest.label}: GPU tests {window_tests(newest)}"]
-    compare = newest.record("train_compare")
-    if compare:
-        acc = accuracies(compare)
+    """The README's GPU sentences: the tests (each file's newest run) on each GPU kind, the
+    newest learning proof, train_compare and fused LAMB records, the GPU never run."""
+    kinds = sorted({w.device for w in found}, key=lambda d: TARGET_GPU not in d)
+    parts = [
+        f"GPU tests on {kind}, each file's newest run: {newest_tests(found, kind)}"
+        for kind in kinds
+    ]
+    proof = newest_record(found, "learning_proof")
+    if proof:
+        window, record = proof
+        reached = ", ".join(f"{k} {v}" for k, v in record["verdict"]["samples_to_target"].items())
+        head = "passed" if record["verdict"]["passed"] else "FAILED"
         parts.append(
-            f"`train_compare` {compare['steps']} steps, final MLM accuracy "
+            f"learning proof {window.label} {head}: samples to {record['target']}: {reached}"
+        )
+    smoke = newest_record(found, "smoke")
+    if smoke:
+        window, record = smoke
+        failed = [name for name, c in record["checks"].items() if not c["passed"]]
+        parts.append(
+            f"end-to-end smoke {window.label}: {len(record['checks']) - len(failed)} of "
+            f"{len(record['checks'])} checks passed"
+            + (f", failed: {', '.join(f'`{n}`' for n in failed)}" if failed else "")
+        )
+    compare = newest_record(found, "train_compare")
+    if compare:
+        window, record = compare
+        acc = accuracies(record)
+        parts.append(
+            f"`train_compare` {window.label} {record['steps']} steps, final MLM accuracy "
             + ", ".join(f"{k} {v:.4f}" for k, v in acc.items())
         )
-    lamb = (newest.record("bench_lamb") or {}).get("results", [])
+    lamb = newest_record(found, "bench_lamb")
     if lamb:
-        speedups = [r["torch_eager_ms"] / r["fused_ms"] for r in lamb]
-        parts.append(f"fused LAMB step {min(speedups):.1f}-{max(speedups):.1f}x the torch one")
-    text = "; ".join(parts) + "."
-    target = newest_on(found, TARGET_GPU)
-    if target is not newest:
-        where = f"{target.label}: GPU tests {window_tests(target)}" if target else "none"
-        text += f" Newest on {TARGET_GPU}, the target (an older commit): {where}."
-    return f"{text} {never_on(found, 'A100', 'sm_80')}".strip()
+        speedups = [r["torch_eager_ms"] / r["fused_ms"] for r in lamb[1].get("results", [])]
+        parts.append(
+            f"fused LAMB step {min(speedups):.1f}-{max(speedups):.1f}x the torch one "
+            f"({lamb[0].label})"
+        )
+    return f"{'. '.join(parts)}. {never_on(found, 'A100', 'sm_80')}".strip()

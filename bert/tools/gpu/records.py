@@ -18,6 +18,7 @@ from pathlib import Path
 from bert.tools.common import ROOT
 
 RECORDS = ROOT / "benchmarks" / "results" / "gpu"
+CORRECTIONS = "corrections.json"  # a fact the window's own records got wrong, with the reason
 TARGET_GPU = "H100"  # the product's target (configs/bert_large_*); the docs say where it stands
 # how the steady rate of a throughput run is read from its rounds (said once in every table)
 STATISTIC = (
@@ -41,8 +42,16 @@ class Window:
 
     @property
     def commit(self) -> str:
-        sha = self.summary.get("commit", "unknown")
+        """The commit the window ran, abbreviated: the summary's, unless the folder's
+        CORRECTIONS file (written beside the records, which stay as produced) says otherwise
+        and why."""
+        sha = self.corrections.get("commit") or self.summary.get("commit", "unknown")
         return sha[:7] + ("-dirty" if sha.endswith("-dirty") else "")
+
+    @property
+    def corrections(self) -> dict:
+        path = self.folder / CORRECTIONS
+        return json.loads(path.read_text()) if path.is_file() else {}
 
     @property
     def label(self) -> str:
@@ -125,3 +134,33 @@ def window_tests(window: Window) -> str:
     counts = {k: v for k, v in totals.items() if isinstance(v, int) and k != "collected"}
     missing = len(totals.get("files_without_counts", []))
     return outcome(counts) + (f", {missing} file(s) without counts" if missing else "")
+
+
+def newest_counts(found: list[Window], test_file: str, gpu: str = "") -> tuple[Window, dict] | None:
+    """The newest run of one GPU test file (on `gpu`, when given): its window and counts. A
+    window that ran only some files (a --continue call) leaves the others to older windows."""
+    for window in reversed(found):
+        counts = window.file_counts(test_file)
+        if gpu in window.device and counts is not None:
+            return window, counts
+    return None
+
+
+def test_files(found: list[Window]) -> list[str]:
+    """Every GPU test file any window ran, by file name (tests moved between folders)."""
+    names = {}
+    for window in found:
+        for path in window.summary.get("tests_per_file", {}):
+            names.setdefault(Path(path).name, path)
+    return sorted(names.values())
+
+
+def newest_tests(found: list[Window], gpu: str) -> str:
+    """Each test file's newest run on `gpu`, summed: "298 of 298 passed", with the windows."""
+    runs = [newest_counts(found, f, gpu) for f in test_files(found)]
+    runs = [r for r in runs if r is not None]
+    kinds = ("passed", "failed", "errored", "crashed", "skipped")
+    total = {k: sum(c.get(k, 0) for _, c in runs) for k in kinds}
+    used = {w.label: sum(1 for v, _ in runs if v is w) for w, _ in runs}
+    where = ", ".join(f"{label}: {n} file{'s' if n > 1 else ''}" for label, n in used.items())
+    return f"{outcome(total)} ({where})"

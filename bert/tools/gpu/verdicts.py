@@ -1,8 +1,10 @@
 """kernels/VALIDATION.md's GPU figures and the README's GPU status, generated from the windows.
 
-A verdict is per GPU test file, from each window's `summary.json` (`tests_per_file`): the newest
-window's result, and the newest result on the target GPU (records.TARGET_GPU), since a kernel is
-switched on only after its tests pass there. Figures name their window (date, device, commit).
+A verdict is per GPU test file, from each window's `summary.json` (`tests_per_file`): the file's
+newest run, and its newest run on the target GPU (records.TARGET_GPU), since a kernel is
+switched on only after its tests pass there. A window that ran only some files (a --continue
+call) leaves the others' verdicts to the windows that ran them. Figures name their window
+(date, device, commit).
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ from collections.abc import Callable
 
 from bert.model.attention import BACKENDS
 from bert.model.config import COMPILE_SUBLAYERS_GPU_VALIDATED
+from bert.model.fp8 import FP8_LINEAR_GPU_VALIDATED
 from bert.model.fused import FUSED_OPS
 from bert.optim.registry import OPTIMIZERS
-from bert.tools.gpu.records import TARGET_GPU, Window, all_passed, outcome, window_tests
+from bert.train.graphs.config import CUDA_GRAPHS_GPU_VALIDATED
+from bert.tools.gpu.records import (
+    TARGET_GPU,
+    Window,
+    all_passed,
+    newest_counts,
+    outcome,
+    window_tests,
+)
 
 KERNEL_TESTS = {
     "bias_dropout_residual_layernorm": "tests/kernels/test_bias_dropout_residual_layernorm.py",
@@ -38,6 +49,8 @@ SWITCH_TESTS = {
     "model.attention=flash_varlen": (ATTENTION,),
     "model.attention=grouped_flash": (ATTENTION, FUSED_MODEL),
     "model.compile_sublayers": (),
+    "model.fp8_linear": ("tests/unit/test_fp8.py",),
+    "run.cuda_graphs": ("tests/unit/test_cuda_graphs.py", "tests/unit/test_cuda_graphs_trainer.py"),
 }
 
 
@@ -48,6 +61,10 @@ def registry_record(key: str) -> str | None:
         return BACKENDS[key.split("=", 1)[1]].gpu_validated
     if key == "model.compile_sublayers":
         return COMPILE_SUBLAYERS_GPU_VALIDATED
+    if key == "model.fp8_linear":
+        return FP8_LINEAR_GPU_VALIDATED
+    if key == "run.cuda_graphs":
+        return CUDA_GRAPHS_GPU_VALIDATED
     if key == "optim.fused_kernel":
         cited = [o.sharded.fused_gpu_validated for o in OPTIMIZERS.values() if o.sharded]
         return next((c for c in cited if c), None)
@@ -58,23 +75,32 @@ def newest_on(found: list[Window], gpu: str) -> Window | None:
     return next((w for w in reversed(found) if gpu in w.device), None)
 
 
-def results(window: Window | None, files: tuple[str, ...]) -> str:
-    if window is None:
-        return "never run"
-    return "; ".join(f"`{f.split('/')[-1]}` {outcome(window.file_counts(f))}" for f in files)
+def results(found: list[Window], files: tuple[str, ...], gpu: str = "") -> str:
+    """Each file's newest run (on `gpu`, when given), with its window."""
+    shown = []
+    for f in files:
+        run = newest_counts(found, f, gpu)
+        where = f" ({run[0].name}, {run[0].device})" if run else ""
+        shown.append(f"`{f.split('/')[-1]}` {outcome(run[1] if run else None)}{where}")
+    return "; ".join(shown)
+
+
+def passed_on(found: list[Window], files: tuple[str, ...], gpu: str = "") -> bool:
+    """Every file's newest run (on `gpu`) passed."""
+    runs = [newest_counts(found, f, gpu) for f in files]
+    return all(run is not None and all_passed(run[1]) for run in runs)
 
 
 def verdict(found: list[Window], files: tuple[str, ...]) -> str:
-    """yes only when every file passed on the target GPU; else where it stands."""
+    """yes only when every file's newest run on the target GPU passed; else where it stands."""
     if not files:
         return "no: no GPU test"
-    target = newest_on(found, TARGET_GPU)
-    newest = found[-1]
-    if target is not None and all(all_passed(target.file_counts(f)) for f in files):
-        return f"yes, on {target.device} ({target.name})"
-    if all(all_passed(newest.file_counts(f)) for f in files):
-        return f"not yet: passes on {newest.device} ({newest.name}), not yet rerun on {TARGET_GPU}"
-    return "no: a test failed in the newest window"
+    if passed_on(found, files, TARGET_GPU):
+        return f"yes, on {TARGET_GPU}"
+    if passed_on(found, files):
+        where = sorted({newest_counts(found, f)[0].device for f in files})
+        return f"not yet: passes on {', '.join(where)}, not yet rerun on {TARGET_GPU}"
+    return "no: a file's newest run failed"
 
 
 def switch_verdict(found: list[Window], key: str, files: tuple[str, ...]) -> str:
@@ -90,16 +116,15 @@ def verdict_table(
     rows: dict[str, tuple[str, ...]],
     judge: Callable[[list[Window], str, tuple[str, ...]], str],
 ) -> str:
-    newest, target = found[-1], newest_on(found, TARGET_GPU)
     lines = [
-        f"| {first} | newest window, {newest.label} | newest on {TARGET_GPU} (the target), "
-        f"{target.label if target else 'none'} | GPU-validated |",
+        f"| {first} | each file's newest run | its newest run on {TARGET_GPU} (the target) | "
+        "GPU-validated |",
         "|---|---|---|---|",
     ]
     for key, files in rows.items():
         lines.append(
-            f"| `{key}` | {results(newest, files) or 'no GPU test'} | "
-            f"{results(target, files) or 'no GPU test'} | {judge(found, key, files)} |"
+            f"| `{key}` | {results(found, files) or 'no GPU test'} | "
+            f"{results(found, files, TARGET_GPU) or 'no GPU test'} | {judge(found, key, files)} |"
         )
     return "\n".join(lines + ["", never_on(found, "A100", "sm_80")])
 

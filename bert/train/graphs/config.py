@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from bert.train.config import run_device_type
 
+# The GPU window record whose tests validated run.cuda_graphs (bert/gpu_status.py warns while
+# None). Its GPU tests passed on an H200 (2026-11-28b window), not yet on an H100, the target,
+# and no benchmark has shown a gain yet: kernels/VALIDATION.md.
+CUDA_GRAPHS_GPU_VALIDATED: str | None = None
+
 
 def graphs_config_error(cfg) -> str | None:
     """Why this Config cannot run with run.cuda_graphs=true; None when it can (or it is off)."""
