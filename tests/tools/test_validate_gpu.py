@@ -274,7 +274,7 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
         assert steps[step.name]["status"] in ("ok", "skipped"), steps[step.name]
     order = [s["name"] for s in summary["steps"]]
     # the dry run checks the carry right after the device step (bert/tools/gpu/carry.py)
-    assert order[:6] == ["device", "carry", "learning_proof", "smoke", "sdpa_probe", "build"]
+    assert order[:6] == ["device", "carry", "build", "learning_proof", "smoke", "sdpa_probe"]
     assert order[-3:] == ["train_compare", "bench_lamb", "throughput"]
     assert steps["carry"]["status"] == "ok", steps["carry"]
     assert "--device cuda" in steps["learning_proof"]["planned_command"]
