@@ -15,7 +15,8 @@ each section, and the section validates itself (declared constraints, then `__po
 rules across its fields); cross-section rules are `Config.__post_init__`'s. Unknown keys and bad
 values raise `ConfigError` naming the key and value, in one line. Keys that moved
 (`MOVED_KEYS`) are still read, with a warning naming the new key.
-`run_pretraining.py --help-config` lists every key with its type and default.
+`run_pretraining.py --help-config` lists every key with its type and default, and the value
+--config (tiny_cpu unless given) sets where it differs (`describe_config`).
 
 A config given by a bare name (`tiny_cpu` or `tiny_cpu.yaml`, no folder) that is not a file in
 the current folder is one of the shipped configs (`shipped_configs()`): configs/ of a checkout,
@@ -33,11 +34,11 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from bert.model.attention import BACKENDS
+from bert.model.attention_backends import BACKENDS
 from bert.model.config import ModelConfig
 from bert.model.fused import enabled
 from bert.optim.config import OptimConfig, ScheduleConfig
-from bert.optim.registry import OPTIMIZERS
+from bert.optim.specs import OPTIMIZERS
 from bert.train.config import (
     CheckpointConfig,
     DistConfig,
@@ -61,6 +62,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "MOVED_KEYS",
+    "describe_config",
     "describe_fields",
     "find_config",
     "load_config",
@@ -302,6 +304,11 @@ def shipped_configs() -> Path:
     return installed if installed.is_dir() else PACKAGE_DIR.parent / "configs"
 
 
+def shipped_names() -> list[str]:
+    """The names --config takes for the shipped configs (tiny_cpu, ...), sorted."""
+    return sorted(p.stem for p in shipped_configs().glob("*.yaml"))
+
+
 def find_config(name: str | os.PathLike) -> Path:
     """`name` itself when it exists or names a folder; else the shipped config of that bare
     name (with or without .yaml). A bare name that is neither is a ConfigError."""
@@ -312,7 +319,7 @@ def find_config(name: str | os.PathLike) -> Path:
     for candidate in (folder / path.name, folder / f"{path.name}.yaml"):
         if candidate.is_file():
             return candidate
-    shipped = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "none found"
+    shipped = ", ".join(shipped_names()) or "none found"
     raise ConfigError(
         f"config {str(name)!r}: no such file here, and no shipped config of "
         f"that name (shipped: {shipped})"
@@ -345,17 +352,36 @@ def _type_name(typ: Any) -> str:
     return typ.__name__
 
 
-def describe_fields(cls: type = Config, prefix: str = "") -> list[str]:
-    """`section.key (type) = default  # description` lines for --help-config."""
+def describe_fields(cls: type = Config, prefix: str = "", values: Any = None) -> list[str]:
+    """`section.key (type) = default  # description` lines for --help-config; with `values`
+    (a config, or its section), `= default -> value` where its value differs."""
     lines = []
-    defaults = cls()
-    for name, info in cls.__pydantic_fields__.items():
+    fields = cls.__pydantic_fields__
+    # a section's defaults as it builds them; the root, all sections, is never built: its
+    # checks would resolve run.device=auto, which imports torch to look for a GPU
+    leaves = any(not dataclasses.is_dataclass(f.annotation) for f in fields.values())
+    defaults = cls() if leaves else None
+    for name, info in fields.items():
         typ = info.annotation
+        value = getattr(values, name) if values is not None else None
         if dataclasses.is_dataclass(typ):
-            lines += describe_fields(typ, f"{prefix}{name}.")
+            lines += describe_fields(typ, f"{prefix}{name}.", value)
             continue
         key = f"{prefix}{name}"
         kind = "|".join(STRING_CHOICES[key]()) if key in STRING_CHOICES else _type_name(typ)
-        line = f"{key} ({kind}) = {getattr(defaults, name)!r}"
+        default = getattr(defaults, name)
+        line = f"{key} ({kind}) = {default!r}"
+        if values is not None and value != default:
+            line += f" -> {value!r}"
         lines.append(f"{line}  # {info.description}" if info.description else line)
     return lines
+
+
+def describe_config(name: str | os.PathLike, cfg: Config) -> list[str]:
+    """--help-config: every key with its default and, where `cfg` (read from --config `name`)
+    differs, its value; then the shipped configs --config takes by name."""
+    return [
+        f"# section.key (type) = default -> the value in {str(name)!r} where it differs",
+        *describe_fields(values=cfg),
+        f"# shipped configs (--config NAME): {', '.join(shipped_names()) or 'none found'}",
+    ]

@@ -25,20 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-
-class Sample(NamedTuple):
-    """One training sequence as stored in the MLPerf variable-length HDF5 format."""
-
-    input_ids: np.ndarray  # (l,) int16 in the file; [CLS] A [SEP] B [SEP], masked ids in place
-    segment_ids: np.ndarray  # (l,) int8
-    masked_positions: np.ndarray  # (m,) int16, positions within the sequence
-    masked_ids: np.ndarray  # (m,) int16, original token ids at those positions
-    nsp_label: int
+from data.sample import Sample
 
 
 @dataclass

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from data.order.lengths import sample_lengths
-from data.packing import Sample
+from data.sample import Sample
 
 
 PAD_ID, CLS_ID, SEP_ID, MASK_ID = 0, 101, 102, 103

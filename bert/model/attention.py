@@ -1,4 +1,5 @@
-"""Self-attention over packed sequences: the table of backends `model.attention` chooses from.
+"""Self-attention over packed sequences: the functions of the backends `model.attention` chooses
+from (their table, which needs no torch: bert/model/attention_backends.py).
 
     padded_sdpa    reference: pad only inside attention, masked SDPA, unpad; exact anywhere
     per_sequence   CPU: one sequence at a time, sum(l_i^2) work, nothing padded
@@ -6,25 +7,21 @@
     grouped_flash  [Zeng]'s length groups, one launch per group, each on its own CUDA stream
 
 `resolve(name)` returns the backend's record once, when the model is built; every backend's
-`attend(q, k, v, batch, dropout_p)` has the same signature, so the forward never branches on
-the name. A backend that needs metadata made on the host says so (`attention_groups`): the
-data pipeline then builds it (data/packing.py), and only then. Adding a backend is one
-function and one `BACKENDS` entry here.
-
-Each backend's GPU status is a field of its record (`gpu_validated`), read by the docs check and
-the start-of-run warning (bert/gpu_status.py); kernels/VALIDATION.md lists the tests.
+`attend(q, k, v, batch, dropout_p)` has the same signature (`Attend`), so the forward never
+branches on the name.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+# the table's names, where the model and its tools have always found them
+from bert.model.attention_backends import BACKENDS, AttentionBackend, resolve  # noqa: F401
 from data.packing import PackedBatch, key_padding_mask, pad_tokens, unpad_tokens
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -41,21 +38,6 @@ PADDED_SDPA_CUDA_BACKENDS = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
 # (q, k, v (T, heads, head_dim), batch, dropout_p) -> (T, heads, head_dim): bidirectional
 # self-attention within each packed sequence; tokens never attend across sequence boundaries.
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, PackedBatch, float], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class AttentionBackend:
-    name: str
-    attend: Attend
-    # The same for queries that are a subset of the tokens (model.last_layer_subset): q is
-    # (Q, heads, head_dim) in PackedBatch.query_subset's order, k and v every token.
-    attend_subset: Attend
-    attention_groups: bool = False  # reads PackedBatch.groups, which the host must build
-    # GPU status, the one place it is written: the reference needs none (PyTorch's own SDPA);
-    # otherwise the record (benchmarks/results/gpu/...) of the window whose tests passed, or
-    # None: not validated on a GPU yet, so no config turns it on (bert/gpu_status.py warns)
-    reference: bool = False
-    gpu_validated: str | None = None
 
 
 def padded_sdpa_attention(
@@ -242,7 +224,7 @@ def _run_concurrently(
     return outs
 
 
-# ---- the table ----------------------------------------------------------------------------------
+# ---- the entry points attention_backends.py's records name ---------------------------------
 def _padded_sdpa(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tensor:
     return padded_sdpa_attention(
         q, k, v, batch.cu_seqlens, batch.max_seqlen, batch.token_index, dropout_p
@@ -296,32 +278,3 @@ def _grouped_subset(q, k, v, batch: PackedBatch, dropout_p: float) -> torch.Tens
     if q.is_cuda and q.dtype in LOW_PRECISION:
         return _flash_varlen_subset(q, k, v, batch, dropout_p)
     return _padded_sdpa_subset(q, k, v, batch, dropout_p)
-
-
-# H100, torch 2.11: tests/unit/test_attention.py::test_cuda_backend_on_gpu passed for both
-# (fp16, bf16)
-WINDOW_2026_11_26 = "benchmarks/results/gpu/2026-11-26_window"
-BACKENDS: dict[str, AttentionBackend] = {
-    b.name: b
-    for b in (
-        AttentionBackend("padded_sdpa", _padded_sdpa, _padded_sdpa_subset, reference=True),
-        AttentionBackend("per_sequence", _per_sequence, _per_sequence_subset, reference=True),
-        AttentionBackend(
-            "flash_varlen", _flash_varlen, _flash_varlen_subset, gpu_validated=WINDOW_2026_11_26
-        ),
-        AttentionBackend(
-            "grouped_flash",
-            grouped_attention,
-            _grouped_subset,
-            attention_groups=True,
-            gpu_validated=WINDOW_2026_11_26,
-        ),
-    )
-}
-
-
-def resolve(name: str) -> AttentionBackend:
-    """The backend `model.attention` names; ValueError listing the choices otherwise."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; expected one of {tuple(BACKENDS)}")
-    return BACKENDS[name]

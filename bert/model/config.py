@@ -15,16 +15,20 @@ from typing import Literal
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_json
 from bert.core.settings import ExpandedPath, F, section
-from bert.model import fp8
-from bert.model.attention import BACKENDS
+from bert.model.attention_backends import BACKENDS
 from bert.model.fused import FUSED_OPS, enabled
-from bert.model.layer_functions import COMPILED, depends_on
-from kernels.reference import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
+from bert.model.fused import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
+
+# No torch at import (the config is read by commands that answer at once: --help-config, the
+# planner): what needs the layer functions' signatures or fp8.py is imported where a switch
+# that needs it is on (compile_sublayers, fp8_linear), for a run that imports torch anyway.
 
 
 def sublayer_fusions() -> list[str]:
     """The fused flags that replace a part of the sublayers model.compile_sublayers compiles
     instead (read from the records)."""
+    from bert.model.layer_functions import COMPILED, depends_on
+
     compiled = depends_on(COMPILED)
     return [flag for flag, op in FUSED_OPS.items() if compiled & set(op.replaces)]
 
@@ -32,6 +36,9 @@ def sublayer_fusions() -> list[str]:
 def fp8_competitors() -> list[str]:
     """The fused flags that replace an encoder GEMM model.fp8_linear replaces, or a layer
     function built from one (fused_dense_gelu's feed_forward): read from the records."""
+    from bert.model import fp8
+    from bert.model.layer_functions import depends_on
+
     return [
         flag
         for flag, op in FUSED_OPS.items()
@@ -187,6 +194,8 @@ class ModelConfig:
             )
 
     def _check_fp8(self) -> None:
+        from bert.model import fp8
+
         problem = fp8.config_problem(self)
         check(problem is None, f"model.fp8_linear=true needs {problem}")
         same_gemms = [f"model.{flag}" for flag in fp8_competitors() if getattr(self, flag)]

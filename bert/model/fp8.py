@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import torch
 from torch import nn
 
-from bert.model.fused import _require_low_precision_gemm_on_cuda
+from bert.model.fused_functions import require_low_precision_gemm_on_cuda
 
 if TYPE_CHECKING:
     from bert.model.config import ModelConfig
@@ -183,7 +183,7 @@ class Fp8Linear(nn.Module):
         self.register_buffer("amax_history", torch.zeros(3, recipe.history), persistent=False)
 
     def forward(self, x, weight, bias=None):
-        _require_low_precision_gemm_on_cuda("fp8_linear", x)
+        require_low_precision_gemm_on_cuda("fp8_linear", x)
         return Fp8LinearFunction.apply(
             x, weight, bias, self.amax_history, self.recipe, output_dtype(x), self.training
         )

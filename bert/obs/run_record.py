@@ -23,12 +23,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 import yaml
 
 from bert.config import MOVED_KEYS, Config, find_config, flatten, parse_override
+
+if TYPE_CHECKING:
+    import torch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTIONS = ("numpy", "h5py", "mlperf-logging", "tensorboard", "open-bert-mlperf")
@@ -105,6 +107,8 @@ def _format_section(
 
 
 def versions() -> dict[str, Any]:
+    import torch  # here, not at the top: --print-config formats a config without torch
+
     found: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -140,6 +144,8 @@ def _git(*args: str) -> str:
 
 
 def device_facts(device: torch.device, world_size: int) -> dict[str, Any]:
+    import torch
+
     facts: dict[str, Any] = {
         "device": str(device),
         "world_size": world_size,

@@ -1,18 +1,27 @@
 """Optimizers: the registry keyed by optim.name and the trainer's wrappers (registry.py), LAMB,
 the sharded ZeRO-2 optimizer and its shard math, loss scaling, the MLPerf LR schedule, LAMB
-parameter groups, and their configs (config.py)."""
+parameter groups, and their configs (config.py).
 
-from bert.optim.lamb import LAMB
-from bert.optim.loss_scale import DynamicLossScaler
-from bert.optim.params import param_groups
-from bert.optim.schedule import PolyWarmupScheduler, lr_at
-from bert.optim.sharded import ShardedOptimizer
+The names below are imported when first used, not with the package: the config (config.py,
+specs.py) is read without torch by the commands that answer at once (--help-config, the
+planner), and these need it.
+"""
 
-__all__ = [
-    "DynamicLossScaler",
-    "LAMB",
-    "PolyWarmupScheduler",
-    "ShardedOptimizer",
-    "lr_at",
-    "param_groups",
-]
+import importlib
+
+_EXPORTS = {
+    "DynamicLossScaler": "bert.optim.loss_scale",
+    "LAMB": "bert.optim.lamb",
+    "PolyWarmupScheduler": "bert.optim.schedule",
+    "ShardedOptimizer": "bert.optim.sharded",
+    "lr_at": "bert.optim.schedule",
+    "param_groups": "bert.optim.params",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'bert.optim' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from bert.core.errors import check
 from bert.core.settings import F, section
-from bert.optim.registry import OPTIMIZERS
+from bert.optim.specs import OPTIMIZERS
 
 # The optimizer computes in float32 (and fp16/bf16 copies): a hyperparameter beyond this cannot
 # even be stored in a tensor, where it failed as "value cannot be converted without overflow"
@@ -15,7 +15,7 @@ FLOAT32_SAFE = 1e30
 
 @section("optim")
 class OptimConfig:
-    """The optimizer (`name`: bert/optim/registry.py) and its hyperparameters (MLPerf names in
+    """The optimizer (`name`: bert/optim/specs.py) and its hyperparameters (MLPerf names in
     the descriptions)."""
 
     name: str = F("lamb", "lamb; adam (AdamW, open division only; needs optim.sharded)")

@@ -3,8 +3,8 @@
 `OPTIMIZERS[name]` says what a name means: how to build it replicated (a torch.optim
 optimizer under DDP, or None where only the sharded path exists), which update the sharded
 optimizer runs (LAMB's trust ratio or AdamW) and whether MLPerf's closed division allows it.
-Adding an optimizer is an entry here: its torch.optim class for the replicated path and/or its
-`ShardMath` (weight norms or not, its sums and update functions) for the sharded path.
+Its records are in specs.py, which needs no torch (the config reads them); adding an optimizer
+is an entry there, with its functions here or in shard_update.py.
 
 `build_optimizer` wraps it for data parallelism, by `optim.sharded`:
 - `Replicated` (false): DDP all-reduces gradients, every rank runs the whole optimizer; fp16
@@ -35,52 +35,28 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 import kernels
-from bert.optim import shard_update
+from bert.core.lazy import load
 from bert.optim.lamb import LAMB
 from bert.optim.loss_scale import DynamicLossScaler
 from bert.optim.params import param_groups
 from bert.optim.schedule import PolyWarmupScheduler, lr_at
 from bert.optim.sharded import ShardedOptimizer
 
+# the records' names, where the trainer and tests have always found them
+from bert.optim.specs import OPTIMIZERS, OptimizerSpec, ShardMath  # noqa: F401
+
 if TYPE_CHECKING:
     from bert.optim.config import OptimConfig, ScheduleConfig
     from bert.train.distributed import DistContext
 
 
-@dataclass(frozen=True)
-class ShardMath:
-    """What the sharded path (ShardedOptimizer) runs for one optimizer."""
-
-    # all-reduce |w|^2 per parameter with the gradient norm (LAMB's trust ratio needs it)
-    weight_norms: bool
-    sums: shard_update.SumsFn  # this rank's [|grad|^2, (|w_i|^2 ...)]
-    update: shard_update.UpdateFn  # the moments and the update of one shard, in place
-    # optim.fused_kernel: (sums, update) as CUDA kernels, and the kernels/ op they need
-    fused: Optional[tuple[shard_update.SumsFn, shard_update.UpdateFn]] = None
-    fused_op: str = ""
-    # the GPU window record that validated the fused kernels; None: not yet (bert/gpu_status.py)
-    fused_gpu_validated: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class OptimizerSpec:
-    """What one `optim.name` means: everything the replicated and sharded paths need of it."""
-
-    # (param groups, optim config) -> the optimizer every rank runs under DDP; None: the name
-    # needs optim.sharded
-    replicated: Optional[Callable[[list[dict], "OptimConfig"], torch.optim.Optimizer]]
-    sharded: Optional[ShardMath]  # None: the name has no sharded path
-    closed_division: bool  # allowed in MLPerf's closed division (REFERENCE 1: LAMB only)
-
-
-def _lamb(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
+def lamb_optimizer(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
     return LAMB(
         groups,
         lr=o.lr,
@@ -89,34 +65,6 @@ def _lamb(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
         weight_decay=o.weight_decay,
         max_grad_norm=o.max_grad_norm,
     )
-
-
-_FUSED_LAMB = (shard_update.fused_sums, shard_update.fused_update)
-OPTIMIZERS: dict[str, OptimizerSpec] = {
-    "lamb": OptimizerSpec(
-        replicated=_lamb,
-        closed_division=True,
-        sharded=ShardMath(
-            True,
-            shard_update.reference_sums,
-            shard_update.reference_update,
-            fused=_FUSED_LAMB,
-            fused_op=kernels.lamb.OP,
-        ),
-    ),
-    # AdamW: LAMB's update without the trust ratio (no weight norms), open division only
-    "adam": OptimizerSpec(
-        replicated=None,
-        closed_division=False,
-        sharded=ShardMath(
-            False,
-            shard_update.reference_sums,
-            shard_update.reference_update,
-            fused=_FUSED_LAMB,
-            fused_op=kernels.lamb.OP,
-        ),
-    ),
-}
 
 
 class Replicated:
@@ -132,7 +80,7 @@ class Replicated:
         if ctx.is_distributed:
             device_ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
             self.model = DistributedDataParallel(model, device_ids=device_ids)
-        self.optimizer = OPTIMIZERS[o.name].replicated(param_groups(model, o.weight_decay), o)
+        self.optimizer = load(OPTIMIZERS[o.name].replicated)(param_groups(model, o.weight_decay), o)
         self.scheduler = PolyWarmupScheduler(
             self.optimizer, s.total_steps, s.warmup_steps, s.start_warmup_step, s.power
         )
@@ -289,10 +237,10 @@ def shard_math(spec: ShardMath, fused: bool, device: torch.device) -> dict:
     """ShardedOptimizer's `sums_fn`/`update_fn` from the optimizer's record: its fused kernels
     (optim.fused_kernel) or its reference math."""
     if not fused:
-        return {"sums_fn": spec.sums, "update_fn": spec.update}
+        return {"sums_fn": load(spec.sums), "update_fn": load(spec.update)}
     if device.type == "cuda":
         kernels.require(spec.fused_op)  # fails here, with the build hint, not at the first step
-    return {"sums_fn": spec.fused[0], "update_fn": spec.fused[1]}
+    return {"sums_fn": load(spec.fused[0]), "update_fn": load(spec.fused[1])}
 
 
 def build_optimizer(

@@ -23,11 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from bert.model.config import ModelConfig
-from bert.model.modeling import BertForPretraining, num_parameters
-from bert.plan.activations import count_saved, mix_lengths
+
+# The counts below build the model (torch) when first asked for; importing this module does not,
+# so the planner's --help and its input errors answer without torch (bert/plan/cli.py).
 
 GIB = 2**30
 RUNTIME_GIB = 1.5  # CUDA context, cuBLAS/cuBLASLt workspaces, NCCL buffers (assumption)
@@ -59,6 +58,8 @@ def per_sequence(
     bytes), counted on the meta device."""
     key = (repr(cfg), precision, max_length, max_predictions)
     if key not in _COUNTED:
+        from bert.plan.activations import count_saved, mix_lengths
+
         mix = count_saved(
             cfg, mix_lengths(REFERENCE_SEQUENCES, max_length), precision, "meta", max_predictions
         )
@@ -78,6 +79,10 @@ def parameter_count(cfg: ModelConfig) -> int:
     """Parameters of `cfg`'s model (the tied decoder counted once), built on the meta device."""
     key = repr(cfg)
     if key not in _PARAMETERS:
+        import torch
+
+        from bert.model.modeling import BertForPretraining, num_parameters
+
         with torch.device("meta"):
             _PARAMETERS[key] = num_parameters(BertForPretraining(cfg))
     return _PARAMETERS[key]

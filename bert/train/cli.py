@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--help-config",
         action="store_true",
-        help="list every config key with its type and default, then exit",
+        help="list every config key with its type and default, and the value --config "
+        "sets where it differs; then the shipped configs, and exit",
     )
     parser.add_argument(
         "--print-config",
@@ -80,17 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, callbacks=()) -> int:
     """callbacks: bert.train.trainer.Callback objects for the Trainer (tests/faults.py)."""
     args = build_parser().parse_args(argv)
-    from bert.config import describe_fields, load_config
+    from bert.config import describe_config, load_config
     from bert.obs.run_record import RunOrigin, config_sources, format_config
     from bert.plan.check import warn_at_start
     from bert.train.exit_status import exit_status
 
-    if args.help_config:
-        print("\n".join(describe_fields()))
-        return 0
     origin = RunOrigin.from_args(args, argv)  # the overrides --set and the flags stand for
     try:
         cfg = load_config(args.config, origin.overrides)
+        if args.help_config:
+            print("\n".join(describe_config(args.config, cfg)))
+            return 0
         if args.print_config:
             print(format_config(cfg, config_sources(cfg, origin)), end="")
             return 0
@@ -115,9 +116,12 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
             raise  # a crash: its traceback is the report
         return code
     finally:
-        from bert.train.distributed import shutdown_distributed
+        # only a process that imported torch.distributed can hold a process group; the others
+        # (--help-config, --print-config, a bad config) end without importing torch
+        if "torch.distributed" in sys.modules:
+            from bert.train.distributed import shutdown_distributed
 
-        shutdown_distributed()
+            shutdown_distributed()
     if trainer.ctx.is_main:
         trainer.progress.result(
             f"MLPerf log: {result.log_path}  (check it with: open-bert-check {result.log_path})"

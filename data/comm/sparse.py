@@ -29,7 +29,7 @@ import numpy as np
 
 from data.comm.host import HostComm, displacements
 from data.comm.wire import META_WIDTH, GlobalBatch, encode
-from data.packing import Sample
+from data.sample import Sample
 
 SIZE_BYTES = 2 * np.dtype(np.int16).itemsize  # all-gathered per sample: length, masked count
 META_BYTES = META_WIDTH * np.dtype(np.int64).itemsize  # wire meta row of a moved sample

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from data.packing import Sample
+from data.sample import Sample
 
 META_WIDTH = 5  # length, num_masked, nsp, file, index
 

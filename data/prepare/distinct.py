@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from data.packing import Sample
+from data.sample import Sample
 from data.sources.shards import read_samples
 
 FIRST_K = 16

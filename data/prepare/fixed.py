@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from bert.core.files import atomic_path
-from data.packing import Sample
+from data.sample import Sample
 from data.prepare.instances import InstanceSet
 from data.sources.shards import DataError, read_samples
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from data.order.bucketing import check_boundaries, reference_shares
-from data.packing import Sample
+from data.sample import Sample
 from data.sources.loader import ShardLoader
 from data.sources.shard_stream import ShardStream
 from data.sources.shards import DataError, read_samples

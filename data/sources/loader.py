@@ -20,7 +20,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from data.packing import Sample
+from data.sample import Sample
 
 
 class LoadedShard(NamedTuple):

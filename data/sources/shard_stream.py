@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from bert.core.errors import DataError
-from data.packing import Sample
+from data.sample import Sample
 from data.sources.loader import ShardLoader
 from data.sources.shards import read_samples
 

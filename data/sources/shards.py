@@ -25,7 +25,7 @@ import numpy as np
 
 from bert.core.errors import DataError  # noqa: F401 - re-exported for data/'s users
 from bert.core.files import temp_name
-from data.packing import Sample
+from data.sample import Sample
 
 # Base dtype of each dataset; all but the label are variable-length per sample.
 VLEN_FIELDS = {

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from data.order.lengths import length_pmf, strata_counts, strata_edges, strata_fractions
-from data.packing import Sample
+from data.sample import Sample
 from data.sources.loader import ShardLoader
 from data.sources.shard_stream import ShardStream
 from data.sources.shards import read_samples

@@ -228,3 +228,37 @@ def test_every_fused_record_replaces_known_layer_functions():
         "fused_dense",
         "fused_dense_gelu",
     }
+
+
+def test_every_record_names_an_implementation_that_loads():
+    """The records name their functions by dotted path (so the config reads them without
+    torch): a misspelt path fails here, not when a run first turns the switch on."""
+    from bert.core.lazy import load
+    from bert.model import fused
+    from bert.model.attention_backends import BACKENDS, resolve
+
+    for flag, op in fused.FUSED_OPS.items():
+        assert all(callable(load(fn)) for fn in op.replaces.values()), flag
+    for name in BACKENDS:
+        backend = resolve(name)
+        assert callable(backend.attend) and callable(backend.attend_subset), name
+    for name, spec in registry.OPTIMIZERS.items():
+        refs = [spec.replicated] if spec.replicated else []
+        if spec.sharded:
+            refs += [spec.sharded.sums, spec.sharded.update, *(spec.sharded.fused or ())]
+        assert all(callable(load(ref)) for ref in refs), name
+    with pytest.raises(ValueError, match="expected 'package.module:function'"):
+        load("bert.model.attention.no_colon")
+
+
+def test_the_records_restate_the_kernels_facts_correctly():
+    """fused.py and specs.py state the kernels' sizes and the LAMB op's name again, because
+    importing the kernels package loads torch; they must agree with the kernels."""
+    import kernels.lamb
+    from bert.model import fused
+    from bert.optim import specs
+    from kernels.dense import FEATURE_MULTIPLE
+    from kernels.reference import HIDDEN
+
+    assert (fused.HIDDEN, fused.FEATURE_MULTIPLE) == (HIDDEN, FEATURE_MULTIPLE)
+    assert specs.LAMB_OP == kernels.lamb.OP

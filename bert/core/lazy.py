@@ -1,0 +1,26 @@
+"""Implementations named by a dotted path and imported when first used.
+
+A registry's records (attention backends, fused ops, optimizers) carry what the config layer
+reads: names, descriptions, shape checks, GPU status. Their implementations need torch, which
+takes seconds to import; a record that names its implementation as "package.module:function"
+lets the config, `--help-config`, `--print-config` and the planner read the records without
+it (tests/unit/test_instant_commands.py). The model and optimizer builders `load` them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Union
+
+# A function, or where one is: "package.module:function".
+Ref = Union[Callable, str]
+
+
+def load(ref: Ref) -> Callable:
+    """The function `ref` is or names (importing its module on first use)."""
+    if callable(ref):
+        return ref
+    module, sep, name = ref.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"implementation {ref!r}: expected 'package.module:function'")
+    return getattr(importlib.import_module(module), name)
