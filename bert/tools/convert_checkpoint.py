@@ -5,13 +5,16 @@
                                         needs TensorFlow, imported only here
     nvidia FILE.pt --out phase1.pt      NVIDIA's converted phase-1 .pt (state dict under 'model')
     hf-import SRC --out phase1.pt       a HF save_pretrained folder, or an HF-named state dict file
-    hf-export FILE.pt --out DIR         our checkpoint -> a HF BertForPreTraining folder
-                                        (loadable with from_pretrained); --state-dict-only
-                                        writes DIR/pytorch_model.bin + config.json without
-                                        transformers
+    hf-export SRC --out DIR             our checkpoint -> a HF BertForPreTraining folder
+                                        (loadable with from_pretrained); SRC: a training
+                                        checkpoint folder (OUT/checkpoints/step_N, which every
+                                        run leaves at its end) or its trainer.pt, or a .pt
+                                        file; --state-dict-only writes DIR/pytorch_model.bin +
+                                        config.json without transformers
 
 The model shape comes from --bert-config (Google's bert_config.json), else --config (a project
-YAML's model section), else the folder's config.json (hf-import), else BERT-Large. Every import
+YAML's model section), else the config.json beside the weights (hf-import: HF's; hf-export: a
+training checkpoint's, the run's own config), else BERT-Large. Every import
 is loaded into the model before saving, so a missing, extra or misshapen tensor is an error that
 names it. Our format is {"model": state_dict}, which run.init_checkpoint reads. A correct
 phase-1 conversion scores about 0.34085 MLM accuracy on the eval set before training
@@ -54,6 +57,9 @@ MODEL_KEYS = (
     "initializer_range",
     "layer_norm_eps",
 )
+TRAINER_FILE = "trainer.pt"  # a training checkpoint's weights (bert/train/resume.py)
+# a run's model keys that fix the tensors' shapes (its kernel and backend choices do not)
+SHAPE_KEYS = (*MODEL_KEYS, "hidden_act", "pad_vocab_to_multiple_of")
 
 
 # -- model shape ------------------------------------------------------------------------------
@@ -76,6 +82,19 @@ def model_config(args: argparse.Namespace, folder: Path | None = None) -> ModelC
     if folder is not None and (folder / "config.json").is_file():
         return config_from_hf_json(folder / "config.json")
     return ModelConfig()  # BERT-Large
+
+
+def checkpoint_model_config(folder: Path) -> ModelConfig | None:
+    """The model shape a training checkpoint folder's config.json (the run's config, written
+    beside trainer.pt) holds; None when the folder has no such file."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    values = json.loads(path.read_text())
+    model = values.get("model") if isinstance(values, dict) else None
+    if not isinstance(model, dict):
+        return None  # not a run's config (an HF config.json has no sections)
+    return ModelConfig(**{k: model[k] for k in SHAPE_KEYS if k in model})
 
 
 def hf_config_dict(cfg: ModelConfig) -> dict:
@@ -157,8 +176,8 @@ def export_hf(
         # without a shape argument the model is BERT-Large, which a smaller checkpoint misses
         raise CheckpointError(
             f"{src}: does not fit BERT-Large, the shape hf-export assumes "
-            f"unless told: pass --config (the run's YAML) or --bert-config "
-            f"({err})"
+            f"unless told: pass the training checkpoint folder (its config.json), "
+            f"--config (the run's YAML) or --bert-config ({err})"
         ) from None
     state = to_hf_state_dict(model.state_dict(), cfg.vocab_size)
     out.mkdir(parents=True, exist_ok=True)
@@ -216,13 +235,17 @@ def run(args: argparse.Namespace) -> None:
             read_hf_source(src), model_config(args, src if src.is_dir() else None), out, str(src)
         )
     else:
-        export_hf(
-            src,
-            model_config(args),
-            out,
-            args.state_dict_only,
-            shape_given=bool(args.config or args.bert_config),
-        )
+        run_hf_export(args, src, out)
+
+
+def run_hf_export(args: argparse.Namespace, src: Path, out: Path) -> None:
+    """A training checkpoint (its folder or trainer.pt) brings its shape in its config.json;
+    --config or --bert-config still win."""
+    weights = src / TRAINER_FILE if (src / TRAINER_FILE).is_file() else src
+    saved = checkpoint_model_config(weights.parent)
+    given = bool(args.config or args.bert_config)
+    cfg = saved if saved is not None and not given else model_config(args)
+    export_hf(weights, cfg, out, args.state_dict_only, shape_given=given or saved is not None)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
