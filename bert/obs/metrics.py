@@ -11,7 +11,9 @@ Train record (kind "train"), over the interval since the previous point:
     lr                   the lr of the next update (bert/optim/schedule.py lr_at(updates so far))
     grad_norm            global gradient norm of the last step, before clipping (unscaled)
     loss_scale           fp16 loss scale (null without fp16); skipped_steps: fp16 overflows so far
-    samples_per_s        global samples per second of wall time
+    samples_per_s        global samples per second of training time over the interval (its
+                         seconds measured by bert/train/progress.py, whose console line shows
+                         this same figure; an eval's time is no part of any interval)
     tokens_per_s         rank 0's real (unpadded) tokens per second
     tflops_per_s, mfu    rank 0's useful FLOP rate (bert/obs/flops.py), and its share of the peak
                          (null when the FLOPs could not be counted)
@@ -92,10 +94,13 @@ class MetricsRecorder:
         else:
             iv.flops += flops
 
-    def train_point(self, step: int, samples: int, loss: float, lr: float, optimizer: dict) -> dict:
-        """One train record over the interval since the last point; starts the next one."""
+    def train_point(
+        self, step: int, samples: int, loss: float, lr: float, optimizer: dict, seconds: float
+    ) -> dict:
+        """One train record over the interval since the last point (`seconds` of training,
+        Progress's clock: the console shows the same rate); starts the next one."""
         now = time.perf_counter()
-        seconds = max(now - self.last_point, 1e-9)
+        seconds = max(seconds, 1e-9)
         iv = self.interval
         flop_rate = iv.flops / seconds if iv.flops_known and iv.steps else None
         record = {

@@ -6,7 +6,7 @@
     obs.on_train_start(trainer)         # a Callback: the run phase's clocks, profiler window
     obs.data_ready(wait_s, batches)     # each step: host facts (tokens, FLOPs, data wait)
     obs.on_step_end(trainer, step)      # a Callback: the profiler window's step
-    obs.train_point(step, samples, loss, lr)     # from Progress, at its points
+    obs.train_point(step, samples, loss, lr, seconds)   # from Progress, at its points
     obs.block_stats(samples), obs.eval_point(...)   # at eval points
     obs.ended(...); obs.close(publish)  # the files take their final names with the log
 
@@ -29,6 +29,7 @@ from bert.obs.metrics import MetricsRecorder, read_optimizer
 from bert.obs.profiler import ProfilerWindow
 from bert.obs.run_record import RunOrigin, build_record
 from bert.obs.sinks import JsonLines, TensorBoard
+from bert.train.exit_status import run_end_status
 from bert.train.logfile import LogFile
 
 MEMORY_NOTE = {"cuda": "torch.cuda.max_memory_allocated", "cpu": "process peak RSS"}
@@ -126,12 +127,14 @@ class Observer:
             self.window.step_end(step)
             self.window.step_begin(step + 1)
 
-    def train_point(self, step: int, samples: int, loss: float, lr: float) -> None:
-        """A progress point (rank 0): the optimizer's host reads, then the record."""
+    def train_point(self, step: int, samples: int, loss: float, lr: float, seconds: float) -> None:
+        """A progress point (rank 0): the optimizer's host reads, then the record over the
+        interval's `seconds` of training, measured by Progress (its console rate is the
+        record's samples_per_s)."""
         host = read_optimizer(self.optim)
         if self.graphs is not None:
             host.update(self.graphs.metrics())  # host counts: no device read
-        self.recorder.train_point(step, samples, loss, lr, host)
+        self.recorder.train_point(step, samples, loss, lr, host, seconds)
 
     def block_stats(self, samples: int) -> dict | None:
         """Throughput of the block just trained, and the latest loss and lr (tracked_stats)."""
@@ -152,12 +155,23 @@ class Observer:
         self._block = (time.perf_counter(), samples)
 
     def ended(
-        self, status: str, steps: int, samples: int, accuracy: float, seconds: float, log_name: str
+        self,
+        status: str,
+        end: str,
+        steps: int,
+        samples: int,
+        accuracy: float,
+        seconds: float,
+        log_name: str,
     ) -> None:
+        """status: run_stop's (success, aborted); end: how the run ended and so its exit status
+        (bert/train/exit_status.py RUN_ENDS)."""
         if self.record is not None:
             self.record["files"]["mlperf_log"] = log_name
             self.record["result"] = {
                 "status": status,
+                "end": end,
+                "exit_status": run_end_status(end),
                 "steps": steps,
                 "samples": samples,
                 "eval_mlm_accuracy": accuracy,

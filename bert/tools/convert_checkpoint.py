@@ -5,13 +5,16 @@
                                         needs TensorFlow, imported only here
     nvidia FILE.pt --out phase1.pt      NVIDIA's converted phase-1 .pt (state dict under 'model')
     hf-import SRC --out phase1.pt       a HF save_pretrained folder, or an HF-named state dict file
-    hf-export FILE.pt --out DIR         our checkpoint -> a HF BertForPreTraining folder
-                                        (loadable with from_pretrained); --state-dict-only
-                                        writes DIR/pytorch_model.bin + config.json without
-                                        transformers
+    hf-export SRC --out DIR             our checkpoint -> a HF BertForPreTraining folder
+                                        (loadable with from_pretrained); SRC: a training
+                                        checkpoint folder (OUT/checkpoints/step_N, which every
+                                        run leaves at its end) or its trainer.pt, or a .pt
+                                        file; --state-dict-only writes DIR/pytorch_model.bin +
+                                        config.json without transformers
 
 The model shape comes from --bert-config (Google's bert_config.json), else --config (a project
-YAML's model section), else the folder's config.json (hf-import), else BERT-Large. Every import
+YAML's model section), else the config.json beside the weights (hf-import: HF's; hf-export: a
+training checkpoint's, the run's own config), else BERT-Large. Every import
 is loaded into the model before saving, so a missing, extra or misshapen tensor is an error that
 names it. Our format is {"model": state_dict}, which run.init_checkpoint reads. A correct
 phase-1 conversion scores about 0.34085 MLM accuracy on the eval set before training
@@ -59,11 +62,11 @@ def _export_file(name: str) -> bool:
 def run(args: argparse.Namespace) -> None:
     # here, not at the top: --help and argument errors answer without torch
     from bert.tools.convert_formats import (
-        export_hf,
         model_config,
         read_hf_source,
         read_tf_checkpoint,
         read_torch_state,
+        run_hf_export,
         save_ours,
     )
     from bert.model.weights import tf_to_hf_state_dict
@@ -81,13 +84,7 @@ def run(args: argparse.Namespace) -> None:
             read_hf_source(src), model_config(args, src if src.is_dir() else None), out, str(src)
         )
     else:
-        export_hf(
-            src,
-            model_config(args),
-            out,
-            args.state_dict_only,
-            shape_given=bool(args.config or args.bert_config),
-        )
+        run_hf_export(args, src, out)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -38,6 +38,9 @@ MODEL_KEYS = (
     "initializer_range",
     "layer_norm_eps",
 )
+TRAINER_FILE = "trainer.pt"  # a training checkpoint's weights (bert/train/resume.py)
+# a run's model keys that fix the tensors' shapes (its kernel and backend choices do not)
+SHAPE_KEYS = (*MODEL_KEYS, "hidden_act", "pad_vocab_to_multiple_of")
 
 
 # -- model shape ------------------------------------------------------------------------------
@@ -60,6 +63,19 @@ def model_config(args: argparse.Namespace, folder: Path | None = None) -> ModelC
     if folder is not None and (folder / "config.json").is_file():
         return config_from_hf_json(folder / "config.json")
     return ModelConfig()  # BERT-Large
+
+
+def checkpoint_model_config(folder: Path) -> ModelConfig | None:
+    """The model shape a training checkpoint folder's config.json (the run's config, written
+    beside trainer.pt) holds; None when the folder has no such file."""
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    values = json.loads(path.read_text())
+    model = values.get("model") if isinstance(values, dict) else None
+    if not isinstance(model, dict):
+        return None  # not a run's config (an HF config.json has no sections)
+    return ModelConfig(**{k: model[k] for k in SHAPE_KEYS if k in model})
 
 
 def hf_config_dict(cfg: ModelConfig) -> dict:
@@ -141,8 +157,8 @@ def export_hf(
         # without a shape argument the model is BERT-Large, which a smaller checkpoint misses
         raise CheckpointError(
             f"{src}: does not fit BERT-Large, the shape hf-export assumes "
-            f"unless told: pass --config (the run's YAML) or --bert-config "
-            f"({err})"
+            f"unless told: pass the training checkpoint folder (its config.json), "
+            f"--config (the run's YAML) or --bert-config ({err})"
         ) from None
     state = to_hf_state_dict(model.state_dict(), cfg.vocab_size)
     out.mkdir(parents=True, exist_ok=True)
@@ -157,3 +173,13 @@ def export_hf(
         hf.load_state_dict(state, strict=True)
         hf.save_pretrained(out)
     print(f"wrote {out} (HF BertForPreTraining names)")
+
+
+def run_hf_export(args: argparse.Namespace, src: Path, out: Path) -> None:
+    """A training checkpoint (its folder or trainer.pt) brings its shape in its config.json;
+    --config or --bert-config still win."""
+    weights = src / TRAINER_FILE if (src / TRAINER_FILE).is_file() else src
+    saved = checkpoint_model_config(weights.parent)
+    given = bool(args.config or args.bert_config)
+    cfg = saved if saved is not None and not given else model_config(args)
+    export_hf(weights, cfg, out, args.state_dict_only, shape_given=given or saved is not None)

@@ -69,7 +69,12 @@ class Checkpointer:
 
     def final_due(self, step: int) -> bool:
         """At the end of a run (or an interrupt): checkpoints on and this step not yet saved."""
-        return self.cfg.checkpoint.interval_steps > 0 and step != self.last_step
+        return self.saves_final and step != self.last_step
+
+    @property
+    def saves_final(self) -> bool:
+        """The run's end is saved: checkpoint.final, or an interval's checkpoints."""
+        return self.cfg.checkpoint.final or self.cfg.checkpoint.interval_steps > 0
 
     def save(
         self,

@@ -11,10 +11,6 @@
 file, or the bare name of a shipped config (configs/ of the project: tiny_cpu,
 bert_large_1x8xa100_lb56_ga1, ...); a file of that name in the current folder wins. Results go
 to run.output_dir, relative to the current folder (results/tiny_cpu by default).
-
-Exit status: 0 target reached (or eval-only done), 1 not reached or failed (a stalled rank, a
-diverged loss), 2 bad input (config, data, checkpoint), with one line naming what is wrong;
-143 / 130: stopped by SIGTERM / SIGINT at a step boundary.
 """
 
 from __future__ import annotations
@@ -23,12 +19,27 @@ import argparse
 import dataclasses
 import sys
 
+EXIT_STATUS = """\
+exit status (composes with && and torchrun; the last line says which end it was, and so does
+run.json's result.end):
+  0    ended as told: the target reached, an eval-only run done, or stopped at the step budget
+       you set (run.max_steps / run.max_samples below schedule.total_steps: a smoke test, a
+       profile window). A budget stop is no MLPerf result: its log says run_stop aborted and
+       the packager refuses it
+  1    failed: the schedule ended without reaching the target, a diverged loss, a stalled or
+       dead rank, a full disk
+  2    bad input (config, data, checkpoint), with one `error:` line naming what is wrong
+  143  stopped by SIGTERM at a step boundary (130: SIGINT)
+"""
+
 DEFAULT_CONFIG = "tiny_cpu"  # the shipped configs/tiny_cpu.yaml (bert.config.find_config)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__,
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--config",
@@ -84,7 +95,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     from bert.config import describe_config, load_config
     from bert.obs.run_record import RunOrigin, config_sources, format_config
     from bert.plan.check import warn_at_start
-    from bert.train.exit_status import exit_status
+    from bert.train.exit_status import exit_status, run_end_line, run_end_status
 
     origin = RunOrigin.from_args(args, argv)  # the overrides --set and the flags stand for
     try:
@@ -123,10 +134,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
 
             shutdown_distributed()
     if trainer.ctx.is_main:
-        trainer.progress.result(
-            f"MLPerf log: {result.log_path}  (check it with: open-bert-check {result.log_path})"
-        )
-    return 0 if result.status in ("success", "eval_only") else 1
+        trainer.progress.result(run_end_line(result.end, result.log_path))
+    return run_end_status(result.end)
 
 
 def command() -> int:

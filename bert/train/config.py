@@ -101,6 +101,13 @@ class CheckpointConfig:
         "state, so MLPerf timing runs leave it off.",
         ge=0,
     )
+    final: bool = F(
+        True,
+        "a checkpoint when the run ends (also stopped by a signal): the trained model with "
+        "its config, for --resume, run.init_checkpoint and `open-bert-convert hf-export "
+        "OUT/checkpoints/step_N`. Written after run_stop, outside the timed region; false: "
+        "a run keeps no model unless interval_steps is set",
+    )
     keep: int = F(2, "newest complete checkpoints kept; 0: keep all", ge=0)
     resume: ExpandedPath = F(
         "",

@@ -1,4 +1,19 @@
-"""How a run that raised ends: its exit status, and the one line the user sees.
+"""How a run ends: its exit status, and the line the user sees last.
+
+A run that ended by itself (`run_end`): 0 when it ended where it was told to, 1 when it failed:
+
+    target_reached  the eval accuracy reached eval.target_mlm_accuracy (run_stop success)    0
+    eval_only       run.eval_only: the one eval is done                                      0
+    step_budget     stopped at the user's step budget (run.max_steps / run.max_samples) before
+                    the schedule's end; run_stop aborted (no MLPerf result, which the packager
+                    refuses), but no failure: a smoke test, a profile window, a timing       0
+    target_missed   the schedule ran out without reaching the target (run_stop aborted)      1
+
+So `open-bert-train ... && next-step` goes on after a budget stop, and torchrun prints no
+ChildFailedError traceback for it; the last console line says which end it was, and so does
+run.json's result (`end`).
+
+A run that raised (`exit_status`):
 
     except BaseException as err:
         code = exit_status(err)      # prints the `error:` line (once per job) when there is one
@@ -27,6 +42,28 @@ from bert.core.errors import BadInputError, JobError, PeerLost
 from bert.mlperf.writer import MLPerfLogError
 from bert.train.launch_env import abort_mpi_job, peer_reported_error, report_error
 from bert.train.stop_signals import RunInterrupted
+
+
+# TrainResult.end -> (exit status, the last console line's words for it)
+RUN_ENDS = {
+    "target_reached": (0, "target reached"),
+    "eval_only": (0, "eval-only done"),
+    "step_budget": (0, "stopped at its step budget before the target, as told (no MLPerf result)"),
+    "target_missed": (1, "failed: the schedule ended without reaching the target"),
+}
+
+
+def run_end_status(end: str) -> int:
+    return RUN_ENDS[end][0]
+
+
+def run_end_line(end: str, log_path: str) -> str:
+    """The run's last console line: how it ended, its exit status, where its log is."""
+    code, words = RUN_ENDS[end]
+    return (
+        f"ended: {words}; exit status {code}. MLPerf log: {log_path}  "
+        f"(check it with: open-bert-check {log_path})"
+    )
 
 
 # Write failures that no retry in this run can fix: the run ends with one line naming the file.

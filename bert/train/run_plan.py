@@ -3,6 +3,8 @@
 
     batch geometry      global / local / micro batch and accumulation (data/config.py)
     max_steps           run.max_steps, else the schedule's total_steps; capped by max_samples
+    budget_stop         the run's steps end before the schedule's: the user's step budget, whose
+                        end without the target is how the run was told to end (exit 0)
     eval interval       eval.interval_samples, else the MLPerf formula (REFERENCE 1)
     steps per block     an eval point rounds up to a whole global batch (REFERENCE 1)
     node size           data.ranks_per_node, else the launcher's ranks per node
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 class RunPlan:
     geometry: BatchGeometry
     max_steps: int  # optimizer steps of the whole run
+    budget_stop: bool  # max_steps (run.max_steps or max_samples) ends before the schedule
     eval_interval_samples: int  # samples between eval points, as configured or by MLPerf's rule
     steps_per_eval_block: int  # optimizer steps between eval points
     ranks_per_node: int  # the node size the node-local strategies and node_swap deal within
@@ -44,6 +47,7 @@ class RunPlan:
         return cls(
             geometry=geometry,
             max_steps=steps,
+            budget_stop=steps < cfg.schedule.total_steps,
             eval_interval_samples=interval,
             steps_per_eval_block=max(1, -(-interval // gbs)),
             ranks_per_node=cfg.data.ranks_per_node or local_world_size or world_size,

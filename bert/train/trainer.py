@@ -71,7 +71,8 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass
 class TrainResult:
-    status: str  # "success" or "aborted"
+    status: str  # run_stop's: "success" or "aborted"; "eval_only"
+    end: str  # how it ended: bert/train/exit_status.py RUN_ENDS (the exit status follows)
     steps: int
     samples: int
     eval_accuracy: float
@@ -232,7 +233,7 @@ class Trainer:
         if self.ckpt.final_due(step):
             self._save_checkpoint(step, samples, accuracy)
             saved = "; checkpoint saved"
-        elif self.cfg.checkpoint.interval_steps:
+        elif self.ckpt.saves_final:
             saved = "; checkpoint of this step already saved"
         self.progress.result(
             f"interrupted by {signal.Signals(signum).name} after step {step}{saved}"
@@ -310,7 +311,7 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = plan.max_steps
-        self.progress.start(max_steps * gbs, samples, max_steps)
+        self.progress.start(max_steps * gbs, samples, max_steps, self._last_step_name())
         self.guard.start(step)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
@@ -346,7 +347,8 @@ class Trainer:
         log.run_stop(status)
         self._ended_by_itself = True
         seconds = time.time() - started
-        self.obs.ended(status, step, samples, accuracy, seconds, self.log_file.final.name)
+        end = self._end(status)
+        self.obs.ended(status, end, step, samples, accuracy, seconds, self.log_file.final.name)
         self._publish_log()
         if self.ckpt.final_due(step):
             self._save_checkpoint(step, samples, accuracy)  # the final state, after run_stop
@@ -354,7 +356,24 @@ class Trainer:
             f"run_stop {status}: eval MLM accuracy {accuracy:.4f} after "
             f"{samples} samples ({step} steps) in {seconds:.1f} s"
         )
-        return TrainResult(status, step, samples, accuracy, self.log_path, seconds)
+        return TrainResult(status, end, step, samples, accuracy, self.log_path, seconds)
+
+    def _last_step_name(self) -> str:
+        """What sets the run's last step (plan.max_steps), as the time left names it."""
+        if not self.plan.budget_stop:
+            return "the schedule's end"
+        run = self.cfg.run
+        limits_by_samples = run.max_samples and (
+            not run.max_steps or self.plan.max_steps < run.max_steps
+        )
+        return "run.max_samples" if limits_by_samples else "run.max_steps"
+
+    def _end(self, status: str) -> str:
+        """How a run that ended by itself ended: the target, or else whose steps ran out (the
+        user's budget before the schedule's end is no failure; the schedule's end is)."""
+        if status == "success":
+            return "target_reached"
+        return "step_budget" if self.plan.budget_stop else "target_missed"
 
     def _open_data(self):
         """Training pipeline and this rank's share of the eval set (first data access).
@@ -401,14 +420,15 @@ class Trainer:
         log.train_samples(0)
         log.run_stop(status)
         self._ended_by_itself = True
-        self.obs.ended("eval_only", 0, 0, accuracy, time.time() - started, self.log_file.final.name)
+        seconds = time.time() - started
+        self.obs.ended("eval_only", "eval_only", 0, 0, accuracy, seconds, self.log_file.final.name)
         self._publish_log()
         source = self.cfg.run.init_checkpoint or "randomly initialized weights"
         self.progress.result(
             f"eval-only: MLM accuracy {accuracy:.5f} of {source} over "
             f"{self.cfg.eval.samples or 'all'} eval samples"
         )
-        return TrainResult("eval_only", 0, 0, accuracy, self.log_path, time.time() - started)
+        return TrainResult("eval_only", "eval_only", 0, 0, accuracy, self.log_path, seconds)
 
     def _close_data(self, finish: bool = True) -> None:
         """Stop the data thread (before MPI or the process group shut down)."""
@@ -476,6 +496,7 @@ class Trainer:
         self.mllog.eval_stop(samples)
         self.mllog.eval_accuracy(accuracy, samples)
         self.obs.eval_point(step, samples, accuracy, time.perf_counter() - started)
+        self.progress.restart_interval(samples)  # eval time is not training time
         self.progress.line(
             f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
             f"(target {self.cfg.eval.target_mlm_accuracy})"

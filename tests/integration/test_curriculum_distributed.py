@@ -58,7 +58,7 @@ def test_two_ranks_train_one_bucket_per_step_each_sample_once(
     ]:
         args += ["--set", item]
     code, output, _ = launch("torchrun", 2, args)
-    assert code == 1, output[-3000:]  # the tiny budget cannot reach the target: status 1
+    assert code == 0, output[-3000:]  # the tiny budget: a budget stop, status 0
     # one bucket per step on both ranks, each sample once per epoch of its bucket
     per_step = check_epochs(read_rank_files(tmp_path / "rec", 2), sample_buckets(data_dir))
     assert len(per_step) == steps

@@ -277,8 +277,12 @@ def test_torchrun_two_ranks(tmp_path, small_data, sharded):
         text=True,
         timeout=600,
     )
-    # The tiny budget cannot reach the target: exit status 1, a run_stop "aborted" log.
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The tiny budget (6 steps of the schedule's 6700) stops the run before the target: ended
+    # as told, exit status 0 through torchrun (no ChildFailedError report), and it says so;
+    # the log still says run_stop "aborted" (no MLPerf result: the packager refuses it).
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ChildFailedError" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "ended: stopped at its step budget before the target" in proc.stdout.splitlines()[-1]
     assert "2 rank(s)" in proc.stdout and "global batch 8 = 2 x 4 x 1" in proc.stdout
     log = out / "mlperf.log"
     assert log.read_text().count('"key": "eval_accuracy"') == 2

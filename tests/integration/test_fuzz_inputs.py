@@ -245,7 +245,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
     data, earlier = root / "data", root / "earlier"
     make_tiny_data(data, samples_per_shard=32, eval_samples=16, seed=3)
     code, out, err = run_main(data, earlier, {"run.max_steps": 2, "checkpoint.interval_steps": 1})
-    assert code == 1, out + err
+    assert code == 0, out + err  # stopped at its step budget, as told
     return {
         "root": root,
         "data": data,

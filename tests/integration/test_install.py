@@ -225,9 +225,10 @@ def test_each_console_command_answers_help(installed, command):
 
 def test_open_bert_train_runs_the_default_config_from_another_folder(installed):
     """The shipped tiny_cpu config, cut to two steps: results land under the current folder,
-    the synthetic data in the (test's) home cache; two steps do not reach the target: 1."""
+    the synthetic data in the (test's) home cache; two steps of the schedule's 800 are a budget
+    stop, ended as told: 0."""
     proc = run(installed, str(installed["bin"] / "open-bert-train"), *TINY_RUN)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     log = installed["cwd"] / "results" / "tiny_cpu" / "mlperf.log"
     assert "MLPerf log: results/tiny_cpu/mlperf.log" in proc.stdout and log.is_file()
     batch = [r for r in mllog_records(log.read_text()) if r["key"] == "global_batch_size"]

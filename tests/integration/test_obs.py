@@ -107,7 +107,7 @@ def run_dir(tmp_path_factory, data_dir) -> tuple[Path, str]:
         },
     )
     captured = _capture(lambda: run_pretraining.main(args))
-    assert captured["status"] == 1, captured  # the tiny budget never reaches the target
+    assert captured["status"] == 0, captured  # a budget stop (the target never reached)
     return out, captured["stdout"]
 
 

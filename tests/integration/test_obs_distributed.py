@@ -49,7 +49,7 @@ def test_two_ranks_log_by_rank_and_trace_each(tmp_path):
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # budget: aborted
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # budget: aborted
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     parsed = [LINE.fullmatch(line) for line in lines]
     # a profiler summary table continues its log line over several lines

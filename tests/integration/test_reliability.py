@@ -45,6 +45,8 @@ sys.path.insert(0, str(ROOT))
 import run_pretraining  # noqa: E402
 
 ERROR_LINE = re.compile(r"(^|: )error: ")
+# what a finished run leaves in its folder: the final checkpoint (checkpoint.final) among them
+OUTPUTS = ("checkpoints", "metrics.jsonl", "mlperf.log", "run.json")
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +117,8 @@ def finished(capsys, data_dir, tmp_path) -> Path:
     """An output folder holding one complete run's mlperf.log (2 steps, no target)."""
     out = tmp_path / "out"
     code, _, err = run_main(capsys, settings(data_dir, out))
-    assert code == 1, err
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "mlperf.log", "run.json"]
+    assert code == 0, err  # a budget stop
+    assert sorted(p.name for p in out.iterdir()) == [*OUTPUTS]
     return out
 
 
@@ -165,9 +167,11 @@ def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finishe
         re.search(r"interrupted by SIGTERM at step (\d+)", stop["metadata"]["stop_reason"]).group(1)
     )
     assert 2 <= step < 2000
+    # saved by the interrupt (the interval is 1000 steps), beside the earlier run's final one
     assert [p.name for p in complete_checkpoints(finished / "checkpoints")] == [
-        f"step_{step:08d}"
-    ]  # saved by the interrupt (the interval is 1000 steps)
+        "step_00000002",
+        f"step_{step:08d}",
+    ]
     check_compliance(kept, tmp_path)
 
 
@@ -184,7 +188,7 @@ def test_a_second_run_in_a_folder_in_use_is_refused(capsys, data_dir, finished):
     assert code == 2
     line = one_error(err)
     assert "is in use by another run" in line and f"pid {os.getpid()}" in line
-    assert sorted(p.name for p in finished.iterdir()) == ["metrics.jsonl", "mlperf.log", "run.json"]
+    assert sorted(p.name for p in finished.iterdir()) == [*OUTPUTS]
     assert (finished / "mlperf.log").read_bytes() == before
 
 
@@ -196,7 +200,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(capsys, data_dir, finished
         f"pid {dead} on host {socket.gethostname()} since 2020-01-01 00:00:00\n"
     )
     code, out, err = run_main(capsys, settings(data_dir, finished))
-    assert code == 1, err
+    assert code == 0, err
     assert f"a stale lock (pid {dead}" in out
     assert not (finished / LOCK_NAME).exists()  # released at the end of the run
 

@@ -220,7 +220,7 @@ def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]
 @pytest.mark.distributed
 def test_killed_two_rank_job_resumes_to_the_same_weights(data_dir, tmp_path):
     code, output = run_job(data_dir, tmp_path / "whole", 8)
-    assert code == 1, output[-3000:]  # budget too small for the target
+    assert code == 0, output[-3000:]  # a budget stop: too small for the target
     code, output = run_job(
         data_dir, tmp_path / "split", 8, BERT_TEST_KILL_RANK="1", BERT_TEST_KILL_STEP="5"
     )
@@ -229,7 +229,7 @@ def test_killed_two_rank_job_resumes_to_the_same_weights(data_dir, tmp_path):
     split_ckpts = tmp_path / "split" / "checkpoints"
     assert [p.name for p in complete_checkpoints(split_ckpts)] == ["step_00000003"]
     code, output = run_job(data_dir, tmp_path / "split", 8, "--resume", "auto")
-    assert code == 1, output[-3000:]
+    assert code == 0, output[-3000:]
     assert_same_state(final_state(tmp_path / "whole", 8), final_state(tmp_path / "split", 8))
     # The audit trail: the killed job handed out steps 0-4 (rank 0 maybe more, before it
     # noticed its peer's death), the resumed one steps 3-7 again, each step with exactly the

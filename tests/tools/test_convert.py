@@ -133,6 +133,34 @@ def test_export_import_round_trip_through_script(script, tmp_path):
         torch.testing.assert_close(a[:rows], b[:rows], rtol=0, atol=0, msg=name)
 
 
+def test_the_default_run_keeps_its_model_and_hf_export_needs_no_config(script, tmp_path, capsys):
+    """The default (tiny_cpu) run leaves a final checkpoint with its config (checkpoint.final);
+    its weights load into the model that config builds, and hf-export reads the shape from the
+    checkpoint folder's config.json (no --config): HF's model takes the export strictly."""
+    import run_pretraining
+
+    out = tmp_path / "run"
+    short = ["run.max_steps=2", "eval.samples=64", f"run.output_dir={out}"]
+    cache = f"data.synthetic.cache_dir={tmp_path / 'synthetic'}"
+    assert run_pretraining.main(["--quiet", *(f"--set={s}" for s in [*short, cache])]) == 0
+    folder = out / "checkpoints" / "step_00000002"
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["model"]["hidden_size"] == 128  # the run's own config, beside the weights
+    model = BertForPretraining(ModelConfig(**{k: saved["model"][k] for k in script.SHAPE_KEYS}))
+    load_checkpoint_file(model, str(folder / "trainer.pt"))  # strict: every tensor fits
+    for src in (folder, folder / "trainer.pt"):
+        export = tmp_path / f"hf_{src.name}"
+        assert script.main(["hf-export", str(src), "--out", str(export), "--state-dict-only"]) == 0
+        config = json.loads((export / "config.json").read_text())
+        assert (config["hidden_size"], config["num_hidden_layers"]) == (128, 2)
+        hf = transformers.BertForPreTraining(transformers.BertConfig(**config))
+        hf.load_state_dict(torch.load(export / "pytorch_model.bin"), strict=True)
+        torch.testing.assert_close(
+            hf.bert.embeddings.word_embeddings.weight,
+            model.state_dict()["embeddings.word_embeddings.weight"][: config["vocab_size"]],
+        )
+
+
 # -- TF1 names ----------------------------------------------------------------------------------
 
 

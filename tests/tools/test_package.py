@@ -200,11 +200,13 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
         )
 
     whole = run(base / "whole")
-    assert whole.returncode == 1, whole.stdout[-2000:] + whole.stderr[-2000:]  # not converged
+    # a budget stop (8 of the schedule's 20 steps): exit 0, yet its log says run_stop aborted
+    # and the packager refuses it (LOG_CASES "not converged")
+    assert whole.returncode == 0, whole.stdout[-2000:] + whole.stderr[-2000:]
     killed = run(base / "killed", BERT_TEST_KILL_RANK="0", BERT_TEST_KILL_STEP=str(KILL_STEP))
     assert killed.returncode != 0 and not (base / "killed" / "mlperf_resumed_step_4.log").exists()
     resumed = run(base / "killed", "--resume", "auto")
-    assert resumed.returncode == 1, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert not (base / "killed" / "mlperf.log").exists()
     logs = {
         "whole": base / "whole" / "mlperf.log",
