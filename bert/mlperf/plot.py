@@ -115,7 +115,7 @@ def default_out(logs: list[Path]) -> Path:
     return logs[0].parent / ("metrics.png" if metrics else "accuracy.png")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="image file (default: accuracy.png or metrics.png beside the first input)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
         print(f"error: open-bert-plot needs matplotlib: pip install '{EXTRA}'", file=sys.stderr)
         return 2
