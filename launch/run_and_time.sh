@@ -65,4 +65,4 @@ for ((i = 0; i < NUM_RUNS; i++)); do
 done
 echo "run_and_time.sh: exit statuses ${STATUSES[*]}, run_stop ${OUTCOMES[*]}" \
   "(success: converged), results in $RESULTS_DIR" >&2
-echo "  package them: python scripts/package_results.py $RESULTS_DIR --system NAME --out DIR" >&2
+echo "  package them: open-bert-package $RESULTS_DIR --system NAME --out DIR" >&2

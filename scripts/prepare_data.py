@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Prepare the MLPerf BERT data: text shards -> training shards and the eval set.
 
-The command line of data/prepare/cli.py (`--help`).
+`open-bert-prepare` in a checkout: data/prepare/cli.py's command line (`--help`), with its
+--config read by bert/tools/prepare.py.
 """
 
 import sys
 
-from data.prepare.cli import main
+from bert.tools.prepare import main
 
 if __name__ == "__main__":
     sys.exit(main())

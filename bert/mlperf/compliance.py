@@ -1,7 +1,7 @@
 """Run the official MLPerf compliance checker on result logs and summarize PASS/FAIL.
 
-    python scripts/check_compliance.py results/run/result_0.txt
-    python scripts/check_compliance.py results/run            # every result_*.txt and *.log
+    open-bert-check results/run/result_0.txt
+    open-bert-check results/run            # every result_*.txt and MLLOG *.log in it
 
 Each file goes through `python -m mlperf_logging.compliance_checker --usage training
 --ruleset 5.0.0 FILE` in its own process (the checker keeps module-global state between files).
@@ -9,7 +9,8 @@ How the checker signals its verdict (mlperf_logging/compliance_checker/__main__.
 and an `ERROR - FAILED` line on failure; exit status 0 and an `INFO - SUCCESS` line on success;
 the reasons are `WARNING - ...` blocks before the verdict. A file passes here only when both say
 so: exit status 0 and SUCCESS present and FAILED absent, so a crashed or silent checker fails.
-Exits 1 if any file fails or no file was found, 0 otherwise.
+Exit status: 0 every file passed, 1 a file failed, 2 a path that names no log (one `error:`
+line, nothing checked).
 
 The official checker also passes the log of a run resumed from a checkpoint, although it times
 only the part after the resume; such a log gets a note (reader.py says how it is recognised;
@@ -153,11 +154,12 @@ def report(verdict: Verdict, quiet: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     files, problems = collect(args.paths)
-    for problem in problems:
-        print(f"FAIL {problem}")
+    if problems:  # a path that names no log is bad input, not a failed check
+        print(f"error: {'; '.join(problems)}", file=sys.stderr)
+        return 2
     verdicts = [run_checker(path, args) for path in files]
     for verdict in verdicts:
         report(verdict, args.quiet)
     failed = sum(not v.passed for v in verdicts)
     print(f"{len(verdicts) - failed}/{len(verdicts)} logs passed (training ruleset {args.ruleset})")
-    return 1 if failed or problems or not verdicts else 0
+    return 1 if failed or not verdicts else 0

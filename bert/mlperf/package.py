@@ -1,6 +1,6 @@
 """Lay out MLPerf result logs as a submission, run the official checkers, print the score.
 
-    python scripts/package_results.py RUNS... --system NAME --out DIR
+    open-bert-package RUNS... --system NAME --out DIR
         [--allow-aborted] [--unofficial] [--skip-checks]
 
 RUNS are result logs, folders of result_*.txt (launch/run_and_time.sh), or one run's

@@ -1,8 +1,12 @@
 """Plot MLPerf BERT runs: eval accuracy against samples trained, and training throughput over
 time (samples/s of each block between evals, so eval time is excluded).
 
-    python scripts/plot_run.py results/run/mlperf.log [MORE_LOGS...] --out run.png
-    python scripts/plot_run.py results/run/metrics.jsonl [MORE...] --out metrics.png
+    open-bert-plot results/run                  # its mlperf.log -> results/run/accuracy.png
+    open-bert-plot results/run/mlperf.log [MORE_LOGS...] --out run.png
+    open-bert-plot results/run/metrics.jsonl [MORE...] --out metrics.png
+
+A run folder stands for its mlperf.log. Without --out the image goes beside the first input:
+accuracy.png for MLPerf logs, metrics.png for metrics.jsonl files.
 
 Given metrics.jsonl files (the run's metrics stream), it plots loss, lr, throughput and eval
 accuracy against samples trained instead (bert/obs/metrics_plot.py).
@@ -10,7 +14,8 @@ accuracy against samples trained instead (bert/obs/metrics_plot.py).
 Each curve is labelled by its run folder (results/run_3/mlperf.log: run_3), with as many parent
 folders as it takes to tell the runs apart, and the log's file name when it is not mlperf.log.
 
-Reading the logs needs only mlperf-logging; drawing needs matplotlib (pip install matplotlib).
+Reading the logs needs only mlperf-logging; drawing needs matplotlib
+(pip install 'open-bert-mlperf[plot]').
 Exit status: 0 written, 2 bad input or matplotlib missing.
 """
 
@@ -101,17 +106,41 @@ def draw(logs: list[Path], out: Path) -> None:
     save_figure(fig, out)
 
 
-def main(argv: list[str] | None = None) -> int:
+EXTRA = "open-bert-mlperf[plot]"
+
+
+def default_out(logs: list[Path]) -> Path:
+    """Beside the first input, named for what is drawn."""
+    metrics = all(path.suffix == ".jsonl" for path in logs)
+    return logs[0].parent / ("metrics.png" if metrics else "accuracy.png")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("logs", nargs="+", type=Path)
-    parser.add_argument("--out", required=True, type=Path, help="image file, e.g. run.png")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "logs",
+        nargs="+",
+        type=Path,
+        help="MLPerf logs, run folders (their mlperf.log) or metrics.jsonl files",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="image file (default: accuracy.png or metrics.png beside the first input)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
-        print("error: plot_run.py needs matplotlib: pip install matplotlib", file=sys.stderr)
+        print(f"error: open-bert-plot needs matplotlib: pip install '{EXTRA}'", file=sys.stderr)
         return 2
     try:
+        args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]
+        args.out = args.out or default_out(args.logs)
         if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams (issue 27)
             from bert.obs.metrics_plot import draw_metrics
 

@@ -92,12 +92,18 @@ class ProfilerWindow:
             )
         with warnings.catch_warnings():  # torch's own warning says the same, on stderr
             warnings.simplefilter("ignore", UserWarning)
-            schedule = torch.profiler.schedule(
+            window = torch.profiler.schedule(
                 wait=0, warmup=warmup, active=self.last - self.first + 1, repeat=1
             )
+        # the profiler counts steps from 0 where it starts and labels each ProfilerStep#<count>:
+        # counting from the training step instead labels the trace with the real step numbers
+        offset = self.begin
         self.prof = torch.profiler.profile(
-            activities=activities, schedule=schedule, on_trace_ready=self._save
+            activities=activities,
+            schedule=lambda count: window(max(count - offset, 0)),
+            on_trace_ready=self._save,
         )
+        self.prof.step_num = offset
         self.folder.mkdir(parents=True, exist_ok=True)
         if self.memory:
             torch.cuda.memory._record_memory_history(max_entries=MEMORY_HISTORY_ENTRIES)

@@ -3,7 +3,8 @@
     config    every key: its resolved value and where it came from ("default", "file",
               "--set", or "flag" for the command-line flags that set a key, e.g. --quiet)
     versions  python, torch (and its CUDA, cuDNN), numpy, h5py, mlperf-logging, this package
-    code      the git commit (and whether the tree had changes), else the installed version
+    code      an installed copy's version and the commit stamped into it when built (setup.py),
+              else the git commit (and whether the tree had changes)
     device    the training device, host, ranks; command: the command line; metrics: how the
               metrics record measures what it reports (bert/obs/metrics.py)
     result    how the run ended (added when the run ends)
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from bert.build_info import stamped_commit
 from bert.config import MOVED_KEYS, Config, find_config, flatten, parse_override
 
 if TYPE_CHECKING:
@@ -124,7 +126,11 @@ def versions() -> dict[str, Any]:
 
 
 def code_version() -> dict[str, Any]:
-    """The git commit of the checkout this code runs from, else the installed version."""
+    """The commit an installed copy was built from (setup.py's stamp) with its version, else
+    the git commit of the checkout this code runs from, else the installed version alone."""
+    stamped = stamped_commit()
+    if stamped:  # an installed copy: a git folder around site-packages would not be its code's
+        return {"git_commit": stamped, "package_version": versions()["open-bert-mlperf"]}
     try:
         commit = _git("rev-parse", "HEAD")
         dirty = bool(_git("status", "--porcelain"))  # new files count; ignored ones do not

@@ -1,9 +1,9 @@
-"""`python -m bert.plan`: RCP-legal candidates for a cluster, with memory per GPU, step time and
+"""`open-bert-plan`: RCP-legal candidates for a cluster, with memory per GPU, step time and
 predicted time to train; `--json` for machines, `--write-config` for a runnable config.
 
-    python -m bert.plan --gpus 8 --gpu a100-80gb
-    python -m bert.plan --gpus 64 --gpus-per-node 8 --gpu h100 --batch 3072 --write-config configs/
-    python -m bert.plan --gpus 8 --gpu mygpu --memory-gib 48 --tflops 362 --efficiency 0.3
+    open-bert-plan --gpus 8 --gpu a100-80gb
+    open-bert-plan --gpus 64 --gpus-per-node 8 --gpu h100 --batch 3072 --write-config configs/
+    open-bert-plan --gpus 8 --gpu mygpu --memory-gib 48 --tflops 362 --efficiency 0.3
 
 Exit status: 0 a plan was printed (and written); 2 bad input, with one `error:` line.
 """
@@ -29,7 +29,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
-        prog="python -m bert.plan",
+        prog="open-bert-plan",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

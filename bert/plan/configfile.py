@@ -69,7 +69,7 @@ def header(cluster: Cluster, candidate: Candidate) -> str:
     hyper = candidate.hyper
     return "\n".join(
         [
-            f"# Written by `python -m bert.plan`: {cluster.gpus} x {cluster.kind.name} "
+            f"# Written by `open-bert-plan`: {cluster.gpus} x {cluster.kind.name} "
             f"({cluster.nodes} node(s) x {cluster.gpus_per_node}), global batch "
             f"{candidate.global_batch_size} = {cluster.gpus} x {candidate.micro_batch} x "
             f"{candidate.accumulation}.",

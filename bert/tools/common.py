@@ -9,17 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bert.build_info import stamped_commit
 from bert.core.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:
-    """The commit results are recorded under: $BERT_COMMIT, else HEAD (with -dirty when the
+    """The commit results are recorded under: $BERT_COMMIT, else the commit stamped into an
+    installed copy at build time (bert/build_info.py), else HEAD (with -dirty when the
     working tree has changes), else the .whl/COMMIT file that scripts/bench/prepare_gpu_carry.sh
-    writes before a GPU window (the GPU machine's copy of the tree has no .git); else "unknown"."""
+    writes before a GPU window (the GPU machine's copy of the tree has no .git); else
+    "unknown"."""
     if os.environ.get("BERT_COMMIT"):
         return os.environ["BERT_COMMIT"]
+    if stamped_commit():  # an installed copy: a git folder around it is not its code's
+        return stamped_commit()
     try:
         run = dict(cwd=ROOT, capture_output=True, text=True, check=True)
         sha = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
@@ -28,7 +33,9 @@ def git_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         pass
     stamp = ROOT / ".whl" / "COMMIT"
-    return stamp.read_text().strip() if stamp.is_file() else "unknown"
+    if stamp.is_file():
+        return stamp.read_text().strip()
+    return stamped_commit() or "unknown"
 
 
 def set_args(values: dict) -> list[str]:

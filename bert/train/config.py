@@ -130,7 +130,7 @@ class LogConfig:
         False,
         "the metrics (metrics.jsonl's scalars) also as TensorBoard "
         "events in OUTPUT_DIR/tensorboard; needs the tensorboard "
-        "package (pip install '.[track]')",
+        "package (pip install 'open-bert-mlperf[track]')",
     )
     all_ranks: bool = F(False, "every rank logs at info (default: rank 0 only; others warnings)")
 

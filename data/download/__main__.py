@@ -1,7 +1,9 @@
-"""python -m data.download [OUT] [--metadata URL ...] [--all]: fetch the MLCommons BERT inputs
+"""open-bert-download [OUT] [--metadata URL ...] [--all]: fetch the MLCommons BERT inputs
 through the MLC R2 metadata, verify every file against the published MD5s, unpack the text.
 
-Files land in OUT/download/<dataset>/ (OUT defaults to /data/bert). A rerun skips what is
+Files land in OUT/download/<dataset>/ (OUT defaults to /data/bert): the text, MLPerf's
+vocab.txt (the vocabulary open-bert-prepare needs) and the phase-1 checkpoint. Large files
+print their progress with rate and ETA. When done it prints the next commands. A rerun skips what is
 complete and verified and resumes a partial download (NAME.part). Exit status: 0 done, 2 a
 file, URL or server that cannot be used (one `error:` line; good files are kept).
 """
@@ -19,10 +21,12 @@ from data.download.errors import DownloadError
 from data.download.fetch import Transfer
 from data.download.metadata import dataset_name
 
+PACKAGE = "open-bert-mlperf"  # pyproject's name, for `pip install 'open-bert-mlperf[tf]'`
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m data.download",
+        prog="open-bert-download",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -30,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "out",
         nargs="?",
         default="/data/bert",
-        help="data root; downloads go to OUT/download/ (default /data/bert)",
+        help="data root; downloads go to OUT/download/ (default %(default)s)",
     )
     parser.add_argument(
         "--metadata",
@@ -51,19 +55,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--retries",
         type=int,
         default=defaults.retries,
-        help="extra attempts per file after a lost connection (resumed)",
+        help="extra attempts per file after a lost connection, resumed (default %(default)s)",
     )
     parser.add_argument(
         "--retry-wait",
         type=float,
         default=defaults.retry_wait,
-        help="seconds before the first retry, doubled for each next one",
+        help="seconds before the first retry, doubled for each next one (default %(default)s)",
     )
     parser.add_argument(
         "--timeout",
         type=float,
         default=defaults.timeout,
-        help="seconds without data before a connection counts as lost",
+        help="seconds without data before a connection counts as lost (default %(default)s)",
     )
     args = parser.parse_args(argv)
     args.metadata = args.metadata or list(published.DEFAULT_METADATA)
@@ -80,12 +84,12 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
     return "\n".join(
         [
             "next:",
-            f"  python scripts/prepare_data.py all --train-text {q(str(results))} \\",
+            f"  open-bert-prepare all --train-text {q(str(results))} \\",
             f"      --eval-text {q(str(results / 'eval.txt'))} --vocab "
             f"{q(str(inputs / 'vocab.txt'))} \\",
             f"      --out {q(str(out))} --num-shards 4320 --workers $(nproc)",
-            "  pip install tensorflow-cpu   # only for the one-time checkpoint conversion",
-            f"  python scripts/convert_checkpoint.py tf {q(str(ckpt))} \\",
+            f"  pip install '{PACKAGE}[tf]'   # only for the one-time checkpoint conversion",
+            f"  open-bert-convert tf {q(str(ckpt))} \\",
             f"      --bert-config {q(str(inputs / 'bert_config.json'))} \\",
             f"      --out {q(str(out / 'phase1' / 'model.ckpt-28252.pt'))}",
         ]

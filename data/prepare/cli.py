@@ -1,20 +1,22 @@
-"""Prepare the MLPerf BERT data: text shards -> training shards and the eval set.
+"""Prepare BERT data: text -> training shards and the eval set (MLPerf's, or your own text).
 
-    python scripts/prepare_data.py all --train-text DIR --eval-text eval.txt --vocab vocab.txt \\
+    open-bert-prepare all --train-text DIR --eval-text eval.txt --vocab vocab.txt \\
         --out /data/bert --num-shards 4320 --workers 16
 
 or step by step (each step resumes where it stopped; see data/prepare/__init__.py):
 
+    vocab TEXT... --out vocab.txt [--size N]      a small vocabulary for a small model
     examples TEXT... --vocab V --out DIR          text shards -> fixed-length HDF5
     to-varlen FIXED... --out DIR                  fixed-length -> variable-length HDF5
     reshard INPUT... --out DIR --num-shards N     global shuffle into N part_*.hdf5 shards
-    pick-eval SRC --out FILE [--count 10000]      eval samples picked evenly
+    pick-eval SRC --out FILE [--count N]          eval samples picked evenly
     checksums DIR --write-checksums | --verify    sha256 manifest (DIR/SHA256SUMS; an existing
                                                   one is rewritten only with --force)
     check-distinct DIR_OR_FILES...                fail if two shards start alike
 
 `all` writes OUT/intermediate/{train,eval}/ (fixed-length, gzip), OUT/train/part_*.hdf5,
-OUT/eval/eval_10000.hdf5 and OUT/SHA256SUMS, then checks that the shards are distinct.
+OUT/eval/eval_N.hdf5 (N: --eval-samples) and OUT/SHA256SUMS, then checks that the shards
+are distinct.
 No step writes into its own input: an --out that is, holds or lies in an input is refused;
 pick-eval replaces an existing --out file only with --force. The folder steps resume into
 their --out, skipping the outputs already there, so they take only a folder of their own
@@ -34,6 +36,19 @@ from pathlib import Path
 
 from bert.core.errors import ConfigError
 from bert.core.files import check_output
+from data.prepare.arguments import (
+    INPUT_FORMAT,
+    TINY_VOCAB,
+    ShapeReader,
+    example_args,
+    force_folder_args,
+    quiet_args,
+    reshard_args,
+    resolve_shape,
+    seed_args,
+    shape_args,
+    workers_args,
+)
 from data.prepare.out_mark import check_out, mark_out
 from data.prepare.checksums import MANIFEST_NAME, verify_manifest, write_manifest
 from data.prepare.content_hash import CHECK_FILE as CONTENT_HASH_FILE
@@ -45,6 +60,8 @@ from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval
 from data.prepare.instances import ExampleParams
 from data.prepare.reshard import PLAN_NAME as RESHARD_PLAN, reshard
 from data.prepare.to_varlen import to_varlen
+from data.prepare.vocab import write_vocab
+from data.prepare.wordpiece import load_tokenizer
 from data.sources.shards import SHARD_GLOB, DataError
 
 
@@ -94,8 +111,42 @@ def _absolute(paths) -> list[str]:
     return [os.path.abspath(p) for p in paths]
 
 
+def check_vocab_fits(args: argparse.Namespace) -> None:
+    """With --config, a vocabulary larger than the model's embedding table is refused here,
+    not at the first training step."""
+    _, vocab = load_tokenizer(args.vocab)
+    if args.vocab_limit is not None and vocab.size > args.vocab_limit:
+        raise DataError(
+            f"{args.vocab}: {vocab.size} tokens, more than model.vocab_size={args.vocab_limit} "
+            f"of config {args.config}; make a smaller one (open-bert-prepare vocab TEXT "
+            f"--config {args.config} --out vocab.txt) or raise model.vocab_size"
+        )
+
+
+def cmd_vocab(args: argparse.Namespace) -> None:
+    check_output(args.out, args.text, args.force)
+    texts = expand(args.text, TEXT_GLOB)
+    path, size = write_vocab(texts, args.out, args.size, args.sources["size"])
+    print(f"vocab: wrote {path} ({size} tokens)")
+
+
+def picked_eval(args: argparse.Namespace, src, dst, count_flag: str) -> Path:
+    """pick_eval, its too-few-samples error naming the setting to change."""
+    count = getattr(args, count_flag)
+    try:
+        return pick_eval(src, dst, count, args.max_seq_length, args.max_predictions, not args.quiet)
+    except DataError as err:
+        if "cannot pick" not in str(err):
+            raise
+        raise DataError(
+            f"{err}: lower {args.sources[count_flag]} (and train with the same "
+            f"eval.samples), or give more eval text"
+        ) from None
+
+
 def cmd_examples(args: argparse.Namespace) -> None:
     check_output(args.out, [*args.text, args.vocab])  # a folder it resumes into
+    check_vocab_fits(args)
     texts = expand(args.text, TEXT_GLOB)
     settings = {
         "text": _absolute(args.text),
@@ -167,9 +218,7 @@ def cmd_reshard(args: argparse.Namespace) -> None:
 
 def cmd_pick_eval(args: argparse.Namespace) -> None:
     check_output(args.out, [args.src], args.force)  # one file: replaced only with --force
-    path = pick_eval(
-        args.src, args.out, args.count, args.max_seq_length, args.max_predictions, not args.quiet
-    )
+    path = picked_eval(args, args.src, args.out, "count")
     print(f"pick-eval: wrote {path} ({args.count} samples)")
 
 
@@ -212,6 +261,7 @@ def cmd_check_distinct(args: argparse.Namespace) -> None:
 def cmd_all(args: argparse.Namespace) -> None:
     out, params, show = Path(args.out), example_params(args), not args.quiet
     check_output(out, [*args.train_text, args.eval_text, args.vocab])
+    check_vocab_fits(args)
     work = out / "intermediate"
     train_text = expand(args.train_text, TEXT_GLOB)
     settings = {
@@ -242,13 +292,8 @@ def cmd_all(args: argparse.Namespace) -> None:
         args.workers,
         show_progress=show,
     )
-    eval_file = pick_eval(
-        fixed_eval,
-        out / "eval" / f"eval_{args.eval_samples}.hdf5",
-        args.eval_samples,
-        args.max_seq_length,
-        args.max_predictions,
-        show,
+    eval_file = picked_eval(
+        args, fixed_eval, out / "eval" / f"eval_{args.eval_samples}.hdf5", "eval_samples"
     )
     print(f"all: eval set {eval_file}")
     cmd_check_distinct(
@@ -294,111 +339,63 @@ def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path)
 # -- arguments --------------------------------------------------------------------------------
 
 
-def _shape_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--max-seq-length", type=int, default=512)
-    p.add_argument("--max-predictions", type=int, default=76)
-    return p
-
-
-def _workers_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--workers", type=int, default=1, help="processes (one file each)")
-    return p
-
-
-def _quiet_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress or disk-estimate lines on stderr (results still on stdout)",
-    )
-    return p
-
-
-def _force_folder_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="use an --out folder that holds files this step did not write (or "
-        "wrote with other settings) as is: files under an output's name there "
-        "are kept and taken as done",
-    )
-    return p
-
-
-def _example_args() -> argparse.ArgumentParser:
-    d = ExampleParams()
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--vocab", required=True, help="WordPiece vocab.txt (uncased, 30522 tokens)")
-    p.add_argument("--masked-lm-prob", type=float, default=d.masked_lm_prob)
-    p.add_argument("--short-seq-prob", type=float, default=d.short_seq_prob)
-    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor)
-    return p
-
-
-def _reshard_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--num-shards", type=int, required=True, help="4320 or 2048 for MLPerf")
-    p.add_argument(
-        "--shards-per-bucket",
-        type=int,
-        default=32,
-        help="outputs assembled together; a worker holds about this many shards "
-        "(MLPerf: 36k samples, ~45 MB in memory each)",
-    )
-    return p
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="open-bert-prepare",
+        description=__doc__ + "\n" + INPUT_FORMAT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    shape, examples, resharding = _shape_args(), _example_args(), _reshard_args()
-    workers, quiet, force = _workers_args(), _quiet_args(), _force_folder_args()
-    seed = argparse.ArgumentParser(add_help=False)
-    seed.add_argument(
-        "--seed",
-        type=int,
-        default=12345,
-        help="random_seed of the examples (every shard, as the reference) and of "
-        "the reshard shuffle",
-    )
+    shape, examples, resharding = shape_args(), example_args(), reshard_args()
+    workers, quiet, force, seed = workers_args(), quiet_args(), force_folder_args(), seed_args()
+    out_folder = "output folder (resumed into on a rerun)"
 
+    p = sub.add_parser("vocab", parents=[shape], help="a small vocab.txt from your text")
+    p.add_argument("text", nargs="+", help="text files, or folders of part-* files")
+    p.add_argument("--out", required=True, help="the vocab.txt to write")
+    p.add_argument(
+        "--size",
+        type=int,
+        help=f"tokens at most (default: --config's model.vocab_size, else {TINY_VOCAB}, "
+        "the default run's)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.set_defaults(func=cmd_vocab)
     p = sub.add_parser(
         "examples",
         parents=[shape, workers, examples, seed, quiet, force],
         help="text -> fixed HDF5",
     )
     p.add_argument("text", nargs="+", help="text shards, or folders of part-* shards")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help=out_folder)
     p.set_defaults(func=cmd_examples)
     p = sub.add_parser(
         "to-varlen", parents=[shape, workers, quiet, force], help="fixed -> variable length"
     )
-    p.add_argument("inputs", nargs="+")
-    p.add_argument("--out", required=True)
+    p.add_argument("inputs", nargs="+", help="fixed-length HDF5 files or folders")
+    p.add_argument("--out", required=True, help=out_folder)
     p.set_defaults(func=cmd_to_varlen)
     p = sub.add_parser(
         "reshard", parents=[shape, workers, resharding, seed, quiet, force], help="global shuffle"
     )
     p.add_argument("inputs", nargs="+", help="HDF5 files (either format) or folders")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help=out_folder)
     p.set_defaults(func=cmd_reshard)
     p = sub.add_parser("pick-eval", parents=[shape, quiet], help="the fixed eval set")
     p.add_argument("src", help="processed eval HDF5 (either format)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--count", type=int, default=EVAL_SAMPLES)
+    p.add_argument("--out", required=True, help="the eval HDF5 file to write")
+    p.add_argument(
+        "--count",
+        type=int,
+        help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.set_defaults(func=cmd_pick_eval)
     p = sub.add_parser("checksums", parents=[workers], help="sha256 manifest")
-    p.add_argument("dir")
+    p.add_argument("dir", help="the prepared data folder")
     mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write-checksums", action="store_true")
-    mode.add_argument("--verify", action="store_true")
+    mode.add_argument("--write-checksums", action="store_true", help="write DIR/SHA256SUMS")
+    mode.add_argument("--verify", action="store_true", help="check DIR against DIR/SHA256SUMS")
     p.add_argument(
         "--pattern",
         action="append",
@@ -409,20 +406,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--force", action="store_true", help="--write-checksums: replace an existing SHA256SUMS"
     )
     p.set_defaults(func=cmd_checksums)
-    p = sub.add_parser("check-distinct", parents=[shape], help="no two shards alike")
+    first_k = argparse.ArgumentParser(add_help=False)
+    first_k.add_argument(
+        "--first-k",
+        type=int,
+        default=16,
+        help="leading samples compared between shards (default %(default)s)",
+    )
+    p = sub.add_parser("check-distinct", parents=[shape, first_k], help="no two shards alike")
     p.add_argument("paths", nargs="+", help="shard files or folders of part_*.hdf5")
-    p.add_argument("--first-k", type=int, default=16)
     p.set_defaults(func=cmd_check_distinct)
     p = sub.add_parser(
-        "all", parents=[shape, workers, examples, resharding, seed, quiet, force], help="every step"
+        "all",
+        parents=[shape, workers, examples, resharding, seed, quiet, force, first_k],
+        help="every step",
     )
     p.add_argument(
-        "--train-text", nargs="+", required=True, help="text shards, or folders of part-* shards"
+        "--train-text", nargs="+", required=True, help="text files, or folders of part-* files"
     )
-    p.add_argument("--eval-text", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--eval-samples", type=int, default=EVAL_SAMPLES)
-    p.add_argument("--first-k", type=int, default=16)
+    p.add_argument("--eval-text", required=True, help="the eval text, one file")
+    p.add_argument("--out", required=True, help=out_folder)
+    p.add_argument(
+        "--eval-samples",
+        type=int,
+        help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
+    )
     p.set_defaults(func=cmd_all)
     args = parser.parse_args(argv)
     if getattr(args, "pattern", False) is None:
@@ -430,9 +438,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, read_shape: ShapeReader | None = None) -> int:
+    """`read_shape` reads --config (bert/tools/prepare.py hands bert's config reader in)."""
     args = parse_args(argv)
     try:
+        resolve_shape(args, read_shape)
         args.func(args)
     except CheckFailed as err:
         print(f"error: {err}", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,12 @@ from typing import Sequence
 from bert.core.files import remove_stale_temps
 from data.prepare.disk import check_disk, text_estimate
 from data.prepare.fixed import write_fixed
-from data.prepare.instances import ExampleParams, create_instances, load_compiled_code
+from data.prepare.instances import (
+    ExampleParams,
+    compiled_code_cached,
+    create_instances,
+    load_compiled_code,
+)
 from data.prepare.parallel import run_parallel
 from data.prepare.progress import Progress
 from data.prepare.wordpiece import load_tokenizer, read_documents
@@ -87,6 +93,9 @@ def create_examples(
     )
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
+    if todo and show_progress and not compiled_code_cached():
+        # else a first run sits silent through the compile
+        print(COMPILE_NOTE, file=sys.stderr, flush=True)
     if workers > 1 and len(todo) > 1:
         load_compiled_code()  # compiled here once, not in every worker on a first run
     progress = Progress("examples", len(todo), sum(text_bytes.values()), show_progress)
@@ -100,4 +109,8 @@ def create_examples(
     return [j.output for j in jobs]
 
 
+COMPILE_NOTE = (
+    "examples: compiling the instance loop (numba; about 10-20 s on a machine's first run, "
+    "cached afterwards)"
+)
 FIXED_HOW = "fixed-length gzip HDF5 per text byte as measured on the stand-in text"

@@ -17,8 +17,10 @@ numba), which also lays out the padded rows.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -153,6 +155,17 @@ def load_compiled_code() -> None:
         [[np.array([5, 6, 7], np.int32)]], ExampleParams(), vocab, random.Random(0)
     )
     made.padded(0, 1, 8, 1)
+
+
+def compiled_code_cached() -> bool:
+    """Whether numba's cache seems to hold the instance loop: index files newer than its
+    source in $NUMBA_CACHE_DIR when set, else beside it. A wrong guess costs one line."""
+    source = Path(__file__).with_name("instance_loop.py")
+    place = Path(os.environ.get("NUMBA_CACHE_DIR") or source.parent / "__pycache__")
+    built = source.stat().st_mtime
+    return place.is_dir() and any(
+        index.stat().st_mtime >= built for index in place.rglob("instance_loop.*.nbi")
+    )
 
 
 def flatten(documents: list[Document]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

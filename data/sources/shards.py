@@ -379,6 +379,7 @@ def read_eval_samples(
     )
     if limit and len(samples) < limit:
         raise DataError(
-            f"{path}: eval file holds {len(samples)} samples, fewer than the {limit} asked for"
+            f"{path}: eval file holds {len(samples)} samples, fewer than the {limit} asked for "
+            f"(eval.samples: lower it, or 0 for the whole file)"
         )
     return samples[rank::world_size]

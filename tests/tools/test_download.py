@@ -81,7 +81,7 @@ def test_fetches_the_needed_files_verified_and_unpacks_the_text(r2, tmp_path, ca
     assert not any("enwiki" in p or "tf2_ckpt" in p or p.endswith(".zip") for p in fetched)
     assert not [f for f in final_files(out) if f.endswith(".part") or "/." in f]
     stdout = capsys.readouterr().out
-    assert "next:" in stdout and "prepare_data.py all" in stdout
+    assert "next:" in stdout and "open-bert-prepare all" in stdout
 
     r2.behaviour.requests.clear()  # a rerun verifies what is there and fetches nothing
     assert download(r2, out) == 0
@@ -267,3 +267,11 @@ def test_an_archive_member_outside_the_folder_is_refused(r2, tmp_path, capsys, m
     assert download(r2, tmp_path / "data") == 2
     assert "would land outside the folder" in one_error(capsys)
     assert not list(tmp_path.rglob("escaped"))
+
+
+def test_a_large_file_reports_its_rate_and_eta():
+    from data.download.fetch import rate_line
+
+    # 1 GiB of 3 arrived in 10 s of this connection (0.5 GiB resumed from before)
+    line = rate_line(2**30, 2**29, 3 * 2**30, 10.0)
+    assert line == "1.0 of 3.0 GiB, 53.7 MB/s, ETA 40s"

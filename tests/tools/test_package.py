@@ -788,6 +788,14 @@ def test_plot_renders(tmp_path):
     assert (tmp_path / "run.png").stat().st_size > 0
 
 
+def test_plot_takes_a_run_folder_and_writes_beside_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    retime(write_log(run / "mlperf.log", 1, True, blocks=3), 5.0)
+    assert plot_run.main([str(run)]) == 0
+    assert (run / "accuracy.png").stat().st_size > 0
+
+
 def test_plot_labels_curves_by_run_folder(tmp_path):
     plot = plot_run
     logs = [
@@ -805,4 +813,4 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
         pytest.skip("matplotlib is installed")
     plot = plot_run
     assert plot.main([str(tmp_path / "r.txt"), "--out", str(tmp_path / "x.png")]) == 2
-    assert "pip install matplotlib" in capsys.readouterr().err
+    assert "pip install 'open-bert-mlperf[plot]'" in capsys.readouterr().err

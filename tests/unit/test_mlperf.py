@@ -287,10 +287,12 @@ def test_run_stop_rejects_unknown_status(tmp_path):
 
 
 def test_check_script_fails_when_nothing_found(tmp_path):
+    """A folder without logs, or a missing file: one `error:` line, exit 2, nothing checked."""
     (tmp_path / "notes.log").write_text("no mllog lines here\n")
-    proc = check(tmp_path)
-    assert proc.returncode != 0
-    assert "0/0 logs passed" in proc.stdout
+    for path in (tmp_path, tmp_path / "missing.log"):
+        proc = check(path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.startswith(f"error: {path}: ") and proc.stderr.count("\n") == 1
 
 
 def test_log_names_are_the_ones_the_readers_know():
