@@ -30,6 +30,9 @@ class RunPlan:
     eval_interval_samples: int  # samples between eval points, as configured or by MLPerf's rule
     steps_per_eval_block: int  # optimizer steps between eval points
     ranks_per_node: int  # the node size the node-local strategies and node_swap deal within
+    # what sets max_steps, as the time left names it: "the schedule's end", "run.max_steps" or
+    # "run.max_samples"
+    last_step_name: str = "the schedule's end"
 
     @property
     def global_batch_size(self) -> int:
@@ -41,14 +44,25 @@ class RunPlan:
         geometry = BatchGeometry.build(cfg.run, world_size)
         gbs = geometry.global_batch_size
         steps = cfg.run.max_steps or cfg.schedule.total_steps
-        if cfg.run.max_samples:
-            steps = min(steps, -(-cfg.run.max_samples // gbs))
+        by_samples = bool(cfg.run.max_samples) and -(-cfg.run.max_samples // gbs) < steps
+        if by_samples:
+            steps = -(-cfg.run.max_samples // gbs)
+        budget_stop = steps < cfg.schedule.total_steps
+        last = "run.max_samples" if by_samples else "run.max_steps"
         interval = cfg.eval.interval_samples or mlperf_eval_interval(gbs)
         return cls(
             geometry=geometry,
             max_steps=steps,
-            budget_stop=steps < cfg.schedule.total_steps,
+            budget_stop=budget_stop,
             eval_interval_samples=interval,
             steps_per_eval_block=max(1, -(-interval // gbs)),
             ranks_per_node=cfg.data.ranks_per_node or local_world_size or world_size,
+            last_step_name=last if budget_stop else "the schedule's end",
         )
+
+    def end(self, status: str) -> str:
+        """How a run that ended by itself ended: the target, or else whose steps ran out (the
+        user's budget before the schedule's end is no failure; the schedule's end is)."""
+        if status == "success":
+            return "target_reached"
+        return "step_budget" if self.budget_stop else "target_missed"

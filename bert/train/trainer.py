@@ -8,19 +8,16 @@ No training or eval data is opened before run_start. Losses and accuracy sums st
 and are read only at progress and eval points.
 
 Resume (`checkpoint.resume`, bert/train/resume.py): the init phase restores model, optimizer,
-schedule,
-loss scale and RNG; the run phase restores the data position and continues the block and eval
-schedule of the interrupted run, so the weights come out as if it had never stopped. A resumed
-run writes its own log (bert/train/logfile.py: log_name): it is a recovery, not a timed MLPerf
-result.
-`run.eval_only`: the init phase, then one eval of the initial weights (mlperf_eval_only.log).
-Each log is written under a partial name and takes its final name only at run_stop
-(bert/train/logfile.py): a run that fails earlier never replaces an earlier run's log.
+schedule, loss scale and RNG; the run phase restores the data position and continues the block
+and eval schedule of the interrupted run, so the weights come out as if it had never stopped. A
+resumed run writes its own log (bert/train/logfile.py: log_name): a recovery, not a timed MLPerf
+result. `run.eval_only`: the init phase, then one eval of the initial weights
+(mlperf_eval_only.log). Each log is written under a partial name and takes its final name only
+at run_stop (bert/train/logfile.py): a run that fails earlier never replaces an earlier log.
 
-The batch geometry (global, local, micro batch, accumulation) is built once, before the
-rendezvous (it needs only the launcher's world size), and
-passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the end of
-every optimizer step; nothing else can reach into the loop (tests inject faults that way).
+The batch geometry is built once, before the rendezvous (it needs only the launcher's world
+size), and passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the
+end of every optimizer step; nothing else reaches into the loop (tests inject faults that way).
 What a run leaves beside its log (metrics.jsonl, run.json, TensorBoard events, profiler traces)
 comes from one `Observer` (bert/obs/observer.py), itself such a callback, fed host values only.
 """
@@ -174,9 +171,8 @@ class Trainer:
             self.raw_model, cfg.optim, cfg.schedule, cfg.run.precision == "fp16", self.ctx
         )
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
-        self.graphs = None  # run.cuda_graphs: a GraphCache (bert/train/graphs/)
-        if cfg.run.cuda_graphs:  # forward and backward replayed; the optimizer step eager
-            self.graphs = build_graphs(self)
+        # run.cuda_graphs: a GraphCache (bert/train/graphs/), forward and backward replayed
+        self.graphs = build_graphs(self) if cfg.run.cuda_graphs else None
         self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
         self._resume_data: dict | None = None  # the data position, restored at run_start
         if self.ckpt.resume_from:
@@ -311,7 +307,7 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = plan.max_steps
-        self.progress.start(max_steps * gbs, samples, max_steps, self._last_step_name())
+        self.progress.start(max_steps * gbs, samples, max_steps, plan.last_step_name)
         self.guard.start(step)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
@@ -347,7 +343,7 @@ class Trainer:
         log.run_stop(status)
         self._ended_by_itself = True
         seconds = time.time() - started
-        end = self._end(status)
+        end = self.plan.end(status)
         self.obs.ended(status, end, step, samples, accuracy, seconds, self.log_file.final.name)
         self._publish_log()
         if self.ckpt.final_due(step):
@@ -357,23 +353,6 @@ class Trainer:
             f"{samples} samples ({step} steps) in {seconds:.1f} s"
         )
         return TrainResult(status, end, step, samples, accuracy, self.log_path, seconds)
-
-    def _last_step_name(self) -> str:
-        """What sets the run's last step (plan.max_steps), as the time left names it."""
-        if not self.plan.budget_stop:
-            return "the schedule's end"
-        run = self.cfg.run
-        limits_by_samples = run.max_samples and (
-            not run.max_steps or self.plan.max_steps < run.max_steps
-        )
-        return "run.max_samples" if limits_by_samples else "run.max_steps"
-
-    def _end(self, status: str) -> str:
-        """How a run that ended by itself ended: the target, or else whose steps ran out (the
-        user's budget before the schedule's end is no failure; the schedule's end is)."""
-        if status == "success":
-            return "target_reached"
-        return "step_budget" if self.plan.budget_stop else "target_missed"
 
     def _open_data(self):
         """Training pipeline and this rank's share of the eval set (first data access).

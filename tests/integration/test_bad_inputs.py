@@ -348,8 +348,8 @@ ROWS = [
     ),
     Row(
         "hf_export_without_config",
-        ["hf-export", CKPT + "/trainer.pt", "--out", "{rows}/hf"],
-        ["trainer.pt", "pass --config"],
+        ["hf-export", "{inputs}/lone/trainer.pt", "--out", "{rows}/hf"],
+        ["trainer.pt", "pass the training checkpoint folder", "--config"],
         target="scripts/convert_checkpoint.py",
         must_not_exist="{rows}/hf",
     ),
@@ -485,6 +485,9 @@ def _make_inputs(inputs: Path, data: Path, trainer_pt: Path) -> None:
     (inputs / "text.pt").write_text("not a checkpoint\n")
     (inputs / "bad.safetensors").write_text("not safetensors either\n")
     (inputs / "truncated.pt").write_bytes(trainer_pt.read_bytes()[:4000])
+    # a training checkpoint's weights without the config.json beside them
+    (inputs / "lone").mkdir()
+    (inputs / "lone" / "trainer.pt").write_bytes(trainer_pt.read_bytes())
     (inputs / "broken.yaml").write_text("run: [unclosed\n")
     (inputs / "vocab.bin").write_bytes(bytes(range(256)) * 4)
     (inputs / "part-00000").write_text("one sentence.\nanother one.\n\nnext document.\n")

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from bert.model import BertForPretraining, ModelConfig
+from bert.tools.convert_formats import SHAPE_KEYS
 from bert.model.weights import (
     load_checkpoint_file,
     load_into_model,
@@ -146,7 +147,7 @@ def test_the_default_run_keeps_its_model_and_hf_export_needs_no_config(script, t
     folder = out / "checkpoints" / "step_00000002"
     saved = json.loads((folder / "config.json").read_text())
     assert saved["model"]["hidden_size"] == 128  # the run's own config, beside the weights
-    model = BertForPretraining(ModelConfig(**{k: saved["model"][k] for k in script.SHAPE_KEYS}))
+    model = BertForPretraining(ModelConfig(**{k: saved["model"][k] for k in SHAPE_KEYS}))
     load_checkpoint_file(model, str(folder / "trainer.pt"))  # strict: every tensor fits
     for src in (folder, folder / "trainer.pt"):
         export = tmp_path / f"hf_{src.name}"
