@@ -52,7 +52,15 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     "lamb": OptimizerSpec(
         replicated="bert.optim.registry:lamb_optimizer",
         closed_division=True,
-        sharded=ShardMath(True, *_REFERENCE_LAMB, fused=_FUSED_LAMB, fused_op=LAMB_OP),
+        sharded=ShardMath(
+            True,
+            *_REFERENCE_LAMB,
+            fused=_FUSED_LAMB,
+            fused_op=LAMB_OP,
+            # test_lamb_kernel.py 16 of 16 on an H200, and the learning proof's fused run
+            # (2026-11-28b) trained with it (bert/model/fused.py's VALIDATED_ON_H200)
+            fused_gpu_validated="benchmarks/results/gpu/2026-11-28_window",
+        ),
     ),
     # AdamW: LAMB's update without the trust ratio (no weight norms), open division only
     "adam": OptimizerSpec(

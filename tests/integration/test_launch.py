@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from bert.model.attention import BACKENDS
+from bert.model.fused import FUSED_OPS, enabled
+from bert.optim.registry import OPTIMIZERS
 
 from bert.config import BatchGeometry, load_config
 from bert.train.run_plan import RunPlan
@@ -72,6 +74,10 @@ def test_system_config_is_mlperf_bert_large(path):
     ) == (1024, 24, 16, 4096, 30522)
     # the reference, or a backend a GPU window validated (bert/model/attention.py's records)
     assert m.attention == "padded_sdpa" or BACKENDS[m.attention].gpu_validated
+    # a fused switch is on only where a GPU window validated it (bert/model/fused.py's records)
+    for flag in enabled(m):
+        assert FUSED_OPS[flag].gpu_validated, (path.name, flag)
+    assert not cfg.optim.fused_kernel or OPTIMIZERS[cfg.optim.name].sharded.fused_gpu_validated
     assert (d.max_seq_length, d.max_predictions_per_seq) == (512, 76)
     system = NAME.fullmatch(path.stem).group(3)
     assert (o.lr, s.total_steps, o.beta1, o.beta2, o.weight_decay) == HYPERPARAMETERS[system]

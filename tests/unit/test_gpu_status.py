@@ -11,6 +11,7 @@ from bert import gpu_status
 from bert.config import load_config
 from bert.model import fused
 from bert.model.attention import BACKENDS
+from bert.optim.registry import OPTIMIZERS
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATION = (ROOT / "kernels" / "VALIDATION.md").read_text()
@@ -21,7 +22,14 @@ def test_the_default_config_turns_on_nothing_unvalidated():
     assert gpu_status.warning(load_config(None)) is None
 
 
-def test_every_unvalidated_switch_is_named():
+def test_every_unvalidated_switch_is_named(monkeypatch):
+    # records as before any window validated them (the 2026-11-28 windows did: H200)
+    for flag in ("fused_mlm_loss", "fused_dense"):
+        op = fused.FUSED_OPS[flag]
+        monkeypatch.setitem(fused.FUSED_OPS, flag, dataclasses.replace(op, gpu_validated=None))
+    lamb = OPTIMIZERS["lamb"]
+    unvalidated_math = dataclasses.replace(lamb.sharded, fused_gpu_validated=None)
+    monkeypatch.setitem(OPTIMIZERS, "lamb", dataclasses.replace(lamb, sharded=unvalidated_math))
     cfg = load_config(
         None,
         [
@@ -55,7 +63,7 @@ def test_a_validated_record_is_not_named(monkeypatch):
 def _row(key: str) -> str:
     """The key's row in the GPU-validated table, generated after the hand-written one
     (bert/tools/gpu/verdicts.py)."""
-    rows = [line for line in VALIDATION.splitlines() if line.startswith(f"| `{key}")]
+    rows = [line for line in VALIDATION.splitlines() if line.startswith(f"| `{key}` |")]
     assert rows, f"kernels/VALIDATION.md has no table row for {key}"
     return rows[-1]
 
