@@ -44,6 +44,8 @@ def describe(options: dict) -> str:
         parts.append(f"fused kernels (run with --include-unvalidated): {names}")
     if options.get("compile_sublayers"):
         parts.append("compile_sublayers")
+    if options.get("fp8_linear"):
+        parts.append("FP8 encoder GEMMs (model.fp8_linear)")
     if options.get("last_layer_subset"):
         parts.append("last-layer subset")
     if options.get("optimizer") in OPTIMIZERS:

@@ -92,6 +92,9 @@ THROUGHPUT_VARIANTS = (
     "flash_varlen+fused+fusedlamb",
     "flash_varlen+sharded",
     "flash_varlen+sublayers",
+    # issue 36's FP8 lever, alone and with the fused kernels it combines with
+    "flash_varlen+fp8",
+    "flash_varlen+fused+fp8",
     "hf_eager",
     "hf_compile",
 )

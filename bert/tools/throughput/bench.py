@@ -207,6 +207,7 @@ class Bench:
                 options.subset,
                 options.sublayers,
                 options.optimizer,
+                options.fp8,
             )
         # Every variant sees every batch shape once before timing, so nothing a new shape costs
         # once lands inside a timed block: a compile, the caching allocator's new blocks, a

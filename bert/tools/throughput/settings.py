@@ -40,7 +40,7 @@ ATTENTION_CANDIDATES = {
     "cpu": ("per_sequence",),
     "cuda": ("padded_sdpa", "flash_varlen", "grouped_flash"),
 }
-FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb")
+FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb", "fp8")
 
 
 class Candidate(NamedTuple):
@@ -53,6 +53,9 @@ class Candidate(NamedTuple):
     subset: bool = False
     sublayers: bool = False
     optimizer: str = "lamb"
+    # model.fp8_linear: the encoder's GEMMs in FP8 (with +fused, the fused kernels that do not
+    # replace those GEMMs: fp8 and fused_dense are exclusive)
+    fp8: bool = False
 
 
 def validated(kind: str, attention: str) -> bool:
@@ -140,6 +143,8 @@ def named_candidate(spec: str, fusable: bool) -> Candidate:
         )
     if {"fused", "sublayers"} <= set(flags):
         sys.exit(f"--fastest {spec!r}: +sublayers compiles what +fused replaces; name one of them")
+    if {"fp8", "sublayers"} <= set(flags):
+        sys.exit(f"--fastest {spec!r}: +sublayers compiles the GEMMs +fp8 replaces; name one")
     if {"sharded", "fusedlamb"} <= set(flags):
         sys.exit(
             f"--fastest {spec!r}: +fusedlamb is the sharded optimizer with its kernels; "
@@ -158,4 +163,5 @@ def named_candidate(spec: str, fusable: bool) -> Candidate:
         "subset" in flags,
         "sublayers" in flags,
         optimizer,
+        "fp8" in flags,
     )

@@ -29,6 +29,7 @@ import torch
 from torch.profiler import record_function
 
 from bert.model import BertForPretraining, ModelConfig
+from bert.model.config import fp8_competitors
 from bert.model import fused as ops
 from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
@@ -138,15 +139,21 @@ def build_ours(
     subset: bool = False,
     sublayers: bool = False,
     optimizer: str = "lamb",
+    fp8: bool = False,
 ) -> Variant:
     """The unpadded model with the given attention backend, optionally with every fused kernel
-    valid for it, the last layer on [CLS] and masked tokens only (model.last_layer_subset), its
-    sublayers torch.compile'd (model.compile_sublayers) and the whole model torch.compile'd.
+    valid for it (with fp8, those that do not replace its GEMMs), its encoder GEMMs in FP8
+    (model.fp8_linear), the last layer on [CLS] and masked tokens only
+    (model.last_layer_subset), its sublayers torch.compile'd (model.compile_sublayers) and the
+    whole model torch.compile'd.
     A fused kernel that cannot be loaded raises here (RuntimeError)."""
     cfg = dataclasses.replace(
         model_config(size, attention), last_layer_subset=subset, compile_sublayers=sublayers
     )
     flags = fused_flags(cfg) if fused else []
+    if fp8:  # FP8 replaces the encoder GEMMs fused_dense would: the others stay
+        flags = [flag for flag in flags if flag not in fp8_competitors()]
+        cfg = dataclasses.replace(cfg, fp8_linear=True)
     if flags:  # replace() validates again: some kernels need hidden size 1024
         cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})
     model = BertForPretraining(cfg, device=device)
@@ -172,6 +179,7 @@ def build_ours(
         "fused_flags": flags,
         "last_layer_subset": subset,
         "compile_sublayers": sublayers,
+        "fp8_linear": fp8,
         "optimizer": optimizer,
         "precision": precision,
     }
