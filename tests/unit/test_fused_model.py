@@ -493,8 +493,8 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     assert not any(c.fused for c in candidates("cpu", "--include-unvalidated"))
     assert not any(c.fused for c in candidates("cuda", "--include-unvalidated", "--model", "base"))
     unvalidated = candidates("cuda", "--include-unvalidated", "--model", "large")
-    assert ("grouped_flash", False, True, False, False, "lamb") in unvalidated
-    assert ("padded_sdpa", True, True, True, False, "lamb") in unvalidated
+    assert ("grouped_flash", False, True, False, False, "lamb", False) in unvalidated
+    assert ("padded_sdpa", True, True, True, False, "lamb", False) in unvalidated
     # the attention backends validated in the 2026-11-26 H100 window compete without the option
     assert {c.attention for c in candidates("cuda", "--model", "large")} == {
         "padded_sdpa",
@@ -502,15 +502,15 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
         "grouped_flash",
     }
     assert candidates("cuda", "--fastest", "grouped_flash+fused") == [
-        ("grouped_flash", False, True, False, False, "lamb")
+        ("grouped_flash", False, True, False, False, "lamb", False)
     ]
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
-        ("per_sequence", False, False, True, False, "lamb")
+        ("per_sequence", False, False, True, False, "lamb", False)
     ]
     # several named sets compete in one run: the optimizers timed against each other (issue 23)
     assert candidates("cuda", "--fastest", "flash_varlen+fused,flash_varlen+fused+fusedlamb") == [
-        ("flash_varlen", False, True, False, False, "lamb"),
-        ("flash_varlen", False, True, False, False, "fusedlamb"),
+        ("flash_varlen", False, True, False, False, "lamb", False),
+        ("flash_varlen", False, True, False, False, "fusedlamb", False),
     ]
     # The last-layer subset is exact, so it always competes, with and without.
     assert {c.subset for c in candidates("cpu")} == {False, True}
@@ -519,7 +519,7 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
         c.sublayers for c in candidates("cuda", "--include-unvalidated", "--model", "large")
     )
     assert candidates("cuda", "--fastest", "flash_varlen+sublayers") == [
-        ("flash_varlen", False, False, False, True, "lamb")
+        ("flash_varlen", False, False, False, True, "lamb", False)
     ]
     with pytest.raises(SystemExit, match="sublayers compiles what"):
         candidates("cuda", "--fastest", "flash_varlen+fused+sublayers")
