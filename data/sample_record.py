@@ -11,6 +11,9 @@ once" (tests/integration/test_data_distributed.py checks exactly that).
 
 A fresh run (no checkpoint.resume) refuses a DIR that already holds rank*.txt files, which it
 would overwrite (check_record_dir, before the run starts); a resumed run appends to them.
+While a run writes DIR it holds DIR/run.lock (bert/train/run_lock.py): a second run given the
+same DIR is refused. A fresh run's rank file is created anew and a resumed run's opened without
+following a symlink: a record is never written into a file this program did not make.
 """
 
 from __future__ import annotations
@@ -46,10 +49,20 @@ class SampleRecorder:
     def write(self, step: int, origin: np.ndarray) -> None:
         """Record one step's samples; origin (n, 2) int64 = (shard file index, sample index)."""
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a" if step > 0 else "w")
+            self._file = self._open(append=step > 0)
         self._file.writelines(f"{step} {self.shard_names[f]} {i}\n" for f, i in origin.tolist())
         self._file.flush()
+
+    def _open(self, append: bool) -> TextIO:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_EXCL)
+        try:
+            return os.fdopen(os.open(self.path, flags, 0o644), "a" if append else "w")
+        except OSError as err:
+            raise ConfigError(
+                f"--record-samples {self.path.parent}: cannot write {self.path.name} "
+                f"({err.strerror or err}); a file this run did not make is left as it is"
+            ) from None
 
     def close(self) -> None:
         if self._file is not None:

@@ -42,6 +42,13 @@ def file_suffix(mlperf_log: Path) -> str:
     return stem.removeprefix("mlperf") if stem.startswith("mlperf") else f"_{stem}"
 
 
+def published_files(out_dir: Path, mlperf_log: Path) -> list[Path]:
+    """The files a run that ends by itself publishes (each renaming an earlier one aside):
+    its MLPerf log, and the metrics and run record that take their names from it."""
+    suffix = file_suffix(mlperf_log)
+    return [Path(mlperf_log), out_dir / f"metrics{suffix}.jsonl", out_dir / f"run{suffix}.json"]
+
+
 class Observer:
     def __init__(
         self, cfg: Config, ctx, out_dir: Path, suffix: str, origin: RunOrigin | None

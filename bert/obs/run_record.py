@@ -30,6 +30,7 @@ import yaml
 
 from bert.build_info import stamped_commit
 from bert.config import MOVED_KEYS, Config, find_config, flatten, parse_override
+from bert.train.own_files import WRITER
 
 if TYPE_CHECKING:
     import torch
@@ -183,6 +184,7 @@ def build_record(
     values = flatten(cfg.to_dict())
     return {
         "format": 1,
+        "written_by": WRITER,  # how a later run knows this file for its own (own_files.py)
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": origin.argv if origin else None,
         "cwd": os.getcwd(),

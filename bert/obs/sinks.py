@@ -31,7 +31,7 @@ class JsonLines:
 
     def write(self, record: dict) -> None:
         if self._out is None:
-            self._out = open(self.file.partial, "w", encoding="utf-8")
+            self._out = open(self.file.partial, "x", encoding="utf-8")
         self._out.write(json.dumps(record, allow_nan=False) + "\n")
         self._out.flush()
 
@@ -42,7 +42,7 @@ class JsonLines:
             return None
         self._closed = True
         if self._out is None and publish:
-            self._out = open(self.file.partial, "w", encoding="utf-8")
+            self._out = open(self.file.partial, "x", encoding="utf-8")
         if self._out is not None:
             self._out.close()
         return self.file.publish() if publish else None

@@ -69,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         "output dir (auto) or from DIR (sets checkpoint.resume)",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run even if run.output_dir holds a run.json, metrics.jsonl or MLPerf log this "
+        "program did not write (refused otherwise): it is kept beside under another name "
+        "(NAME.<time>.previous), as an earlier run's is",
+    )
+    parser.add_argument(
         "--eval-only",
         action="store_true",
         help="evaluate the initial weights (run.init_checkpoint) once, report "
@@ -119,7 +126,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         cfg = dataclasses.replace(cfg, data=ensure_synthetic_data(cfg.data, cfg.model.vocab_size))
         from bert.train.trainer import Trainer
 
-        trainer = Trainer(cfg, callbacks=callbacks, origin=origin)
+        trainer = Trainer(cfg, callbacks=callbacks, origin=origin, force=args.force)
         result = trainer.train()
     except BaseException as err:
         code = exit_status(err)  # the one `error:` line (once per job), or a signal's status

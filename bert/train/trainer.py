@@ -41,7 +41,7 @@ from bert.config import Config
 from bert.model import BertForPretraining, num_parameters
 from bert.model.weights import load_into_model, read_checkpoint_file
 from bert.obs.logs import setup_logging
-from bert.obs.observer import Observer, file_suffix
+from bert.obs.observer import Observer, file_suffix, published_files
 from bert.obs.ranges import named
 from bert.obs.run_record import RunOrigin
 from bert.optim.registry import build_optimizer
@@ -55,7 +55,7 @@ from bert.train.progress import Progress
 from bert.train.checkpointer import Checkpointer
 from bert.train.preflight import preflight_data
 from bert.train.peer_failure import explain
-from bert.train.run_lock import hold_output_dir
+from bert.train.run_lock import hold_run_folders
 from bert.train.step_guard import StepGuard
 from bert.train.stop_signals import RunInterrupted, stop_reason
 from data.comm.host import make_host_comm
@@ -94,8 +94,9 @@ class Trainer:
         mlperf_log: str | None = None,
         callbacks: Sequence[Callback] = (),
         origin: RunOrigin | None = None,
+        force: bool = False,
     ):
-        """origin: how the config was given (file, --set, command line), for run.json."""
+        """origin: how the config was given (file, --set, flags), for run.json; force: --force."""
         self.cfg = cfg
         setup_logging(launch_layout().rank, cfg.log.all_ranks)
         self.train_files = preflight_data(cfg)  # paths only: no data is read before run_start
@@ -121,13 +122,16 @@ class Trainer:
             if cfg.run.init_checkpoint and not self.ckpt.resume_from
             else None
         )
-        self.lock = hold_output_dir(self.out_dir, self.ctx)  # one run per folder, till train ends
+        resumed_step = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
+        self.log_file = LogFile(
+            mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed_step)
+        )
+        # one run per folder and --record-samples folder, till train ends; files it did not
+        # write under the names it publishes are refused unless force (bert/train/own_files.py)
+        published = published_files(self.out_dir, self.log_file.final)
+        self.lock = hold_run_folders(self.ctx, cfg, published, force)
         weakref.finalize(self, self.lock.release)  # a Trainer dropped untrained (tests)
         try:
-            resumed_step = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
-            self.log_file = LogFile(
-                mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed_step)
-            )
             self.log_path = str(self.log_file.final)
             # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
             self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)

@@ -205,6 +205,80 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(capsys, data_dir, finished
     assert not (finished / LOCK_NAME).exists()  # released at the end of the run
 
 
+def test_a_run_lock_that_is_a_symlink_is_never_written_through(capsys, data_dir, tmp_path):
+    """Issue 40 item 2: a run.lock linking to a user's file is refused, the file untouched."""
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my own notes\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).symlink_to(mine)
+    code, _, err = run_main(capsys, settings(data_dir, out))
+    assert code == 2
+    assert "is a symlink" in one_error(err) and LOCK_NAME in one_error(err)
+    assert mine.read_text() == "my own notes\n" and (out / LOCK_NAME).is_symlink()
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_a_run_lock_holding_a_users_text_is_left_alone(capsys, data_dir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("my own notes\n")
+    code, _, err = run_main(capsys, settings(data_dir, out))
+    assert code == 2 and "not a lock a run made" in one_error(err)
+    assert (out / LOCK_NAME).read_text() == "my own notes\n"
+
+
+USERS = {"run.json": '{"my": "own settings"}\n', "metrics.jsonl": "1,2,3\n"}
+
+
+@pytest.mark.parametrize("name", sorted(USERS))
+def test_a_users_file_of_a_run_name_is_refused_unless_force(capsys, data_dir, tmp_path, name):
+    """run.output_dir=. in a folder holding the user's own run.json or metrics.jsonl: refused
+    with one line naming the file and --force; with --force the run goes on and keeps it
+    beside under another name."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text(USERS[name])
+    code, _, err = run_main(capsys, settings(data_dir, out))
+    assert code == 2
+    line = one_error(err)
+    assert name in line and "--force" in line and "not written by this program" in line
+    assert sorted(p.name for p in out.iterdir()) == [name]  # nothing written, no lock left
+    assert (out / name).read_text() == USERS[name]
+
+    capsys.readouterr()
+    code = run_pretraining.main(["--force", *cli(settings(data_dir, out))])
+    assert code == 0, capsys.readouterr().err
+    kept = [p for p in out.iterdir() if p.name.startswith(f"{name}.") and "previous" in p.name]
+    assert len(kept) == 1 and kept[0].read_text() == USERS[name]
+    assert (out / name).read_text() != USERS[name]  # the run's own
+
+
+def test_a_run_in_a_folder_of_its_own_earlier_run_goes_on(capsys, data_dir, finished):
+    """The run's own files (run.json, metrics.jsonl, mlperf.log) are recognised: no --force."""
+    code, _, err = run_main(capsys, settings(data_dir, finished))
+    assert code == 0, err
+    assert len(list(finished.glob("run.json.*.previous"))) == 1
+
+
+def test_a_second_run_on_one_record_samples_folder_is_refused(capsys, data_dir, tmp_path):
+    """Two runs given one --record-samples folder would overwrite each other's audit trail."""
+    records = tmp_path / "records"
+    holder = RunLock(records).acquire()  # a run writing that folder now
+    try:
+        capsys.readouterr()
+        args = ["--record-samples", str(records), *cli(settings(data_dir, tmp_path / "out"))]
+        code = run_pretraining.main(args)
+        err = capsys.readouterr().err
+    finally:
+        holder.release()
+    assert code == 2
+    line = one_error(err)
+    assert f"--record-samples {records} is in use by another run" in line
+    assert not list(records.glob("rank*.txt"))
+    assert not (tmp_path / "out" / LOCK_NAME).exists()  # the output folder's lock released
+
+
 # -- a stalled rank -----------------------------------------------------------------------------
 
 

@@ -111,6 +111,7 @@ KEYS = {
 CLI_FLAGS = [
     "--config",
     "--eval-only",
+    "--force",
     "--help",
     "--help-config",
     "--print-config",

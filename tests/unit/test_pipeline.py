@@ -236,6 +236,22 @@ def test_resume_appends_to_the_record(data_dir, tmp_path):
     assert steps == [0] * 4 + [1] * 4 + [2] * 4
 
 
+@pytest.mark.parametrize("step", [0, 3])  # a fresh run's first write, a resumed run's
+def test_a_record_symlinked_to_a_users_file_is_not_written_through(tmp_path, step):
+    """Issue 40 item 2: rank<R>.txt is created anew or appended without following a link."""
+    from bert.core.errors import ConfigError
+    from data.sample_record import SampleRecorder
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my own notes\n")
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "rank0.txt").symlink_to(mine)
+    recorder = SampleRecorder(tmp_path / "records", 0, ["part_0.hdf5"])
+    with pytest.raises(ConfigError, match="rank0.txt"):
+        recorder.write(step, np.array([[0, 1]], dtype=np.int64))
+    assert mine.read_text() == "my own notes\n"
+
+
 def test_a_prepare_hook_failure_fails_that_step(data_dir):
     with open_pipeline(config(data_dir), 0, 1, SEED, prepare_hooks=[crash_at(0, 1)]) as pipeline:
         pipeline.next_step()
