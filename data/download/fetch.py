@@ -10,6 +10,7 @@ again (the part is restarted, not appended to).
 from __future__ import annotations
 
 import os
+import stat
 import time
 import urllib.error
 import urllib.request
@@ -122,6 +123,7 @@ def fetch_file(
         return "present"
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
+    _check_part(part)
     _with_retries(url, lambda: _transfer(url, part, transfer.timeout, log), transfer, log)
     found = md5_file(part)
     if found != md5:
@@ -134,9 +136,31 @@ def fetch_file(
     return "fetched"
 
 
+def _check_part(part: Path) -> None:
+    """Refuse a `.part` this program cannot have left: appending to a symlink or a hard link
+    would write into someone else's file."""
+    try:
+        found = part.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+        kind = "a symlink" if stat.S_ISLNK(found.st_mode) else "not a plain file of its own"
+        raise DownloadError(
+            f"{part}: is {kind}, not a partial download this program left; left as it "
+            f"is: move it away to download {part.name[:-5]}"
+        )
+
+
+def _open_part(part: Path, append: bool):
+    """The part file for writing, never through a symlink (swapped in since _check_part, the
+    open fails rather than write into its target)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(part, flags, 0o644), "ab" if append else "wb")
+
+
 def _transfer(url: str, part: Path, timeout: float, log: Callable[[str], None]) -> None:
     """Append the missing bytes of `url` to `part`; _Interrupted if the stream stops early."""
-    start = part.stat().st_size if part.exists() else 0
+    start = part.lstat().st_size if part.exists() else 0
     resp = _open(url, timeout, start)
     if resp is None:
         return
@@ -162,7 +186,7 @@ def _copy(
     resp, part: Path, start: int, total: int | None, url: str, log: Callable[[str], None]
 ) -> int:
     got, next_report, began = start, start + PROGRESS_EVERY, time.monotonic()
-    with open(part, "ab" if start else "wb") as out:
+    with _open_part(part, append=bool(start)) as out:
         while True:
             try:
                 block = resp.read(BLOCK)

@@ -275,3 +275,19 @@ def test_a_large_file_reports_its_rate_and_eta():
     # 1 GiB of 3 arrived in 10 s of this connection (0.5 GiB resumed from before)
     line = rate_line(2**30, 2**29, 3 * 2**30, 10.0)
     assert line == "1.0 of 3.0 GiB, 53.7 MB/s, ETA 40s"
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_part_linked_to_another_file_is_left_alone(r2, tmp_path, capsys, link):
+    """Issue 40 item 2: a `.part` that is a link to a user's file is not ours to append to."""
+    mine = tmp_path / "mine.txt"
+    mine.write_text("my own notes\n")
+    folder = tmp_path / "data" / "download" / INPUTS
+    folder.mkdir(parents=True)
+    part = folder / "vocab.txt.part"
+    (part.symlink_to if link == "symlink" else part.hardlink_to)(mine)
+    assert download(r2, tmp_path / "data") == 2
+    err = one_error(capsys)
+    assert "vocab.txt.part" in err and "move it away" in err
+    assert mine.read_text() == "my own notes\n"
+    assert part.is_symlink() == (link == "symlink")
