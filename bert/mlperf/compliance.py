@@ -9,8 +9,9 @@ How the checker signals its verdict (mlperf_logging/compliance_checker/__main__.
 and an `ERROR - FAILED` line on failure; exit status 0 and an `INFO - SUCCESS` line on success;
 the reasons are `WARNING - ...` blocks before the verdict. A file passes here only when both say
 so: exit status 0 and SUCCESS present and FAILED absent, so a crashed or silent checker fails.
-Exit status: 0 every file passed, 1 a file failed, 2 a path that names no log (one `error:`
-line, nothing checked).
+Exit status: 0 every file passed, 1 a file failed, 2 a path that names no log, or a log the
+official checker must not see (a line over MAX_LINE_CHARS, JSON nested over MAX_JSON_DEPTH, a
+record without its key, time_ms or metadata object): one `error:` line, nothing checked.
 
 The official checker also passes the log of a run resumed from a checkpoint, although it times
 only the part after the resume; such a log gets a note (reader.py says how it is recognised;
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.mlperf.constants import CHECKER_REPORT_NAME, RULESET, USAGE
-from bert.mlperf.reader import has_mllog_lines, resumed_log
+from bert.mlperf.reader import LogError, checked_lines, has_mllog_lines, resumed_log
 
 # The verdict lines __main__.py logs through its "%(levelname)s - %(message)s" formatter.
 SUCCESS_LINE = "INFO - SUCCESS"
@@ -86,6 +87,18 @@ def collect(paths: list[str]) -> tuple[list[Path], list[str]]:
         else:
             problems.append(f"{path}: no such file or directory")
     return files, problems
+
+
+def unreadable(files: list[Path]) -> list[str]:
+    """Logs the official checker must not see: a line too long for its quadratic regex, JSON
+    nested deep enough to crash it, a record it would answer with a traceback."""
+    problems = []
+    for path in files:
+        try:
+            checked_lines(path)
+        except (LogError, OSError) as err:
+            problems.append(str(err))
+    return problems
 
 
 def checker_command(path: Path, args: argparse.Namespace, report: str) -> list[str]:
@@ -154,6 +167,7 @@ def report(verdict: Verdict, quiet: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     files, problems = collect(args.paths)
+    problems += unreadable(files)
     if problems:  # a path that names no log is bad input, not a failed check
         print(f"error: {'; '.join(problems)}", file=sys.stderr)
         return 2

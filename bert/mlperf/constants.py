@@ -14,6 +14,12 @@ USAGE = "training"
 BENCHMARK = "bert"
 TARGET_MLM_ACCURACY = 0.720  # eval accuracy that ends a run (REFERENCE 1)
 MLLOG_MARKER = ":::MLLOG"  # what starts the JSON of each log line
+# What writer.py writes for a marker inside a logged string: no line may hold a second marker.
+ESCAPED_MARKER = ":::_MLLOG"
+# What the readers accept before the official parser sees a line (its per-line regex is
+# quadratic in the line's length, and json recursion is unbounded): real lines are < 1 KiB.
+MAX_LINE_CHARS = 64 * 1024
+MAX_JSON_DEPTH = 16
 
 # This project's own keys (POINT_IN_TIME, init phase, once per run); the compliance checker
 # ignores keys it has no rule for, reader.py reads them.

@@ -10,7 +10,10 @@ resumed_from_checkpoint, or one whose first block starts after 0 samples) times 
 after the resume, and a log without run_stop is a killed run; both are refused. A run whose
 run_stop says aborted (did not reach the target) is refused unless --allow-aborted: MLPerf
 scores at most one of 10 such runs, as the slowest. From an output_dir holding several logs the
-single complete, non-resumed one is taken, and the output says which and why.
+single complete, non-resumed one is taken, and the output says which and why. A run stopped from
+outside its loop (run_stop's stop_reason: SIGTERM, an error), a run_stop status other than
+success or aborted, and runs of more than one submission_division or submission_org are refused
+whatever the flags (--skip-checks included); so is a malformed log (reader.checked_lines).
 
 The package is
 

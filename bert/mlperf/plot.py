@@ -27,14 +27,17 @@ import sys
 from pathlib import Path
 
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
-from bert.mlperf.reader import parse_log
+from bert.mlperf.reader import LogError, parse_log
 from bert.obs.figures import save_figure
 
 
 def read_lines(path: Path) -> list:
     if not path.is_file():
         raise ValueError(f"{path}: no such log")
-    lines, errors = parse_log(path)
+    try:
+        lines, errors = parse_log(path)
+    except (LogError, OSError) as err:
+        raise ValueError(str(err)) from None
     if errors or not lines:
         raise ValueError(f"{path}: {len(errors)} unparsable MLLOG line(s), {len(lines)} parsed")
     return lines
@@ -43,7 +46,7 @@ def read_lines(path: Path) -> list:
 def eval_curve(lines: list) -> tuple[list[int], list[float]]:
     """(samples trained, MLM accuracy) at each eval; epoch_num is samples for BERT."""
     points = [
-        (line.value["metadata"]["epoch_num"], line.value["value"])
+        (_number(line, line.value["metadata"].get("epoch_num")), _number(line, line.value["value"]))
         for line in lines
         if line.key == "eval_accuracy"
     ]
@@ -59,12 +62,19 @@ def block_throughput(lines: list) -> tuple[list[float], list[float]]:
             opened = line
         elif line.key == "block_stop" and opened is not None and start is not None:
             seconds = (line.timestamp - opened.timestamp) / 1000
-            count = opened.value["metadata"].get("epoch_count", 0)
+            count = _number(opened, opened.value["metadata"].get("epoch_count", 0))
             if seconds > 0:
                 minutes.append((line.timestamp - start) / 60_000)
                 rates.append(count / seconds)
             opened = None
     return minutes, rates
+
+
+def _number(line, found) -> float:
+    """A value the plot needs as a number; ValueError (one `error:` line) otherwise."""
+    if not isinstance(found, (int, float)) or isinstance(found, bool):
+        raise ValueError(f"line {line.lineno + 1} ({line.key}): {found!r} is not a number")
+    return found
 
 
 def curve_labels(logs: list[Path]) -> list[str]:

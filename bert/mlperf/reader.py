@@ -24,6 +24,7 @@ is asked): TOPOLOGY_KEYS, each named after its system-description field.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.mlperf.constants import (
+    MAX_JSON_DEPTH,
+    MAX_LINE_CHARS,
     MLLOG_MARKER,
     NOT_LOGS,
     RESUMED_FROM_CHECKPOINT,
@@ -82,6 +85,8 @@ class Run:
             )
         if self.status == "missing":
             return "incomplete: no run_stop (the run was killed, crashed or is still running)"
+        if self.status not in ("success", "aborted"):
+            return f"run_stop status {self.status!r}: neither success nor aborted"
         if self.status != "success" and not allow_aborted:
             return (
                 f"incomplete: run_stop status {self.status} (the run did not reach the "
@@ -93,16 +98,90 @@ class Run:
 
 def parse_log(path: Path) -> tuple[list, list]:
     """(lines, errors) of the official parser (mlperf-logging, imported here: writing a log
-    and reading one's JSON lines need none)."""
-    from mlperf_logging.compliance_checker import mlp_parser
+    and reading one's JSON lines need none), fed only lines `checked_lines` let through."""
+    parser = importlib.import_module(
+        "mlperf_logging.compliance_checker.mlp_parser.ruleset_" + RULESET.replace(".", "")
+    )
+    return parser.parse_generator(checked_lines(path))
 
-    return mlp_parser.parse_file(str(path), ruleset=RULESET)
+
+def checked_lines(path: Path) -> list[str]:
+    """The MLLOG lines of `path`, each bounded and a well-formed record; LogError naming the
+    first that is not. The official parser's per-line regex is quadratic in the line's length,
+    json.loads recurses without bound, and a record missing `metadata` is a KeyError there: a
+    bad line must be one error line here, not minutes of CPU or a traceback."""
+    kept = []
+    try:
+        with open(path, encoding="latin-1") as f:
+            for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_CHARS + 1), ""), 1):
+                if len(line) > MAX_LINE_CHARS:
+                    raise LogError(
+                        f"{path}: line {number} is longer than {MAX_LINE_CHARS} characters: "
+                        "not an MLPerf log line"
+                    )
+                if MLLOG_MARKER in line:
+                    _check_record(line, f"{path}: line {number}")
+                    kept.append(line)
+    except UnicodeError as err:  # latin-1 decodes any byte; kept for other encodings' sake
+        raise LogError(f"{path}: {err}") from None
+    return kept
+
+
+def _check_record(line: str, where: str) -> None:
+    if line.count(MLLOG_MARKER) != 1:
+        raise LogError(f"{where}: holds {line.count(MLLOG_MARKER)} {MLLOG_MARKER} markers")
+    text = line.split(MLLOG_MARKER, 1)[1].strip()
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise LogError(f"{where}: JSON nested {depth} deep (at most {MAX_JSON_DEPTH})")
+    try:
+        record = json.loads(text)
+    except ValueError as err:
+        raise LogError(f"{where}: not JSON after {MLLOG_MARKER} ({err})") from None
+    if not isinstance(record, dict):
+        raise LogError(f"{where}: the record is not a JSON object")
+    missing = [k for k in ("time_ms", "key", "value", "metadata") if k not in record]
+    if missing:
+        raise LogError(f"{where}: the record has no {', '.join(missing)}")
+    if not isinstance(record["key"], str) or not isinstance(record["metadata"], dict):
+        raise LogError(f"{where}: key must be a string and metadata a JSON object")
+    if not _is_number(record["time_ms"]):
+        raise LogError(f"{where}: time_ms {record['time_ms']!r} is not a finite number")
+
+
+def json_depth(text: str) -> int:
+    """How deeply `text`'s arrays and objects nest, strings skipped (one pass, no recursion)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def mllog_records(text: str) -> list[dict]:
-    """The JSON of every MLLOG line of a log's text, in order (key, value, metadata, ...)."""
-    marker = MLLOG_MARKER + " "
-    return [json.loads(line.split(marker, 1)[1]) for line in text.splitlines() if marker in line]
+    """The JSON of every MLLOG line of a log's text, in order (key, value, metadata, ...);
+    LogError for a line `checked_lines` would refuse."""
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if MLLOG_MARKER not in line:
+            continue
+        if len(line) > MAX_LINE_CHARS:
+            raise LogError(f"line {number} is longer than {MAX_LINE_CHARS} characters")
+        _check_record(line, f"line {number}")
+        records.append(json.loads(line.split(MLLOG_MARKER, 1)[1]))
+    return records
 
 
 def read_run(path: Path) -> Run:
@@ -113,32 +192,52 @@ def read_run(path: Path) -> Run:
         )
     if not lines:
         raise LogError(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
-    first = {}
+    first: dict = {}
     for line in lines:
+        if line.key in ("run_start", "run_stop") and line.key in first:
+            raise LogError(f"{path}: more than one {line.key}: not the log of one run")
         first.setdefault(line.key, line)
     start, stop = first.get("run_start"), first.get("run_stop")
-    status = str(stop.value["metadata"].get("status", "missing")) if stop else "missing"
+    status = stop.value["metadata"].get("status", "missing") if stop else "missing"
+    if not isinstance(status, str):
+        raise LogError(f"{path}: run_stop's status {status!r} is not a string")
     minutes = math.inf
     if start and stop and status == "success":
         minutes = (stop.timestamp - start.timestamp) / 60_000
 
-    def value(key: str):
-        return first[key].value["value"] if key in first else None
+    def value(key: str, kind: type | tuple = (str, int)):
+        found = first[key].value["value"] if key in first else None
+        if found is not None and (not isinstance(found, kind) or isinstance(found, bool)):
+            raise LogError(f"{path}: {key} {found!r} is not a {_kind_name(kind)}")
+        return found
 
     return Run(
         path,
-        value("seed"),
+        value("seed", int),
         start is not None,
         status,
         minutes,
-        value("submission_org"),
-        value("submission_division"),
-        value("submission_status"),
-        value("global_batch_size"),
+        value("submission_org", str),
+        value("submission_division", str),
+        value("submission_status", str),
+        value("global_batch_size", int),
         resumed_reason(path, first),
         {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first},
         stop.value["metadata"].get(STOP_REASON) if stop else None,
     )
+
+
+def _kind_name(kind: type | tuple) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({int: "whole number", str: "string"}[k] for k in kinds)
+
+
+def _count(path: Path, key: str, meta: dict, field: str) -> int:
+    """A sample count of a record's metadata: a whole number >= 0 (0 when absent)."""
+    found = meta.get(field, 0) or 0
+    if not isinstance(found, int) or isinstance(found, bool) or found < 0:
+        raise LogError(f"{path}: {key}'s {field} {found!r} is not a whole number >= 0")
+    return found
 
 
 def resumed_reason(path: Path, first: dict) -> str | None:
@@ -151,9 +250,9 @@ def resumed_reason(path: Path, first: dict) -> str | None:
         return f"MLLOG {RESUMED_FROM_CHECKPOINT} event: resumed from step {step}"
     block = first.get("block_start") or first.get("epoch_start")
     if block is not None:
-        meta = block.value["metadata"]
+        meta, key = block.value["metadata"], block.key
         begun = max(
-            int(meta.get("samples_count", 0) or 0), int(meta.get("first_epoch_num", 0) or 0)
+            _count(path, key, meta, "samples_count"), _count(path, key, meta, "first_epoch_num")
         )
         if begun > 0:
             return f"its first block starts after {begun} samples, not 0"
@@ -237,4 +336,14 @@ def collect(paths: list[str], allow_aborted: bool) -> tuple[list[Run], list[str]
         seen[real] = run.path
     if not runs:
         raise LogError("no result logs given")
+    _check_one_submission(runs)
     return runs, notes
+
+
+def _check_one_submission(runs: list[Run]) -> None:
+    """A package is one organisation's runs in one division: the score would mix rules."""
+    for name in ("division", "org"):
+        found = {getattr(run, name) for run in runs}
+        if len(found) > 1:
+            listed = ", ".join(f"{run.path}: {getattr(run, name)}" for run in runs)
+            raise LogError(f"the runs are of more than one submission_{name} ({listed})")

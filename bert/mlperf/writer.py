@@ -50,6 +50,8 @@ from typing import Any
 
 from bert.mlperf.constants import (
     ACCELERATOR_MODEL_NAME,
+    ESCAPED_MARKER,
+    MLLOG_MARKER,
     ACCELERATORS_PER_NODE,
     NUMBER_OF_NODES,
     RESUMED_FROM_CHECKPOINT,
@@ -372,6 +374,7 @@ class MLPerfLogger:
             )
         if (key in once_keys() or key in OWN_ONCE_KEYS) and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
+        value, metadata = escape_marker(value), escape_marker(metadata)
         try:  # the log is JSON lines: NaN or Infinity would make a line unreadable
             json.dumps([value, metadata], allow_nan=False)
         except (TypeError, ValueError) as err:
@@ -380,6 +383,19 @@ class MLPerfLogger:
         if self.writes:
             write = getattr(mllog.get_mllogger(), kind)
             write(key=key, value=value, metadata=metadata, stack_offset=_STACK_OFFSET)
+
+
+def escape_marker(obj: Any) -> Any:
+    """`obj` with every string (dict keys too) free of the MLLOG marker. The official parser
+    cuts each line at its last marker, so a config string holding one (an org name, a platform
+    pasted from a log) would turn our own line into a parse error or a forged record."""
+    if isinstance(obj, str):
+        return obj.replace(MLLOG_MARKER, ESCAPED_MARKER)
+    if isinstance(obj, dict):
+        return {escape_marker(k): escape_marker(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [escape_marker(v) for v in obj]
+    return obj
 
 
 def _block_metadata(

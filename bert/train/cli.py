@@ -29,7 +29,8 @@ run.json's result.end):
   1    failed: the schedule ended without reaching the target, a diverged loss, a stalled or
        dead rank, a full disk
   2    bad input (config, data, checkpoint), with one `error:` line naming what is wrong
-  143  stopped by SIGTERM at a step boundary (130: SIGINT)
+  143  stopped by SIGTERM at a step boundary (130: SIGINT, 129: SIGHUP, a closed terminal
+       or dropped ssh session)
 """
 
 DEFAULT_CONFIG = "tiny_cpu"  # the shipped configs/tiny_cpu.yaml (bert.config.find_config)
@@ -147,8 +148,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
 
 def command() -> int:
     """The `open-bert-train` console command and `python run_pretraining.py`: main() with
-    SIGTERM and SIGINT stopping the run at the next step boundary (only a process's main thread
-    may set the handlers)."""
+    SIGTERM, SIGINT and SIGHUP stopping the run at the next step boundary (only a process's
+    main thread may set the handlers)."""
     from bert.train.stop_signals import install_stop_handlers
 
     install_stop_handlers()

@@ -49,6 +49,10 @@ MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.pt"
 PARTIAL_SUFFIX = ".partial"
 DELETING_SUFFIX = ".deleting"  # a folder being removed (remove_folder)
+# Bounds far beyond any real run (BERT-Large converges in tens of thousands of steps), so a
+# manifest's numbers cannot be huge enough to overflow a schedule or a data offset.
+MAX_STEP = 10**9
+MAX_WORLD_SIZE = 10**6
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 
 
@@ -78,7 +82,26 @@ class Manifest:
             DamagedCheckpoint,
             types=dict.fromkeys(fields, int),
         )
-        return cls(**{k: values[k] for k in fields})
+        manifest = cls(**{k: values[k] for k in fields})
+        manifest.check_plausible(path)
+        return manifest
+
+    def check_plausible(self, path: Path) -> None:
+        """Every step trains exactly one global batch (a skipped fp16 step too), so a manifest
+        whose numbers disagree was not written by a run: resuming from it would start the
+        schedule, the data order and the MLPerf log at an impossible point."""
+        if not 1 <= self.world_size <= MAX_WORLD_SIZE or self.global_batch_size < 1:
+            raise DamagedCheckpoint(
+                f"{path}: world_size {self.world_size} and global_batch_size "
+                f"{self.global_batch_size} are not those of a run"
+            )
+        if not 0 <= self.step <= MAX_STEP:
+            raise DamagedCheckpoint(f"{path}: step {self.step} is outside [0, {MAX_STEP}]")
+        if self.samples != self.step * self.global_batch_size:
+            raise DamagedCheckpoint(
+                f"{path}: samples {self.samples} is not step {self.step} x global_batch_size "
+                f"{self.global_batch_size}"
+            )
 
 
 def checkpoint_root(output_dir: str | os.PathLike) -> Path:

@@ -11,6 +11,7 @@ that is refused as the user's error, whichever checkpoint it is.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -61,18 +62,35 @@ def pick_resume_point(
             point = _read_agreed(folder, ctx, global_batch_size, config)
         except DamagedCheckpoint as err:
             skipped.append(f"{folder.name} ({err})")
-            say(f"resume auto: {folder} is damaged, skipping it: {err}")
+            _warn(ctx, f"resume auto: {folder} is damaged, skipping it: {err}")
             continue
         if skipped:
-            say(
+            _warn(
+                ctx,
                 f"resume auto: resuming from {folder}, the newest intact checkpoint "
-                f"({len(skipped)} newer one(s) damaged)"
+                f"({len(skipped)} newer one(s) damaged)",
             )
         return point
     raise CheckpointError(
         f"resume auto: no intact checkpoint under "
         f"{checkpoint_root(output_dir)}: {'; '.join(skipped)}"
     )
+
+
+def _check_progress(folder: Path, manifest: Manifest, progress: dict) -> None:
+    """The run resumes at trainer.pt's progress; it must be the step the manifest vouches for."""
+    if (progress["step"], progress["samples"]) != (manifest.step, manifest.samples):
+        raise DamagedCheckpoint(
+            f"{folder}: trainer.pt is at step {progress['step']} ({progress['samples']} "
+            f"samples), its manifest at step {manifest.step} ({manifest.samples} samples)"
+        )
+
+
+def _warn(ctx: DistContext, message: str) -> None:
+    """A skipped checkpoint means lost steps and a damaged disk or save: on stderr whatever
+    log.quiet says (the progress lines `say` prints are what quiet hides), once per job."""
+    if ctx.is_main:
+        print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def _read_agreed(
@@ -86,9 +104,9 @@ def _read_agreed(
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, ctx.world_size, global_batch_size)
         check_resume_settings(folder, manifest.seed, config)  # before the large files
-        point = ResumePoint(
-            folder, manifest, load_trainer_state(folder), load_rank_state(folder, ctx.rank)
-        )
+        trainer_state = load_trainer_state(folder)
+        _check_progress(folder, manifest, trainer_state["progress"])
+        point = ResumePoint(folder, manifest, trainer_state, load_rank_state(folder, ctx.rank))
     except DamagedCheckpoint as err:
         damage = err
     if ctx.is_distributed:

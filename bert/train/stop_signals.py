@@ -1,11 +1,16 @@
-"""SIGTERM and SIGINT end a run at the next step boundary, not in the middle of a step.
+"""SIGTERM, SIGINT and SIGHUP end a run at the next step boundary, not in the middle of a step.
 
     install_stop_handlers()      # run_pretraining.py, before main()
     ... StepGuard (bert/train/step_guard.py) reads `requested()` after every optimizer step:
         every rank agrees on the step, a checkpoint is saved if checkpoints are on, and
         RunInterrupted is raised; the log is closed as interrupted (run_stop aborted, with a
         stop_reason) and kept under the run's own name; mlperf.log is not replaced.
-    exit status 128 + N (143 for SIGTERM, 130 for SIGINT), as a shell reports a signal.
+    exit status 128 + N (143 for SIGTERM, 130 for SIGINT, 129 for SIGHUP), as a shell reports
+    a signal.
+
+SIGHUP is what a closed terminal or a dropped ssh session sends; its default action kills the
+process on the spot (no checkpoint, no run_stop, the run lock left behind), so it is a stop
+signal like the others. The terminal it came from may be gone: messages about it are best-effort.
 
 The first signal only sets a flag (a handler that raised would stop the run anywhere: inside a
 collective, half-way through a checkpoint). A second signal stops at once (SystemExit), for a
@@ -20,7 +25,7 @@ import sys
 
 from bert.train.launch_env import peer_reported_error
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _requested: list[int] = []  # the signals received, in order
 
 
@@ -61,17 +66,24 @@ def _handler(signum: int, frame) -> None:
     if _requested:
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
-        print(f"run_pretraining.py: {name} again: stopping now", file=sys.stderr, flush=True)
+        _say(f"run_pretraining.py: {name} again: stopping now")
         raise SystemExit(128 + signum)
     request(signum)
     if peer_reported_error():
         return  # the launcher stops the job for a peer's error: that error is the one line
-    print(
+    _say(
         f"run_pretraining.py: {name}: stopping at the next step boundary (send it again to "
-        f"stop at once)",
-        file=sys.stderr,
-        flush=True,
+        f"stop at once)"
     )
+
+
+def _say(line: str) -> None:
+    """stderr may be a terminal that just closed (SIGHUP): a failed write must not turn the
+    graceful stop into an exception raised at an arbitrary point of the step."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # EIO / EPIPE, or a closed stream
+        pass
 
 
 def install_stop_handlers() -> None:

@@ -125,11 +125,12 @@ def finished(capsys, data_dir, tmp_path) -> Path:
 # -- SIGTERM ------------------------------------------------------------------------------------
 
 
-def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finished, tmp_path):
-    before = (finished / "mlperf.log").read_bytes()
+def signal_mid_run(data_dir: Path, folder: Path, signum: int) -> tuple[int, str, str]:
+    """Start a long tiny run in `folder`, send `signum` once its first eval is logged (the
+    checker wants one); (exit status, stdout, stderr)."""
     values = settings(
         data_dir,
-        finished,
+        folder,
         **{"run.max_steps": 2000, "eval.interval_samples": 16, "checkpoint.interval_steps": 1000},
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -144,15 +145,21 @@ def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finishe
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
-            partial = list(finished.glob("mlperf.log.*.partial"))
-            if partial and '"eval_accuracy"' in partial[0].read_text():  # the checker wants one
+            partial = list(folder.glob("mlperf.log.*.partial"))
+            if partial and '"eval_accuracy"' in partial[0].read_text():
                 break
             time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=240)
     finally:
         proc.kill()
-    assert proc.returncode == 143, out[-2000:] + err[-2000:]
+    return proc.returncode, out, err
+
+
+def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finished, tmp_path):
+    before = (finished / "mlperf.log").read_bytes()
+    code, out, err = signal_mid_run(data_dir, finished, signal.SIGTERM)
+    assert code == 143, out[-2000:] + err[-2000:]
     assert "Traceback" not in err and not [l for l in err.splitlines() if ERROR_LINE.search(l)]
     assert (finished / "mlperf.log").read_bytes() == before  # the earlier result stays
     [kept] = finished.glob("mlperf.log.*.interrupted")
@@ -173,6 +180,19 @@ def test_sigterm_stops_at_a_step_boundary_and_keeps_mlperf_log(data_dir, finishe
         f"step_{step:08d}",
     ]
     check_compliance(kept, tmp_path)
+
+
+def test_sighup_stops_like_sigterm_and_leaves_no_lock(data_dir, tmp_path):
+    """A closed terminal or a dropped ssh session: a graceful stop, not a kill."""
+    folder = tmp_path / "hup"
+    code, out, err = signal_mid_run(data_dir, folder, signal.SIGHUP)
+    assert code == 129, out[-2000:] + err[-2000:]
+    assert "Traceback" not in err and not [l for l in err.splitlines() if ERROR_LINE.search(l)]
+    [kept] = folder.glob("mlperf.log.*.interrupted")
+    stop = records(kept)[-1]
+    assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted"
+    assert "interrupted by SIGHUP at step" in stop["metadata"]["stop_reason"]
+    assert not (folder / LOCK_NAME).exists()
 
 
 # -- the lock -----------------------------------------------------------------------------------
@@ -458,9 +478,10 @@ def test_resume_auto_skips_a_damaged_newest_checkpoint(data_dir, tmp_path, capsy
     train(data_dir, out, 4)
     root = out / "checkpoints"
     (step_dir(root, 4) / "trainer.pt").write_bytes(b"not a pickle")
-    trainer, result = train(data_dir, out, 6, **{"checkpoint.resume": "auto", "log.quiet": False})
+    capsys.readouterr()
+    trainer, result = train(data_dir, out, 6, **{"checkpoint.resume": "auto", "log.quiet": True})
     assert trainer.ckpt.resume_from == step_dir(root, 2) and result.steps == 6
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # quiet hides progress, never a skipped checkpoint
     assert f"resume auto: {step_dir(root, 4)} is damaged, skipping it" in printed
     assert "trainer.pt" in printed and f"resuming from {step_dir(root, 2)}" in printed
     # named explicitly, a damaged checkpoint is refused, never replaced by another

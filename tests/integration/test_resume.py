@@ -148,7 +148,8 @@ def test_resume_errors(data_dir, tmp_path):
     (folder / MANIFEST).write_text(json.dumps({**manifest, "world_size": 4}))
     with pytest.raises(CheckpointError, match="saved by 4 ranks, this job has 1"):
         train(data_dir, out, 4, **{"checkpoint.resume": str(folder)})
-    (folder / MANIFEST).write_text(json.dumps({**manifest, "global_batch_size": 16}))
+    # what a run with another global batch writes: its samples follow its batch
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "global_batch_size": 16, "samples": 32}))
     with pytest.raises(CheckpointError, match="run.global_batch_size=16"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
     (folder / MANIFEST).write_text(json.dumps(manifest))
@@ -166,6 +167,46 @@ def test_resume_errors(data_dir, tmp_path):
     (folder / CONFIG_FILE).unlink()
     with pytest.raises(CheckpointError, match="no config.json"):
         train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
+
+
+@pytest.mark.parametrize(
+    "changed, words",
+    [
+        ({"step": 10**20, "samples": 8 * 10**20}, "step 100000000000000000000 is outside"),
+        ({"samples": 17}, "samples 17 is not step 2 x global_batch_size 8"),
+        ({"step": -1, "samples": -8}, "step -1 is outside"),
+    ],
+    ids=["step-1e20", "samples-not-step-x-batch", "negative"],
+)
+def test_resume_refuses_an_impossible_manifest_with_one_line(
+    data_dir, tmp_path, capsys, changed, words
+):
+    sys.path.insert(0, str(ROOT))
+    import run_pretraining
+
+    out = tmp_path / "run"
+    train(data_dir, out, 2, **{"checkpoint.interval_steps": 2})
+    folder = step_dir(out / "checkpoints", 2)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).write_text(json.dumps({**manifest, **changed}))
+    capsys.readouterr()
+    args = [
+        "--quiet",
+        *set_args(tiny_settings(data_dir, out, 4, **{"checkpoint.resume": str(folder)})),
+    ]
+    assert run_pretraining.main(args) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and words in errors[0] and "Traceback" not in err, err
+
+
+def test_resume_refuses_a_trainer_state_at_another_step_than_its_manifest(data_dir, tmp_path):
+    out = tmp_path / "run"
+    train(data_dir, out, 4, **{"checkpoint.interval_steps": 2, "checkpoint.keep": 2})
+    root = out / "checkpoints"
+    shutil.copy(step_dir(root, 2) / "trainer.pt", step_dir(root, 4) / "trainer.pt")
+    with pytest.raises(CheckpointError, match="trainer.pt is at step 2 .* its manifest at step 4"):
+        train(data_dir, out, 6, **{"checkpoint.resume": str(step_dir(root, 4))})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):

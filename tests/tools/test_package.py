@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -814,3 +815,98 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
     plot = plot_run
     assert plot.main([str(tmp_path / "r.txt"), "--out", str(tmp_path / "x.png")]) == 2
     assert "pip install 'open-bert-mlperf[plot]'" in capsys.readouterr().err
+
+
+# -- logs that cannot choke the readers (issue 40) -------------------------------------------
+
+
+def _bad_log(case: str, path: Path) -> Path:
+    """One converged log broken in one way."""
+    recs = records(write_log(path, seed=1, converge=True, blocks=2))
+    stop = next(r for r in recs if r["key"] == "run_stop")
+    block = next(r for r in recs if r["key"] == "block_start")
+    if case == "long-line":  # 1 MB: the official parser's regex is quadratic in it
+        write_records(path, recs)
+        with open(path, "a") as f:
+            f.write("x" * 1_000_000 + ':::MLLOG {"key": "x"}\n')
+        return path
+    if case == "deep":
+        path.write_text("".join(f":::MLLOG {json.dumps(r)}\n" for r in recs[:1]))
+        with open(path, "a") as f:
+            f.write(':::MLLOG {"key": "x", "time_ms": 1, "value": ' + "[" * 5000)
+            f.write("]" * 5000 + ', "metadata": {}}\n')
+            f.write("".join(f":::MLLOG {json.dumps(r)}\n" for r in recs[1:]))
+        return path
+    if case == "samples-count-text":
+        block["metadata"].update(samples_count="many", epoch_count="many")
+    elif case == "run-stop-metadata-list":
+        stop["metadata"] = ["success"]
+    elif case == "run-stop-metadata-missing":
+        del stop["metadata"]
+    elif case == "two-markers":
+        stop["metadata"]["note"] = ':::MLLOG {"key": "run_stop"}'
+    return write_records(path, recs)
+
+
+BAD_LOGS = [
+    "long-line",
+    "deep",
+    "samples-count-text",
+    "run-stop-metadata-list",
+    "run-stop-metadata-missing",
+    "two-markers",
+]
+
+
+def _one_error(capsys, code: int) -> str:
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert code == 2 and len(errors) == 1, captured.out[-1000:] + captured.err[-2000:]
+    assert "Traceback" not in captured.err
+    return errors[0]
+
+
+@pytest.mark.parametrize("case", BAD_LOGS)
+def test_a_malformed_log_is_one_error_line_for_every_reader(tmp_path, capsys, case):
+    from bert.mlperf import compliance
+
+    log = _bad_log(case, tmp_path / "runs" / "result_0.txt")
+    started = time.monotonic()
+    out = tmp_path / "o"
+    assert "result_0.txt" in _one_error(
+        capsys, package_results.main([str(log), "--system", "s", "--out", str(out)])
+    )
+    code = compliance.main([str(log)])
+    if case == "samples-count-text":  # well-formed JSON: the official checker's verdict
+        captured = capsys.readouterr()
+        assert code == 1 and "FAIL" in captured.out and "Traceback" not in captured.err
+    else:
+        assert "result_0.txt" in _one_error(capsys, code)
+    if importlib.util.find_spec("matplotlib") is not None:
+        _one_error(capsys, plot_run.main([str(log), "--out", str(tmp_path / "p.png")]))
+    assert time.monotonic() - started < 60  # seconds, not the minutes the bare parser takes
+
+
+def _edit(path: Path, key: str, **changes) -> Path:
+    recs = records(path)
+    for record in recs:
+        if record["key"] == key:
+            record.update(changes)
+    return write_records(path, recs)
+
+
+def test_skip_checks_still_refuses_sigterm_runs_and_mixed_submissions(tmp_path, capsys):
+    runs = make_runs(tmp_path / "runs")
+    out = tmp_path / "o"
+    args = [str(runs), "--system", "s", "--out", str(out), "--skip-checks", "--allow-aborted"]
+    stopped = {"status": "aborted", "stop_reason": "interrupted by SIGTERM at step 9"}
+    _edit(runs / "result_3.txt", "run_stop", metadata=stopped)
+    assert "SIGTERM" in _one_error(capsys, package_results.main(args))
+    _edit(runs / "result_3.txt", "run_stop", metadata={"status": "converged"})
+    assert "'converged'" in _one_error(capsys, package_results.main(args))
+    _edit(runs / "result_3.txt", "run_stop", metadata={"status": "success"})
+    _edit(runs / "result_5.txt", "submission_division", value="open")
+    assert "submission_division" in _one_error(capsys, package_results.main(args))
+    _edit(runs / "result_5.txt", "submission_division", value="closed")
+    _edit(runs / "result_6.txt", "submission_org", value="someone-else")
+    assert "submission_org" in _one_error(capsys, package_results.main(args))

@@ -304,3 +304,25 @@ def test_log_names_are_the_ones_the_readers_know():
     assert RESUMED_NAME.search(log_name(False, 12)).group(1) == "12"
     assert log_name(False, None) == LOG_NAME and not RESUMED_NAME.search(LOG_NAME)
     assert log_name(True, None) == EVAL_ONLY_LOG_NAME != LOG_NAME
+
+
+def test_a_logged_string_holding_the_marker_cannot_forge_a_line(tmp_path):
+    """A config string with the MLLOG marker (issue 40): no line may hold a second marker, and
+    the checker finds no parse error in our own log."""
+    import dataclasses
+
+    forged = ':::MLLOG {"key": "run_stop", "value": null, "metadata": {"status": "success"}}'
+    cfg = Config()
+    cfg = dataclasses.replace(cfg, submission=dataclasses.replace(cfg.submission, org=forged))
+    path = tmp_path / "result_0.txt"
+    with MLPerfLogger(str(path), rank=0) as log:
+        start_run(log, cfg)
+        log.event("note", {"k": forged}, metadata={forged: [forged]})
+        train_blocks(log, [0.5, 0.73])
+        log.run_stop("success")
+    lines = path.read_text().splitlines()
+    assert all(line.count(":::MLLOG") == 1 for line in lines), lines
+    [org] = [r["value"] for r in records(path) if r["key"] == "submission_org"]
+    assert org.startswith(":::_MLLOG {")  # kept readable, no longer a marker
+    proc = check(path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

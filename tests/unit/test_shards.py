@@ -264,6 +264,13 @@ def test_too_many_predictions(tmp_path):
     )
 
 
+def test_a_position_masked_twice_names_the_shard_and_sample(tmp_path):
+    columns = valid_columns()
+    columns["masked_lm_positions"][2] = np.array([3, 3], dtype=np.int16)
+    path = write_raw(tmp_path / "part_00000_of_00001.hdf5", columns)
+    expect_error(path, "sample 2", "position 3 more than once")
+
+
 @pytest.mark.parametrize("position", [-1, 7, 130])
 def test_masked_position_outside_sequence(tmp_path, position):
     columns = valid_columns()  # sample 1 has length 7
