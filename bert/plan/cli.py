@@ -1,4 +1,5 @@
-"""`open-bert-plan`: RCP-legal candidates for a cluster, with memory per GPU, step time and
+"""`open-bert-plan`: candidates for a cluster (hyperparameters from RCPs, published submissions or
+interpolation; the RCP convergence check each faces), with memory per GPU, step time and
 predicted time to train; `--json` for machines, `--write-config` for a runnable config.
 
     open-bert-plan --gpus 8 --gpu a100-80gb
@@ -127,7 +128,7 @@ def _gib(value: float) -> str:
 
 
 def row(c: Candidate) -> str:
-    flag = "*" if c.hyper.interpolated else " "
+    flag = {"interpolated": "*", "published submissions": "+"}.get(c.hyper.basis, " ")
     if not c.fits:
         return f"{c.global_batch_size:>6}{flag} {'-':>9}  does not fit ({c.hyper.source})"
     s = c.hyper.settings
@@ -164,7 +165,9 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
     best = candidates[0]
     lines += [
         "",
-        "* hyperparameters interpolated between two RCPs (no RCP of its own)",
+        "hyperparameters: unmarked from the batch's reference point (RCP); + from published "
+        "converged submissions at that batch; * interpolated between two RCPs (no run has tried "
+        "them)",
         "GiB: memory per GPU at the MLPerf length mix; worst: all sequences 512 tokens",
         "conv: the RCP's mean samples to 0.720; minutes: run_start..run_stop for the mean "
         "(fastest-slowest reference run)",
@@ -173,7 +176,7 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
         lines += [
             "",
             f"fastest: global batch {best.global_batch_size} "
-            f"({best.hyper.source}); RCP check against {best.hyper.reference.name} "
+            f"({best.hyper.source}); RCP convergence check against {best.hyper.reference.name} "
             f"({best.hyper.reference_rule}); memory per GPU:",
         ]
         lines += [f"  {name:<42} {_gib(v):>6} GiB" for name, v in best.memory.parts.items()]
@@ -197,6 +200,7 @@ def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions
             "hyperparameters": c.hyper.settings,
             "hyperparameter_source": c.hyper.source,
             "interpolated": c.hyper.interpolated,
+            "hyperparameter_basis": c.hyper.basis,
             "rcp_check": {
                 "against": c.hyper.reference.name,
                 "rule": c.hyper.reference_rule,

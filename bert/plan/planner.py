@@ -1,5 +1,5 @@
 """Candidates for a cluster: for each RCP global batch, the micro-batch that fits, the RCP
-hyperparameters, memory per GPU, step time and predicted time to train; fastest legal first."""
+hyperparameters, memory per GPU, step time and predicted time to train; fastest first."""
 
 from __future__ import annotations
 
@@ -97,13 +97,14 @@ def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:
                 f"micro-batch divides it evenly"
             )
         return [target]
-    return [r.global_batch_size for r in rcp.table() if r.global_batch_size % cluster.gpus == 0]
+    batches = sorted({r.global_batch_size for r in rcp.table()} | set(rcp.PUBLISHED_SETTINGS))
+    return [b for b in batches if b % cluster.gpus == 0]
 
 
 def plan(
     cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions, target: int | None = None
 ) -> tuple[list[Candidate], timing.Rates]:
-    """Every candidate, the fastest fitting legal one first (then the ones that do not fit)."""
+    """Every candidate, the fastest fitting one first (then the ones that do not fit)."""
     rates = default_rates(cluster, cfg, assumptions)
     found = []
     for gbs in candidate_batches(cluster, target):

@@ -47,12 +47,26 @@ def test_rcp_table_is_the_installed_checkers():
 
 
 def test_batch_between_rcps_is_interpolated_and_flagged():
-    p = rcp.plan_for(768)
-    assert p.interpolated and "bert_ref_448 and bert_ref_1536" in p.source
+    p = rcp.plan_for(1024)
+    assert p.interpolated and p.basis == "interpolated"
+    assert "bert_ref_448 and bert_ref_1536" in p.source
     assert 4.25e-4 < p.settings["optim.lr"] < 2e-3
-    steps_samples = p.settings["schedule.total_steps"] * 768
+    steps_samples = p.settings["schedule.total_steps"] * 1024
     assert 6700 * 448 < steps_samples < 2254 * 1536  # schedule samples interpolated
     assert rcp.plan_for(448).samples_mean < p.samples_mean < rcp.plan_for(1536).samples_mean
+
+
+def test_batch_768_takes_the_converged_published_hyperparameters():
+    """Issue 39 item 1: REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
+    steps, betas 0.60466/0.85437, weight decay 0.1; labelled, checked against the RCP line."""
+    p = rcp.plan_for(768)
+    assert p.basis == "published submissions" and not p.interpolated
+    s = p.settings
+    assert (s["optim.lr"], s["schedule.total_steps"]) == (9.6e-4, 3680)
+    assert (s["optim.beta1"], s["optim.beta2"], s["optim.weight_decay"]) == (0.60466, 0.85437, 0.1)
+    assert p.samples_mean == 2.5e6 and p.samples_low < 2.5e6 < p.samples_high
+    assert p.reference.name == "bert_interp_768"
+    assert rcp.plan_for(448).basis == "reference point"
 
 
 def test_batch_above_the_largest_rcp_is_refused():
