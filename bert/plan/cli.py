@@ -1,4 +1,5 @@
-"""`open-bert-plan`: RCP-legal candidates for a cluster, with memory per GPU, step time and
+"""`open-bert-plan`: candidates for a cluster (hyperparameters from RCPs, published submissions or
+interpolation; the RCP convergence check each faces), with memory per GPU, step time and
 predicted time to train; `--json` for machines, `--write-config` for a runnable config.
 
     open-bert-plan --gpus 8 --gpu a100-80gb
@@ -14,7 +15,7 @@ import argparse
 import json
 import sys
 
-from bert.plan import gpus
+from bert.plan import gpus, scale
 from bert.plan.planner import GIB, Assumptions, Candidate, Cluster, PlanError, plan
 
 
@@ -54,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of the peak the step reaches (default: what the kind's "
         "published MLPerf throughput implies)",
     )
+    p.add_argument(
+        "--calibrate",
+        metavar="GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH]",
+        help="one measured point (training samples/s per GPU, evals excluded, at that GPU "
+        "count; local batch default 96); default: the kind's published 8-GPU result, named",
+    )
+    p.add_argument("--sharp", action="store_true", help="in-network reduction (SHARP)")
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--sharded", action="store_true", help="optim.sharded=true (ZeRO-2 LAMB)")
     p.add_argument("--batch", type=int, help="plan only this global batch")
@@ -72,6 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
         "a folder (then named bert_large_<n>x<g>x<gpu>_lb<m>_ga<a>.yaml)",
     )
     return p
+
+
+def parse_calibrate(text: str | None) -> tuple | None:
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        values = (int(parts[0]), *(float(p) for p in parts[1:]))
+    except ValueError:
+        values = ()
+    if len(values) not in (2, 3) or values[0] < 1 or not all(v > 0 for v in values[1:]):
+        raise PlanError(
+            f"--calibrate {text!r}: want GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH], all > 0"
+        )
+    return values
 
 
 def kind_from(args) -> gpus.GPUKind:
@@ -97,6 +120,8 @@ def run(argv: list[str] | None = None) -> int:
         args.efficiency,
         args.init_minutes,
         max_micro_batch=args.max_micro_batch,
+        calibrate=parse_calibrate(args.calibrate),
+        sharp=args.sharp,
     )
     candidates, rates = plan(cluster, ModelConfig(), assumptions, args.batch)
     if args.json:
@@ -127,7 +152,7 @@ def _gib(value: float) -> str:
 
 
 def row(c: Candidate) -> str:
-    flag = "*" if c.hyper.interpolated else " "
+    flag = {"interpolated": "*", "published submissions": "+"}.get(c.hyper.basis, " ")
     if not c.fits:
         return f"{c.global_batch_size:>6}{flag} {'-':>9}  does not fit ({c.hyper.source})"
     s = c.hyper.settings
@@ -144,11 +169,21 @@ def row(c: Candidate) -> str:
 
 def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) -> str:
     kind = cluster.kind
+    scaled = hasattr(rates, "peak")
+    assumed = (
+        f"scale model: R {rates.peak:.0f} samples/s per GPU ({rates.source}); "
+        f"overhead {scale.OVERHEAD_SAMPLES:g} samples per step, "
+        f"{'SHARP' if a.sharp else 'ring'} between NVLink domains of "
+        f"{rates.topology.nvlink_domain}; init {a.init_minutes:g} min (not scored)"
+        if scaled
+        else None
+    )
     lines = [
         f"{cluster.gpus} x {kind.name} ({cluster.nodes} node(s) x {cluster.gpus_per_node}), "
         f"{kind.memory_gib:g} GiB, {kind.bf16_tflops:g} TFLOP/s bf16 dense, {a.precision}, "
         f"optimizer {'sharded' if a.sharded else 'replicated'}",
-        f"assumed: efficiency {rates.efficiency:.3f} of the peak"
+        assumed
+        or f"assumed: efficiency {rates.efficiency:.3f} of the peak"
         + (
             f" (implied by {kind.throughput_basis()[0]:g} samples/s per GPU, "
             f"{kind.throughput_basis()[1]})"
@@ -164,7 +199,9 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
     best = candidates[0]
     lines += [
         "",
-        "* hyperparameters interpolated between two RCPs (no RCP of its own)",
+        "hyperparameters: unmarked from the batch's reference point (RCP); + from published "
+        "converged submissions at that batch; * interpolated between two RCPs (no run has tried "
+        "them)",
         "GiB: memory per GPU at the MLPerf length mix; worst: all sequences 512 tokens",
         "conv: the RCP's mean samples to 0.720; minutes: run_start..run_stop for the mean "
         "(fastest-slowest reference run)",
@@ -173,7 +210,7 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
         lines += [
             "",
             f"fastest: global batch {best.global_batch_size} "
-            f"({best.hyper.source}); RCP check against {best.hyper.reference.name} "
+            f"({best.hyper.source}); RCP convergence check against {best.hyper.reference.name} "
             f"({best.hyper.reference_rule}); memory per GPU:",
         ]
         lines += [f"  {name:<42} {_gib(v):>6} GiB" for name, v in best.memory.parts.items()]
@@ -197,6 +234,7 @@ def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions
             "hyperparameters": c.hyper.settings,
             "hyperparameter_source": c.hyper.source,
             "interpolated": c.hyper.interpolated,
+            "hyperparameter_basis": c.hyper.basis,
             "rcp_check": {
                 "against": c.hyper.reference.name,
                 "rule": c.hyper.reference_rule,
@@ -246,6 +284,9 @@ def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions
             "precision": a.precision,
             "sharded": a.sharded,
             "efficiency": rates.efficiency,
+            "scale_model": {"peak_samples_per_s": rates.peak, "source": rates.source}
+            if hasattr(rates, "peak")
+            else None,
             "efficiency_source": cluster.kind.throughput_basis()[1]
             if a.efficiency is None
             else "given",

@@ -1,12 +1,12 @@
 """Candidates for a cluster: for each RCP global batch, the micro-batch that fits, the RCP
-hyperparameters, memory per GPU, step time and predicted time to train; fastest legal first."""
+hyperparameters, memory per GPU, step time and predicted time to train; fastest first."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from bert.model.config import ModelConfig
-from bert.plan import flops, memory, rcp, timing
+from bert.plan import flops, memory, rcp, scale, timing
 from bert.plan.gpus import GPUKind
 from bert.train.config import mlperf_eval_interval
 
@@ -48,6 +48,8 @@ class Assumptions:
     eval_batch: int = 128  # eval.batch_size
     eval_samples: int = 10_000
     max_micro_batch: int = 256
+    calibrate: tuple | None = None  # (gpus, samples/s per GPU[, local batch]); None: published
+    sharp: bool = False  # in-network reduction between NVLink domains
 
 
 @dataclass
@@ -72,9 +74,51 @@ class Candidate:
         return self.global_batch_size / self.step.step_s
 
 
-def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions) -> timing.Rates:
+@dataclass(frozen=True)
+class ScaleRates:
+    """The scale model's inputs (scale.py): the calibrated R and the cluster's topology."""
+
+    peak: float
+    topology: scale.Topology
+    source: str
+    efficiency: float = 0.0
+    link_gbs: float = 0.0
+
+
+def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRates | None:
+    kind = cluster.kind
+    domain = kind.nvlink_domain or cluster.gpus_per_node
+    if a.calibrate is not None:
+        gpus, rate, *rest = a.calibrate
+        local = rest[0] if rest else 96.0
+        point = scale.Point(gpus, rate, local, "given (--calibrate)")
+        per_node = domain
+    elif kind.calibration:
+        point, row = scale.published_point(kind.calibration)
+        per_node = kind.nvlink_domain or row["gpus_per_node"]
+    else:
+        return None
+    topo = scale.Topology(point.gpus, per_node, kind.nvlink_gbs, kind.network_gbs, a.sharp)
+    try:
+        peak = scale.calibrate(
+            point.samples_per_s, point.local_batch, memory.parameter_count(cfg), topo
+        )
+    except ValueError as err:
+        raise PlanError(f"--calibrate: {err}") from None
+    cluster_topo = scale.Topology(cluster.gpus, domain, kind.nvlink_gbs, kind.network_gbs, a.sharp)
+    source = (
+        f"calibrated at {point.gpus} GPUs, {point.samples_per_s:.1f} samples/s per GPU, "
+        f"local batch {point.local_batch:g}: {point.source}"
+    )
+    return ScaleRates(peak, cluster_topo, source, link_gbs=cluster.link_gbs)
+
+
+def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions):
     efficiency = assumptions.efficiency
     if efficiency is None:
+        found = scale_rates(cluster, cfg, assumptions)
+        if found is not None:
+            return found
         per_gpu, _ = cluster.kind.throughput_basis()
         if not per_gpu:
             raise PlanError(
@@ -97,13 +141,14 @@ def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:
                 f"micro-batch divides it evenly"
             )
         return [target]
-    return [r.global_batch_size for r in rcp.table() if r.global_batch_size % cluster.gpus == 0]
+    batches = sorted({r.global_batch_size for r in rcp.table()} | set(rcp.PUBLISHED_SETTINGS))
+    return [b for b in batches if b % cluster.gpus == 0]
 
 
 def plan(
     cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions, target: int | None = None
 ) -> tuple[list[Candidate], timing.Rates]:
-    """Every candidate, the fastest fitting legal one first (then the ones that do not fit)."""
+    """Every candidate, the fastest fitting one first (then the ones that do not fit)."""
     rates = default_rates(cluster, cfg, assumptions)
     found = []
     for gbs in candidate_batches(cluster, target):
@@ -148,9 +193,30 @@ def _candidate(
     accumulation = local // micro
     per_sample = flops.training_flops(cfg, flops.LengthMix.mlperf())
     params = memory.parameter_count(cfg)
+    interval = mlperf_eval_interval(hyper.global_batch_size)
+    if isinstance(rates, ScaleRates):
+        one = scale.step(local, params, rates.topology, rates.peak)
+        step = timing.StepTime(one.compute_s, one.communication_s, one.exposed_s)
+        throughput = hyper.global_batch_size / step.step_s
+        one_eval = scale.eval_seconds(a.eval_samples, cluster.gpus, rates.peak)
+
+        def train(samples: float) -> timing.TimeToTrain:
+            evals = max(1, -(-int(samples) // interval))
+            return timing.TimeToTrain(samples / throughput, evals, evals * one_eval)
+
+        return Candidate(
+            hyper.global_batch_size,
+            micro,
+            accumulation,
+            hyper,
+            mem,
+            step,
+            train(hyper.samples_mean),
+            train(hyper.samples_low),
+            train(hyper.samples_high),
+        )
     step = timing.step_time(local, accumulation, per_sample, params, cluster.gpus, a.sharded, rates)
     throughput = hyper.global_batch_size / step.step_s
-    interval = mlperf_eval_interval(hyper.global_batch_size)
 
     def train(samples: float) -> timing.TimeToTrain:
         return timing.time_to_train(

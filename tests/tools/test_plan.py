@@ -47,12 +47,26 @@ def test_rcp_table_is_the_installed_checkers():
 
 
 def test_batch_between_rcps_is_interpolated_and_flagged():
-    p = rcp.plan_for(768)
-    assert p.interpolated and "bert_ref_448 and bert_ref_1536" in p.source
+    p = rcp.plan_for(1024)
+    assert p.interpolated and p.basis == "interpolated"
+    assert "bert_ref_448 and bert_ref_1536" in p.source
     assert 4.25e-4 < p.settings["optim.lr"] < 2e-3
-    steps_samples = p.settings["schedule.total_steps"] * 768
+    steps_samples = p.settings["schedule.total_steps"] * 1024
     assert 6700 * 448 < steps_samples < 2254 * 1536  # schedule samples interpolated
     assert rcp.plan_for(448).samples_mean < p.samples_mean < rcp.plan_for(1536).samples_mean
+
+
+def test_batch_768_takes_the_converged_published_hyperparameters():
+    """Issue 39 item 1: REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
+    steps, betas 0.60466/0.85437, weight decay 0.1; labelled, checked against the RCP line."""
+    p = rcp.plan_for(768)
+    assert p.basis == "published submissions" and not p.interpolated
+    s = p.settings
+    assert (s["optim.lr"], s["schedule.total_steps"]) == (9.6e-4, 3680)
+    assert (s["optim.beta1"], s["optim.beta2"], s["optim.weight_decay"]) == (0.60466, 0.85437, 0.1)
+    assert p.samples_mean == 2.5e6 and p.samples_low < 2.5e6 < p.samples_high
+    assert p.reference.name == "bert_interp_768"
+    assert rcp.plan_for(448).basis == "reference point"
 
 
 def test_batch_above_the_largest_rcp_is_refused():
@@ -119,9 +133,10 @@ def test_plan_for_8_a100s(capsys):
     assert main(["--gpus", "8", "--gpu", "a100-80gb"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.strip()[:3].isdigit()]
-    assert [r[0] for r in rows][:1] == ["448"]  # fastest first
-    assert {"256", "448", "1536", "16384"} <= {r[0].rstrip("*") for r in rows}
-    assert "activations, MLPerf mix (counted)" in out and "assumed: efficiency" in out
+    minutes = [float(r[-2]) for r in rows if r[1] != "-"]
+    assert minutes == sorted(minutes)  # fastest first
+    assert {"256", "448", "1536", "16384"} <= {r[0].rstrip("*+") for r in rows}
+    assert "activations, MLPerf mix (counted)" in out and "scale model: R" in out
 
 
 @pytest.mark.parametrize(
@@ -295,3 +310,31 @@ def test_own_gpu_records_set_the_default_efficiency():
     assert h100.throughput_basis() == (h100.own_samples_per_s, h100.own_source)
     # kinds without a record of ours fall back to the published throughput
     assert gpus.lookup("a100-80gb").throughput_basis()[0] == 305.0
+
+
+# -- scale model and held-out validation (issue 39) -------------------------------------------
+
+
+def test_new_gpu_kinds_plan():
+    for kind in ("gb200", "h100-pcie", "gaudi2"):
+        assert main(["--gpus", "16", "--gpu", kind, "--batch", "768"]) == 0
+
+
+def test_calibrate_flag(capsys):
+    assert main(["--gpus", "64", "--gpu", "h100", "--batch", "4608", "--calibrate", "8:1000"]) == 0
+    assert "given (--calibrate)" in capsys.readouterr().out
+    assert main(["--gpus", "8", "--gpu", "h100", "--calibrate", "8:x"]) == 2
+    assert capsys.readouterr().err.startswith("error: --calibrate")
+
+
+def test_held_out_validation_recomputed():
+    """Issue 39 item 5: >= 20 held-out results, within 15% on >= 80%, and on half of those on
+    512+ GPUs; training subset and calibration points never scored."""
+    from bert.plan import validate
+
+    rows = validate.table()
+    names = {r["source"].split(":", 1)[1] for r in rows}
+    assert not names & (set(validate.TRAINING) | validate.calibration_folders())
+    s = validate.summary(rows)
+    assert s["all"][1] >= 20 and s["all"][0] >= 0.8 * s["all"][1]
+    assert s["512_plus"][1] >= 4 and s["512_plus"][0] >= s["512_plus"][1] / 2
