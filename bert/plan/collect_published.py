@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bert.mlperf.constants import MLLOG_MARKER
+
 OUT = Path(__file__).with_name("published_results.json")
 ROUNDS = ("3.0", "3.1", "4.0", "4.1", "5.0")
 HP_KEYS = (
@@ -60,7 +62,7 @@ def _git(repo: str, *args: str) -> str:
 def _run(text: str) -> dict | None:
     first, last, evals, start = {}, {}, [], None
     for line in text.splitlines():
-        i = line.find(":::MLLOG")
+        i = line.find(MLLOG_MARKER)
         if i < 0:
             continue
         try:

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from bert.core.errors import ConfigError
+from bert.mlperf.constants import MLLOG_MARKER
 
 WRITER = "open-bert-train"  # run.json's "written_by"
 RECORD_FIELDS = {"format", "config", "versions", "code"}  # a run.json written before WRITER
@@ -53,7 +54,7 @@ def is_ours(path: Path) -> bool:
             return True
         first = _json_object(_first_line(path))
         return first is not None and {"kind", "time"} <= first.keys()
-    return _first_line(path).startswith(":::MLLOG {")
+    return _first_line(path).startswith(f"{MLLOG_MARKER} {{")
 
 
 def check_own_files(paths: list[Path], force: bool) -> None:

@@ -122,10 +122,8 @@ class Trainer:
             if cfg.run.init_checkpoint and not self.ckpt.resume_from
             else None
         )
-        resumed_step = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
-        self.log_file = LogFile(
-            mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed_step)
-        )
+        resumed = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
+        self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed))
         # one run per folder and --record-samples folder, till train ends; files it did not
         # write under the names it publishes are refused unless force (bert/train/own_files.py)
         published = published_files(self.out_dir, self.log_file.final)
@@ -216,18 +214,16 @@ class Trainer:
         return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
 
     def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
-        self.ckpt.save(
-            step, samples, accuracy, self.raw_model, self.optim, self.pipeline, self.seed
-        )
+        state = (self.raw_model, self.optim, self.pipeline, self.seed)
+        self.ckpt.save(step, samples, accuracy, *state)
 
     def _interrupt(
         self, signum: int, step: int, samples: int, accuracy: float, block_samples: int
     ) -> None:
         """Stop at this step boundary for a signal: the open block closed with what it
         trained, and a checkpoint if they are on (run_stop comes with the log's end)."""
-        self.mllog.block_stop(
-            samples, first_epoch_num=samples - block_samples, epoch_count=block_samples
-        )
+        first = samples - block_samples
+        self.mllog.block_stop(samples, first_epoch_num=first, epoch_count=block_samples)
         self.mllog.train_samples(samples)
         saved = ""
         if self.ckpt.final_due(step):
@@ -480,9 +476,9 @@ class Trainer:
         self.mllog.eval_accuracy(accuracy, samples)
         self.obs.eval_point(step, samples, accuracy, time.perf_counter() - started)
         self.progress.restart_interval(samples)  # eval time is not training time
+        target = self.cfg.eval.target_mlm_accuracy
         self.progress.line(
-            f"eval at {samples} samples: MLM accuracy {accuracy:.4f} "
-            f"(target {self.cfg.eval.target_mlm_accuracy})"
+            f"eval at {samples} samples: MLM accuracy {accuracy:.4f} (target {target})"
         )
         return accuracy
 

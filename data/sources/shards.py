@@ -245,6 +245,22 @@ def _check_masked_positions(
             f"{path}: sample {i}: masked_lm_positions value {flat[j]} is outside "
             f"its sequence of length {len_of_value[j]}"
         )
+    _check_unique_positions(path, flat, mask_counts)
+
+
+def _check_unique_positions(path: Path, flat: np.ndarray, mask_counts: np.ndarray) -> None:
+    """A position masked twice would be scored twice (and its label gathered twice), which the
+    loss and accuracy do not expect: refuse the shard rather than fail deep in a step."""
+    sample_of = np.repeat(np.arange(len(mask_counts), dtype=np.int64), mask_counts)
+    order = np.lexsort((flat, sample_of))  # by sample, then position: repeats end up adjacent
+    key_sample, key_pos = sample_of[order], flat[order]
+    repeat = (key_sample[1:] == key_sample[:-1]) & (key_pos[1:] == key_pos[:-1])
+    j = _first_bad(repeat)
+    if j is not None:
+        raise DataError(
+            f"{path}: sample {key_sample[j]}: masked_lm_positions holds position "
+            f"{key_pos[j]} more than once"
+        )
 
 
 def _check_values(
