@@ -387,7 +387,7 @@ REFUSED = {
         lambda t, d: [str(t["whole"]), str(t["whole"]), "--allow-aborted"],
         ["given twice"],
     ),
-    "a file that is no log": (lambda t, d: [str(ROOT / "README.md")], ["no :::MLLOG lines"]),
+    "a file that is no log": (lambda t, d: [str(ROOT / "pyproject.toml")], ["no :::MLLOG lines"]),
 }
 
 

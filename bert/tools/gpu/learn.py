@@ -22,3 +22,17 @@ LEARN = {
     "optim.lr": 1e-2,
     "schedule.warmup_steps": 20,
 }
+# The GPU runs' model and batch (train_compare, smoke_train, learning_proof): the fused kernels'
+# width, two layers, flash_varlen, sequences of 128 with 20 predictions, batch 128, LEARN.
+CUDA_SHAPE = {
+    "model.hidden_size": 1024,
+    "model.num_hidden_layers": 2,
+    "model.num_attention_heads": 16,
+    "model.intermediate_size": 4096,
+    **LEARN,
+    "model.max_position_embeddings": 512,
+    "model.attention": "flash_varlen",
+    "data.max_seq_length": 128,
+    "data.max_predictions_per_seq": 20,
+    "run.global_batch_size": 128,
+}

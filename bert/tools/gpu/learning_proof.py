@@ -38,7 +38,7 @@ from bert.mlperf.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.smoke_train import mlperf_events, run
-from bert.tools.gpu.learn import LEARN
+from bert.tools.gpu.learn import CUDA_SHAPE
 from bert.tools.gpu.train_compare import fused_switches, run_stop
 
 TARGET = 0.720  # MLPerf BERT's eval MLM accuracy target (shared/REFERENCE.md section 1)
@@ -54,16 +54,7 @@ SHAPES = {
     # configs/tiny_cpu.yaml as shipped (the default run): nothing overridden but the folders
     "cpu": {},
     "cuda": {
-        "model.hidden_size": 1024,
-        "model.num_hidden_layers": 2,
-        "model.num_attention_heads": 16,
-        "model.intermediate_size": 4096,
-        **LEARN,
-        "model.max_position_embeddings": 512,
-        "model.attention": "flash_varlen",
-        "data.max_seq_length": 128,
-        "data.max_predictions_per_seq": 20,
-        "run.global_batch_size": 128,
+        **CUDA_SHAPE,
         "eval.batch_size": 256,
         "data.synthetic.num_shards": 2,
         "data.synthetic.samples_per_shard": 8192,

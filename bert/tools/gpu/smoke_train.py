@@ -58,7 +58,7 @@ from bert.mlperf.reader import mllog_records
 from bert.obs.observer import file_suffix
 from bert.obs.sinks import read_records
 from bert.tools.common import git_commit, set_args, write_json
-from bert.tools.gpu.learn import LEARN
+from bert.tools.gpu.learn import CUDA_SHAPE, LEARN
 from bert.train.resume import checkpoint_root, step_dir
 from bert.train.cli import main as train_main  # run_pretraining.py's and open-bert-train's
 from data.synthetic_language import FIRST_WORD_ID
@@ -113,16 +113,7 @@ RESUME_TOLERANCE = {"cpu": 0.0, "cuda": 0.02}
 BUDGET_STOP = 0
 SHAPES = {
     "cuda": {
-        "model.hidden_size": 1024,
-        "model.num_hidden_layers": 2,
-        "model.num_attention_heads": 16,
-        "model.intermediate_size": 4096,
-        **LEARN,
-        "model.max_position_embeddings": 512,
-        "model.attention": "flash_varlen",
-        "data.max_seq_length": 128,
-        "data.max_predictions_per_seq": 20,
-        "run.global_batch_size": 128,
+        **CUDA_SHAPE,
         "eval.batch_size": 128,
         "data.synthetic.samples_per_shard": 4096,  # 8192: 50 steps of 128 see each at most once
         # the schedule's decay spans tiny_cpu.yaml's 800 steps: after the warmup the lr stays

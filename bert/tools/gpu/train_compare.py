@@ -68,7 +68,7 @@ from bert.tools.gpu.loss_curves import (
     tail_means,
 )
 from bert.tools.gpu.compare_report import plot, verdict_line
-from bert.tools.gpu.learn import LEARN
+from bert.tools.gpu.learn import CUDA_SHAPE, LEARN
 from bert.tools.gpu.smoke_train import run
 
 ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
@@ -88,16 +88,7 @@ SPREAD_MULTIPLE = 2.0
 LEARNED_FLOOR = 0.3
 SHAPES = {  # the fused kernels' shape limits need width 1024 (bert/model/config.py)
     "cuda": {
-        "model.hidden_size": 1024,
-        "model.num_hidden_layers": 2,
-        "model.num_attention_heads": 16,
-        "model.intermediate_size": 4096,
-        **LEARN,
-        "model.max_position_embeddings": 512,
-        "model.attention": "flash_varlen",
-        "data.max_seq_length": 128,
-        "data.max_predictions_per_seq": 20,
-        "run.global_batch_size": 128,
+        **CUDA_SHAPE,
         "run.precision": "bf16",
         "eval.batch_size": 128,
         # 2.3 epochs in 300 steps, not 9 of the CPU's 4096 samples
