@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bert.core.inputs import check_float
 from bert.model.config import ModelConfig
 from bert.plan import flops, memory, rcp, timing
 from bert.plan.gpus import GPUKind
@@ -48,6 +49,12 @@ class Assumptions:
     eval_batch: int = 128  # eval.batch_size
     eval_samples: int = 10_000
     max_micro_batch: int = 256
+
+    def __post_init__(self) -> None:
+        # the planner's own check, for callers other than the CLI (whose parser checks too)
+        check_float(self.init_minutes, "--init-minutes", PlanError, low=0.0, inclusive=True)
+        if self.efficiency is not None:
+            check_float(self.efficiency, "--efficiency", PlanError, low=0.0)
 
 
 @dataclass
