@@ -86,15 +86,16 @@ def parse_float(
     low: float | None = None,
     inclusive: bool = False,
     finite: bool = True,
+    high: float | None = None,
 ) -> float:
-    """The number `text` writes: finite unless `finite=False`, and above `low` (at or above it
-    when `inclusive`) when given."""
+    """The number `text` writes: finite unless `finite=False`, above `low` (at or above it
+    when `inclusive`) and at most `high` when given."""
     text = _bounded(text, what, "a number", error)
     try:
         value = float(text)
     except ValueError:
         raise error(f"{what}={shown_text(text)}: expected a number") from None
-    return check_float(value, what, error, low=low, inclusive=inclusive, finite=finite)
+    return check_float(value, what, error, low=low, inclusive=inclusive, finite=finite, high=high)
 
 
 def check_float(
@@ -105,13 +106,17 @@ def check_float(
     low: float | None = None,
     inclusive: bool = False,
     finite: bool = True,
+    high: float | None = None,
 ) -> float:
-    """`value` itself, or `error` when it is NaN, infinite (unless `finite=False`) or not above
-    `low`: a planner or a timeout given inf or NaN would print or wait on nonsense."""
+    """`value` itself, or `error` when it is NaN, infinite (unless `finite=False`), not above
+    `low` or above `high`: a planner or a timeout given inf or NaN would print or wait on
+    nonsense, and a sleep or socket timeout beyond C's range raises OverflowError."""
     if math.isnan(value) or finite and math.isinf(value):
         raise error(f"{what}={value}: must be a finite number")
     if low is not None and (value < low or value == low and not inclusive):
         raise error(f"{what}={value}: must be {'>=' if inclusive else '>'} {low:g}")
+    if high is not None and value > high:
+        raise error(f"{what}={value}: must be <= {high:g}")
     return value
 
 
@@ -123,8 +128,8 @@ class _ArgError(BadInputError):
 
 
 # argparse's own line names the option ("argument --gpus: value='x': expected an integer")
-def int_arg(low: int | None = None) -> Callable[[str], int]:
-    """An argparse `type=` for a bounded integer (at least `low` when given)."""
+def int_arg(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse `type=` for a bounded integer (in [`low`, `high`] where given)."""
 
     def convert(text: str) -> int:
         try:
@@ -133,18 +138,23 @@ def int_arg(low: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(err)) from None
         if low is not None and value < low:
             raise argparse.ArgumentTypeError(f"value={value}: must be >= {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"value={value}: must be <= {high}")
         return value
 
     convert.__name__ = "integer"
     return convert
 
 
-def float_arg(low: float | None = None, inclusive: bool = False) -> Callable[[str], float]:
-    """An argparse `type=` for a finite float (above `low`, or at it when `inclusive`)."""
+def float_arg(
+    low: float | None = None, inclusive: bool = False, high: float | None = None
+) -> Callable[[str], float]:
+    """An argparse `type=` for a finite float (above `low`, or at it when `inclusive`; at most
+    `high`)."""
 
     def convert(text: str) -> float:
         try:
-            return parse_float(text, "value", _ArgError, low=low, inclusive=inclusive)
+            return parse_float(text, "value", _ArgError, low=low, inclusive=inclusive, high=high)
         except _ArgError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -165,9 +175,11 @@ class Parser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
+        """One `PROG: error:` line and status 2: the usage argparse prints first would be a
+        second line, which the bad-input promise rules out (--help shows it)."""
         if len(message) > 400:
             message = message[:300] + " [...] " + message[-80:]
-        super().error(message)
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 # -- input files --------------------------------------------------------------------------------
