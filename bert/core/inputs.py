@@ -187,7 +187,6 @@ class Parser(argparse.ArgumentParser):
 
 def _kind(mode: int) -> str:
     for test, name in (
-        (stat.S_ISDIR, "a folder"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISCHR, "a device"),
         (stat.S_ISBLK, "a device"),
@@ -215,19 +214,35 @@ def read_regular(
         raise error(f"{what} {name!r}: is a folder, not a file") from None
     except OSError as err:
         raise error(f"{what} {name!r}: {err.strerror or type(err).__name__}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = _kind(info.st_mode)
-            if kind == "a folder":
-                raise error(f"{what} {name!r}: is a folder, not a file")
-            raise error(f"{what} {name!r}: is {kind}, not a regular file")
-        if info.st_size > max_bytes:
-            raise error(f"{what} {name!r}: {info.st_size:,} bytes, more than {max_bytes:,}")
-        try:
-            data = f.read(max_bytes + 1)
-        except OSError as err:
-            raise error(f"{what} {name!r}: {err.strerror or type(err).__name__}") from None
+    try:
+        _check_regular(os.fstat(fd).st_mode, os.fstat(fd).st_size, what, name, error, max_bytes)
+        data = _read_at_most(fd, max_bytes + 1)
+    except OSError as err:
+        raise error(f"{what} {name!r}: {err.strerror or type(err).__name__}") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise error(f"{what} {name!r}: more than {max_bytes:,} bytes")
     return data
+
+
+def _check_regular(
+    mode: int, size: int, what: str, name: str, error: type[BadInputError], max_bytes: int
+) -> None:
+    if stat.S_ISDIR(mode):
+        raise error(f"{what} {name!r}: is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        raise error(f"{what} {name!r}: is {_kind(mode)}, not a regular file")
+    if size > max_bytes:
+        raise error(f"{what} {name!r}: {size:,} bytes, more than {max_bytes:,}")
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    parts, total = [], 0
+    while total < limit:
+        part = os.read(fd, min(limit - total, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        total += len(part)
+    return b"".join(parts)
