@@ -127,6 +127,14 @@ class _ArgError(BadInputError):
     pass
 
 
+def _argparse_error(err: _ArgError) -> Exception:
+    """Text that is no number at all: a ValueError, so argparse words it as for type=int
+    ("invalid int value: 'eight'"); a number out of bounds: our words."""
+    if str(err).endswith(("expected an integer", "expected a number")):
+        return ValueError(str(err))
+    return argparse.ArgumentTypeError(str(err))
+
+
 # argparse's own line names the option ("argument --gpus: value='x': expected an integer")
 def int_arg(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     """An argparse `type=` for a bounded integer (in [`low`, `high`] where given)."""
@@ -135,14 +143,14 @@ def int_arg(low: int | None = None, high: int | None = None) -> Callable[[str], 
         try:
             value = parse_int(text, "value", _ArgError)
         except _ArgError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
+            raise _argparse_error(err) from None
         if low is not None and value < low:
             raise argparse.ArgumentTypeError(f"value={value}: must be >= {low}")
         if high is not None and value > high:
             raise argparse.ArgumentTypeError(f"value={value}: must be <= {high}")
         return value
 
-    convert.__name__ = "integer"
+    convert.__name__ = "int"
     return convert
 
 
@@ -156,9 +164,9 @@ def float_arg(
         try:
             return parse_float(text, "value", _ArgError, low=low, inclusive=inclusive, high=high)
         except _ArgError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
+            raise _argparse_error(err) from None
 
-    convert.__name__ = "number"
+    convert.__name__ = "float"
     return convert
 
 

@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gpus", type=int_arg(1), required=True, help="GPUs in the cluster")
-    p.add_argument("--gpus-per-node", type=int_arg(1), default=None, help="default: min(8, --gpus)")
+    p.add_argument("--gpus", type=int_arg(), required=True, help="GPUs in the cluster")
+    p.add_argument("--gpus-per-node", type=int_arg(), default=None, help="default: min(8, --gpus)")
     p.add_argument(
         "--gpu",
         required=True,
@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--sharded", action="store_true", help="optim.sharded=true (ZeRO-2 LAMB)")
-    p.add_argument("--batch", type=int_arg(1), help="plan only this global batch")
-    p.add_argument("--max-micro-batch", type=int_arg(1), default=256)
+    p.add_argument("--batch", type=int_arg(), help="plan only this global batch")
+    p.add_argument("--max-micro-batch", type=int_arg(), default=256)
     p.add_argument(
         "--init-minutes",
         type=float_arg(0.0, inclusive=True),
