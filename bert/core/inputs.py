@@ -2,7 +2,7 @@
 
     count = parse_int("1e3", "run.max_steps")                    # 1000
     rate = parse_float(text, "--tflops", low=0.0)                # finite, > 0
-    p.add_argument("--timeout", type=float_arg(low=0.0))   # argparse names the option
+    p.add_argument("--timeout", type=float_arg(low=0.0))         # argparse names the option
     parser = Parser(prog="open-bert-plan")                       # no NUL in any argument
     data = read_regular(path, "config file", ConfigError)        # bytes, bounded, never blocks
 
