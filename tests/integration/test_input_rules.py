@@ -191,6 +191,19 @@ def _tool_rows() -> list[Row]:
             ["NUL"],
             target="scripts/convert_checkpoint.py",
         ),
+        *[
+            Row(
+                f"convert_bert_config_is_{name}",
+                ["nvidia", "{inputs}/empty.pt", "--bert-config", path, "--out", "{rows}/c.pt"],
+                [path.split("/")[-1], kind],
+                target="scripts/convert_checkpoint.py",
+                must_not_exist="{rows}/c.pt",
+            )
+            for name, path, kind in (
+                ("dev_zero", "/dev/zero", "a device"),
+                ("a_fifo", "{inputs}/fifo.yaml", "a FIFO"),
+            )
+        ],
         Row(
             "simulate_ranks_5000_digits",
             ["--ranks", HUGE],
@@ -213,6 +226,9 @@ def _make_inputs(inputs: Path) -> None:
     (inputs / "base60.yaml").write_text("run:\n  max_steps: 1:30\n")
     (inputs / "large.yaml").write_text("# padding\n" * (2 * 2**20))  # 20 MiB of comments
     os.mkfifo(inputs / "fifo.yaml")
+    import torch  # the rows import it anyway; a checkpoint whose conversion reads the config
+
+    torch.save({"model": {}}, inputs / "empty.pt")
     (inputs / "ckpt_fifo").mkdir()
     os.mkfifo(inputs / "ckpt_fifo" / "manifest.json")
 
