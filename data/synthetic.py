@@ -30,8 +30,9 @@ from typing import NamedTuple
 import numpy as np
 
 from bert.core.inputs import Parser, int_arg
-from bert.core.errors import ConfigError
+from bert.core.errors import BadInputError, ConfigError
 from bert.core.files import temp_name, write_text_atomic
+from bert.core.readers import read_json
 from data.sources.shards import SHARD_GLOB, DataError, write_samples
 from data.synthetic_language import (
     EVAL_STREAM,
@@ -183,8 +184,9 @@ EVAL_NAME = "eval.hdf5"
 def read_mark(folder: Path) -> dict | None:
     """The settings a folder of ours was written with; None if it holds no readable mark."""
     try:
-        mark = json.loads((folder / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
+        # a regular file under the input cap: a FIFO or device by that name would block the run
+        mark = read_json(folder / MANIFEST, "synthetic data mark", DataError, expect=object)
+    except BadInputError:
         return None
     if not isinstance(mark, dict):
         return None

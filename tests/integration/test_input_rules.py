@@ -185,6 +185,12 @@ def _tool_rows() -> list[Row]:
             target="data.synthetic",
             must_not_exist="{rows}/syn",
         ),
+        Row(  # the folder's mark of an earlier generation, read before anything is written
+            "synthetic_mark_is_a_fifo",
+            ["--out", "{inputs}/syn_fifo", "--num-shards", "1", "--samples-per-shard", "4"],
+            ["syn_fifo", "did not write"],
+            target="data.synthetic",
+        ),
         Row(
             "convert_nul_in_out",
             ["nvidia", "{inputs}/text.txt", "--out", f"{{rows}}/c{NUL}x"],
@@ -231,6 +237,8 @@ def _make_inputs(inputs: Path) -> None:
     torch.save({"model": {}}, inputs / "empty.pt")
     (inputs / "ckpt_fifo").mkdir()
     os.mkfifo(inputs / "ckpt_fifo" / "manifest.json")
+    (inputs / "syn_fifo").mkdir()
+    os.mkfifo(inputs / "syn_fifo" / "synthetic.json")
 
 
 def command(row: Row, paths: dict[str, str]) -> dict:
