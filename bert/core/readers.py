@@ -8,14 +8,15 @@
 Each reader turns every way the file can fail (missing, unreadable, a folder, not UTF-8, not
 YAML/JSON/a pickle, truncated, the wrong shape at the top) into the one bad-input error the
 caller names (`error`, a bert.core.errors class), with the file and what was expected, in one
-line. Every file is read by bert/core/inputs.read_regular: a regular file of at most
-MAX_INPUT_BYTES, never a device or a FIFO. A YAML file's aliases may not expand beyond
+line. Every YAML and JSON file is read by bert/core/inputs.read_regular: a regular file of at
+most MAX_INPUT_BYTES, never a device or a FIFO. A YAML file's aliases may not expand beyond
 MAX_YAML_VALUES values (a few KB of nested aliases can stand for billions: the "billion
-laughs"), and a cycle of aliases is refused. YAML is read as YAML 1.2 reads it where 1.1 (what
-PyYAML implements) would silently differ, by refusing the difference with the key and line:
-a key given twice in one mapping (1.1 parsers keep the last), an integer with a leading zero
-(1.1 octal: 010 is 8) and a sexagesimal number (1.1 base 60: 1:30 is 90). An integer longer
-than bert/core/inputs.MAX_INT_DIGITS is refused before it is converted.
+laughs"), and a cycle of aliases is refused. Keys and numbers mean what YAML 1.2 says or are
+refused, with the key and line, where YAML 1.1 (what PyYAML implements) would silently differ:
+a key given twice in one mapping (PyYAML keeps the last; 1.2 forbids it), an integer with a
+leading zero (1.1 octal: 010 is 8; 1.2: 10) and a sexagesimal number (1.1 base 60: 1:30 is 90;
+1.2: a string). An integer longer than bert/core/inputs.MAX_INT_DIGITS is refused before it is
+converted. (1.1's yes/no/on/off booleans are left to the typed fields that read them.)
 """
 
 from __future__ import annotations
