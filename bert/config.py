@@ -26,7 +26,6 @@ the same files inside an installed wheel.
 from __future__ import annotations
 
 import dataclasses
-import decimal
 import os
 import types
 import typing
@@ -50,6 +49,7 @@ from bert.train.config import (
 )
 from bert.train.graphs.config import graphs_config_error
 from bert.core.errors import ConfigError, check
+from bert.core.inputs import parse_float, parse_int
 from bert.core.readers import read_yaml
 from bert.core.settings import F, expected, section, shown
 from bert.obs.config import ProfileConfig
@@ -188,20 +188,15 @@ MOVED_KEYS = {
 
 def _number(value: Any, typ: type, key: str) -> Any:
     """An int or float field's value from YAML or `--set` text: integers exactly (no detour
-    through a float that would round a large seed), never from a bool, a mapping or a list."""
+    through a float that would round a large seed), never from a bool, a mapping or a list.
+    Text goes through the one number rule (bert/core/inputs.py): bounded before conversion."""
     if isinstance(value, bool) or isinstance(value, (dict, list)):
         raise ConfigError(f"{key}={shown(value)}: expected {expected(typ)}")
     if not isinstance(value, str):
         return value
-    try:
-        if typ is float:
-            return float(value)
-        number = decimal.Decimal(value.strip())
-        if not number.is_finite() or number != number.to_integral_value():
-            raise ValueError
-        return int(number)
-    except (ValueError, decimal.InvalidOperation):
-        raise ConfigError(f"{key}={shown(value)}: expected {expected(typ)}") from None
+    if typ is float:
+        return parse_float(value, key)
+    return parse_int(value, key)
 
 
 def _list(value: Any, item: type, key: str) -> list:

@@ -29,8 +29,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bert.core.errors import ConfigError
+from bert.core.inputs import Parser, int_arg
+from bert.core.errors import BadInputError, ConfigError
 from bert.core.files import temp_name, write_text_atomic
+from bert.core.readers import read_json
 from data.sources.shards import SHARD_GLOB, DataError, write_samples
 from data.synthetic_language import (
     EVAL_STREAM,
@@ -112,7 +114,7 @@ def _refuse_foreign_shards(out: Path, train_files: list[Path]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m data.synthetic",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -123,13 +125,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="output folder: new, empty, or one this command wrote with the "
         "same settings (anything else is refused)",
     )
-    parser.add_argument("--num-shards", type=int, default=4)
-    parser.add_argument("--samples-per-shard", type=int, default=4096)
-    parser.add_argument("--eval-samples", type=int, default=2000)
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--max-predictions", type=int, default=20)
-    parser.add_argument("--vocab-size", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--num-shards", type=int_arg(), default=4)
+    parser.add_argument("--samples-per-shard", type=int_arg(), default=4096)
+    parser.add_argument("--eval-samples", type=int_arg(), default=2000)
+    parser.add_argument("--max-seq-length", type=int_arg(), default=128)
+    parser.add_argument("--max-predictions", type=int_arg(), default=20)
+    parser.add_argument("--vocab-size", type=int_arg(), default=1024)
+    parser.add_argument("--seed", type=int_arg(), default=12345)
     return parser.parse_args(argv)
 
 
@@ -182,8 +184,9 @@ EVAL_NAME = "eval.hdf5"
 def read_mark(folder: Path) -> dict | None:
     """The settings a folder of ours was written with; None if it holds no readable mark."""
     try:
-        mark = json.loads((folder / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError):
+        # a regular file under the input cap: a FIFO or device by that name would block the run
+        mark = read_json(folder / MANIFEST, "synthetic data mark", DataError, expect=object)
+    except BadInputError:
         return None
     if not isinstance(mark, dict):
         return None

@@ -8,8 +8,15 @@
 Each reader turns every way the file can fail (missing, unreadable, a folder, not UTF-8, not
 YAML/JSON/a pickle, truncated, the wrong shape at the top) into the one bad-input error the
 caller names (`error`, a bert.core.errors class), with the file and what was expected, in one
-line. A YAML file's aliases may not expand beyond MAX_YAML_VALUES values (a few KB of nested
-aliases can stand for billions: the "billion laughs"), and a cycle of aliases is refused.
+line. Every YAML and JSON file is read by bert/core/inputs.read_regular: a regular file of at
+most MAX_INPUT_BYTES, never a device or a FIFO. A YAML file's aliases may not expand beyond
+MAX_YAML_VALUES values (a few KB of nested aliases can stand for billions: the "billion
+laughs"), and a cycle of aliases is refused. Keys and numbers mean what YAML 1.2 says or are
+refused, with the key and line, where YAML 1.1 (what PyYAML implements) would silently differ:
+a key given twice in one mapping (PyYAML keeps the last; 1.2 forbids it), an integer with a
+leading zero (1.1 octal: 010 is 8; 1.2: 10) and a sexagesimal number (1.1 base 60: 1:30 is 90;
+1.2: a string). An integer longer than bert/core/inputs.MAX_INT_DIGITS is refused before it is
+converted. (1.1's yes/no/on/off booleans are left to the typed fields that read them.)
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, Iterable
 import yaml
 
 from bert.core.errors import BadInputError, ConfigError
+from bert.core.inputs import MAX_INPUT_BYTES, MAX_INT_DIGITS, check_path, read_regular, shown_text
 
 MAX_YAML_VALUES = 100_000  # expanded nodes of a config: real ones have a few hundred
 MAX_SHOWN_ERROR = 160  # characters of a library's own error message kept in ours
@@ -32,21 +40,13 @@ def _short(err: BaseException) -> str:
     return text if len(text) <= MAX_SHOWN_ERROR else text[:MAX_SHOWN_ERROR] + "..."
 
 
-def _check_path(path: str | os.PathLike, what: str, error: type[BadInputError]) -> None:
-    if "\x00" in str(path):  # every file call fails on it ("embedded null byte")
-        raise error(f"{what} {str(path)!r}: a path cannot hold a NUL character")
-
-
 def read_bytes(
-    path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    max_bytes: int = MAX_INPUT_BYTES,
 ) -> bytes:
-    _check_path(path, what, error)
-    try:
-        return Path(path).read_bytes()
-    except IsADirectoryError:
-        raise error(f"{what} {str(path)!r}: is a folder, not a file") from None
-    except OSError as err:
-        raise error(f"{what} {str(path)!r}: {err.strerror or _short(err)}") from None
+    return read_regular(path, what, error, max_bytes)
 
 
 def read_text(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError) -> str:
@@ -85,11 +85,73 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
     return size
 
 
+class _YamlRefused(Exception):
+    pass
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+def _scalar_problem(node: yaml.ScalarNode) -> str | None:
+    """Why a YAML 1.1 number `node` is refused, or None. Only implicit (plain) numbers: a quoted
+    "010" is the string it looks like."""
+    if node.tag not in (_INT_TAG, _FLOAT_TAG) or node.style is not None:
+        return None
+    text = node.value.replace("_", "").lstrip("+-")
+    if ":" in text:
+        return "a YAML 1.1 base-60 number (1:30 is 90 there); quote it or write the number"
+    if node.tag == _INT_TAG:
+        if len(text) > 1 and text[0] == "0" and text[1:2].isdigit():
+            return "a YAML 1.1 octal integer (010 is 8 there); write it without the leading 0"
+        if len(text) > MAX_INT_DIGITS:
+            return f"an integer of more than {MAX_INT_DIGITS} digits"
+    return None
+
+
+def _check_node(node: yaml.Node, key: str, seen: set[int]) -> None:
+    """Refuse (_YamlRefused, naming `key` and the line) a key given twice in a mapping and a
+    YAML 1.1-only number, anywhere under `node`; each node once (aliases share them)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    line = node.start_mark.line + 1
+    if isinstance(node, yaml.ScalarNode):
+        problem = _scalar_problem(node)
+        if problem:
+            raise _YamlRefused(
+                f"{key or 'value'}={shown_text(node.value)} at line {line}: {problem}"
+            )
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_node(item, f"{key}[{index}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        _check_mapping(node, key, seen)
+
+
+def _check_mapping(node: yaml.MappingNode, key: str, seen: set[int]) -> None:
+    names: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        name = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        full = f"{key}.{name}" if key and name is not None else (name or key)
+        if name is not None and name != "<<":  # "<<" merges; a merged key may be overridden
+            where = key_node.start_mark.line + 1
+            if name in names:
+                raise _YamlRefused(
+                    f"key {full!r} given twice (lines {names[name]} and {where}); "
+                    "YAML keeps only the last"
+                )
+            names[name] = where
+        _check_node(key_node, full, seen)
+        _check_node(value_node, full, seen)
+
+
 class _BoundedLoader(yaml.SafeLoader):
-    """yaml.safe_load's loader that measures the document before building it."""
+    """yaml.safe_load's loader that measures and checks the document before building it."""
 
     def construct_document(self, node: yaml.Node) -> Any:
         _expanded_size(node, {})
+        _check_node(node, "", set())
         return super().construct_document(node)
 
 
@@ -103,7 +165,7 @@ def read_yaml(path: str | os.PathLike, what: str, error: type[BadInputError] = C
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise error(f"{what} {str(path)!r}: invalid YAML ({problem}{where})") from None
-    except _AliasBomb as err:
+    except (_AliasBomb, _YamlRefused) as err:
         raise error(f"{what} {str(path)!r}: refused: {err}") from None
     except RecursionError:
         raise error(f"{what} {str(path)!r}: nested too deeply") from None
@@ -154,7 +216,7 @@ def read_torch(
     """A torch.save file (ours: pickles of dicts of tensors), loaded on the CPU."""
     import torch
 
-    _check_path(path, what, error)
+    check_path(path, what, error)
     if not Path(path).is_file():
         read_bytes(path, what, error)  # the reason, in the readers' words
     try:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from bert.build_info import stamped_commit
+from bert.core.readers import read_yaml
 from bert.config import MOVED_KEYS, Config, find_config, flatten, parse_override
 from bert.train.own_files import WRITER
 
@@ -79,7 +80,8 @@ def config_sources(cfg: Config, origin: RunOrigin | None) -> dict[str, str]:
     if origin is None:
         return {key: "given" for key in sources}  # a Config built in code, not by the loader
     if origin.config_file:
-        tree = yaml.safe_load(find_config(origin.config_file).read_text()) or {}
+        # the file load_config read, by the same reader (the file may have changed since)
+        tree = read_yaml(find_config(origin.config_file), "config file") or {}
         for key in flatten(tree):
             sources[_new_key(key)] = "file"
     for label, overrides in (("--set", origin.set_overrides), ("flag", origin.flag_overrides)):

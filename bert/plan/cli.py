@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 
+from bert.core.inputs import Parser as InputParser, float_arg, int_arg
 from bert.plan import gpus, scale
 from bert.plan.planner import GIB, Assumptions, Candidate, Cluster, PlanError, plan
 
@@ -23,7 +24,7 @@ class ArgumentError(Exception):
     pass
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(InputParser):
     def error(self, message: str):  # one `error:` line and status 2, like every bad input
         raise ArgumentError(message)
 
@@ -34,24 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="default: min(8, --gpus)")
+    p.add_argument("--gpus", type=int_arg(), required=True, help="GPUs in the cluster")
+    p.add_argument("--gpus-per-node", type=int_arg(), default=None, help="default: min(8, --gpus)")
     p.add_argument(
         "--gpu",
         required=True,
         help=f"GPU kind: {', '.join(gpus.GPUS)}; or any name with --memory-gib and --tflops",
     )
-    p.add_argument("--memory-gib", type=float, help="device memory of a kind not in the table")
-    p.add_argument("--tflops", type=float, help="dense bf16 TFLOP/s of a kind not in the table")
+    p.add_argument(
+        "--memory-gib", type=float_arg(0.0), help="device memory of a kind not in the table"
+    )
+    p.add_argument(
+        "--tflops", type=float_arg(0.0), help="dense bf16 TFLOP/s of a kind not in the table"
+    )
     p.add_argument(
         "--link-gbps",
-        type=float,
+        type=float_arg(0.0),
         default=50.0,
         help="per-GPU link bandwidth (GB/s, one direction) of a kind not in the table",
     )
     p.add_argument(
         "--efficiency",
-        type=float,
+        type=float_arg(0.0),
         help="fraction of the peak the step reaches (default: what the kind's "
         "published MLPerf throughput implies)",
     )
@@ -64,11 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sharp", action="store_true", help="in-network reduction (SHARP)")
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--sharded", action="store_true", help="optim.sharded=true (ZeRO-2 LAMB)")
-    p.add_argument("--batch", type=int, help="plan only this global batch")
-    p.add_argument("--max-micro-batch", type=int, default=256)
+    p.add_argument("--batch", type=int_arg(), help="plan only this global batch")
+    p.add_argument("--max-micro-batch", type=int_arg(), default=256)
     p.add_argument(
         "--init-minutes",
-        type=float,
+        type=float_arg(0.0, inclusive=True),
         default=3.0,
         help="initialization time, shown apart (not scored)",
     )

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bert.core.errors import BadInputError
+from bert.core.inputs import check_float
+
 
 @dataclass(frozen=True)
 class GPUKind:
@@ -150,7 +153,7 @@ ALIASES = {
 }
 
 
-class GPUError(ValueError):
+class GPUError(BadInputError):
     """An unknown GPU kind or impossible explicit numbers."""
 
 
@@ -174,8 +177,7 @@ def custom(
         ("--tflops", tflops),
         ("--link-gbps", link_gbs),
     ):
-        if not value > 0:
-            raise GPUError(f"{flag}={value}: must be > 0")
+        check_float(value, flag, GPUError, low=0.0)  # inf memory or rate would plan nonsense
     return GPUKind(
         name,
         memory_gib,

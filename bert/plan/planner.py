@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bert.core.inputs import check_float
 from bert.model.config import ModelConfig
 from bert.plan import flops, memory, rcp, scale, timing
 from bert.plan.gpus import GPUKind
@@ -50,6 +51,12 @@ class Assumptions:
     max_micro_batch: int = 256
     calibrate: tuple | None = None  # (gpus, samples/s per GPU[, local batch]); None: published
     sharp: bool = False  # in-network reduction between NVLink domains
+
+    def __post_init__(self) -> None:
+        # the planner's own check, for callers other than the CLI (whose parser checks too)
+        check_float(self.init_minutes, "--init-minutes", PlanError, low=0.0, inclusive=True)
+        if self.efficiency is not None:
+            check_float(self.efficiency, "--efficiency", PlanError, low=0.0)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import torch
 
 from bert.config import load_config
 from bert.core.files import atomic_path, write_text_atomic
+from bert.core.readers import read_json
 from bert.model import BertForPretraining, ModelConfig
 from bert.model.weights import (
     CheckpointError,
@@ -47,7 +48,7 @@ SHAPE_KEYS = (*MODEL_KEYS, "hidden_act", "pad_vocab_to_multiple_of")
 
 
 def config_from_hf_json(path: Path) -> ModelConfig:
-    values = json.loads(path.read_text())
+    values = read_json(path, "bert config", CheckpointError)  # a regular file, capped, an object
     act = values.get("hidden_act", "gelu")
     if act not in HF_ACTS:
         raise CheckpointError(f"{path}: hidden_act {act!r} is not supported ({sorted(HF_ACTS)})")
@@ -71,7 +72,7 @@ def checkpoint_model_config(folder: Path) -> ModelConfig | None:
     path = folder / "config.json"
     if not path.is_file():
         return None
-    values = json.loads(path.read_text())
+    values = read_json(path, "checkpoint config", CheckpointError, expect=object)
     model = values.get("model") if isinstance(values, dict) else None
     if not isinstance(model, dict):
         return None  # not a run's config (an HF config.json has no sections)

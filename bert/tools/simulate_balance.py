@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bert.core.inputs import Parser, int_arg
 from bert.tools.common import git_commit, import_pyplot
 from data.comm import sparse
 from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths
@@ -65,19 +66,19 @@ LABELS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--local-batch", type=int, default=16, help="samples per rank per step")
-    p.add_argument("--ranks", type=int, default=8, help="data-parallel world size")
-    p.add_argument("--ranks-per-node", type=int, default=8, help="ranks sharing a node")
-    p.add_argument("--trials", type=int, default=1000, help="Monte-Carlo global batches")
-    p.add_argument("--max-len", type=int, default=512, help="maximum sequence length")
+    p = Parser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--local-batch", type=int_arg(), default=16, help="samples per rank per step")
+    p.add_argument("--ranks", type=int_arg(), default=8, help="data-parallel world size")
+    p.add_argument("--ranks-per-node", type=int_arg(), default=8, help="ranks sharing a node")
+    p.add_argument("--trials", type=int_arg(), default=1000, help="Monte-Carlo global batches")
+    p.add_argument("--max-len", type=int_arg(), default=512, help="maximum sequence length")
     p.add_argument(
         "--max-pred",
-        type=int,
+        type=int_arg(),
         default=76,
         help="most masked tokens per sample (15 %% of the length, at least 1)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_arg(), default=0)
     p.add_argument(
         "--shards",
         default=None,
@@ -88,10 +89,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="comma-separated world sizes, e.g. 64,256,1024,4096: one more table",
     )
-    p.add_argument("--sweep-trials", type=int, default=100, help="trials per sweep point")
+    p.add_argument("--sweep-trials", type=int_arg(), default=100, help="trials per sweep point")
     p.add_argument(
         "--timing-batches",
-        type=int,
+        type=int_arg(),
         default=5,
         help="single global batches timed for assign_ms_per_step (median)",
     )

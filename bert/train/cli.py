@@ -19,6 +19,8 @@ import argparse
 import dataclasses
 import sys
 
+from bert.core.inputs import Parser
+
 EXIT_STATUS = """\
 exit status (composes with && and torchrun; the last line says which end it was, and so does
 run.json's result.end):
@@ -37,7 +39,7 @@ DEFAULT_CONFIG = "tiny_cpu"  # the shipped configs/tiny_cpu.yaml (bert.config.fi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description=__doc__,
         epilog=EXIT_STATUS,
         formatter_class=argparse.RawDescriptionHelpFormatter,

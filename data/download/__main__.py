@@ -15,17 +15,18 @@ import shlex
 import sys
 from pathlib import Path
 
+from bert.core.inputs import Parser, float_arg, int_arg
 from data.download import published
 from data.download.datasets import download_dataset
 from data.download.errors import DownloadError
-from data.download.fetch import Transfer
+from data.download.fetch import MAX_RETRIES, MAX_WAIT_S, Transfer
 from data.download.metadata import dataset_name
 
 PACKAGE = "open-bert-mlperf"  # pyproject's name, for `pip install 'open-bert-mlperf[tf]'`
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="open-bert-download",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -53,19 +54,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = Transfer()
     parser.add_argument(
         "--retries",
-        type=int,
+        type=int_arg(0, MAX_RETRIES),
         default=defaults.retries,
         help="extra attempts per file after a lost connection, resumed (default %(default)s)",
     )
     parser.add_argument(
         "--retry-wait",
-        type=float,
+        type=float_arg(0.0, inclusive=True, high=MAX_WAIT_S),
         default=defaults.retry_wait,
         help="seconds before the first retry, doubled for each next one (default %(default)s)",
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=float_arg(0.0, high=MAX_WAIT_S),
         default=defaults.timeout,
         help="seconds without data before a connection counts as lost (default %(default)s)",
     )
@@ -99,14 +100,8 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
 def run(args: argparse.Namespace) -> None:
     for url in args.metadata:  # every URL checked before the first byte is fetched
         dataset_name(url)
-    if args.retries < 0 or args.retry_wait < 0 or args.timeout <= 0:
-        raise DownloadError(
-            f"--retries {args.retries}, --retry-wait {args.retry_wait}, "
-            f"--timeout {args.timeout}: need retries >= 0, wait >= 0, "
-            f"timeout > 0"
-        )
+    transfer = Transfer(args.timeout, args.retries, args.retry_wait)  # checks them, as argparse did
     out = Path(args.out)
-    transfer = Transfer(args.timeout, args.retries, args.retry_wait)
     folders = {
         dataset_name(url): download_dataset(url, out / "download", args.all, transfer)
         for url in args.metadata

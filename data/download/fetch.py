@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from bert.core.files import file_digest
+from bert.core.inputs import check_float
 from data.download.errors import DownloadError
 from data.prepare.progress import duration
 
@@ -26,6 +27,8 @@ BLOCK = 1 << 20
 PROGRESS_EVERY = 256 << 20  # a progress line per this many bytes of a large file
 RETRY_STATUS = {500, 502, 503, 504}  # worth another try; any other HTTP error is final
 USER_AGENT = "open-bert-mlperf-download/1"
+MAX_WAIT_S = 24 * 3600.0  # a timeout or one wait between tries: beyond a day is a typo
+MAX_RETRIES = 100
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,15 @@ class Transfer:
     timeout: float = 60.0
     retries: int = 3
     retry_wait: float = 2.0
+
+    def __post_init__(self) -> None:
+        # NaN or inf here ends in the socket's or time.sleep's own ValueError/OverflowError
+        check_float(self.timeout, "--timeout", DownloadError, low=0.0, high=MAX_WAIT_S)
+        check_float(
+            self.retry_wait, "--retry-wait", DownloadError, low=0.0, inclusive=True, high=MAX_WAIT_S
+        )
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise DownloadError(f"--retries={self.retries}: must be in [0, {MAX_RETRIES}]")
 
 
 class _Interrupted(Exception):
@@ -96,7 +108,7 @@ def _with_retries(
         except _Interrupted as why:
             if tries == transfer.retries:
                 raise DownloadError(f"{url}: {why}") from None
-            wait = transfer.retry_wait * 2**tries
+            wait = min(transfer.retry_wait * 2.0 ** min(tries, 64), MAX_WAIT_S)
             log(f"  {url}: {why}; retrying in {wait:g} s")
             time.sleep(wait)
     raise AssertionError("unreachable")

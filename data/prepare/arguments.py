@@ -12,6 +12,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
+from bert.core.inputs import int_arg, float_arg
 from data.prepare.eval_pick import EVAL_SAMPLES
 from data.prepare.instances import ExampleParams
 from data.sources.shards import DataError
@@ -73,12 +74,12 @@ def shape_args() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-seq-length",
-        type=int,
+        type=int_arg(),
         help="tokens per sample (default: --config's data.max_seq_length, else 512)",
     )
     p.add_argument(
         "--max-predictions",
-        type=int,
+        type=int_arg(),
         help="masked tokens per sample at most (default: --config's "
         "data.max_predictions_per_seq, else 76)",
     )
@@ -88,7 +89,10 @@ def shape_args() -> argparse.ArgumentParser:
 def workers_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
-        "--workers", type=int, default=1, help="processes, one file each (default %(default)s)"
+        "--workers",
+        type=int_arg(),
+        default=1,
+        help="processes, one file each (default %(default)s)",
     )
     return p
 
@@ -126,19 +130,19 @@ def example_args() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--masked-lm-prob",
-        type=float,
+        type=float_arg(0.0, inclusive=True, high=1.0),
         default=d.masked_lm_prob,
         help="share of a sample's tokens masked (default %(default)s)",
     )
     p.add_argument(
         "--short-seq-prob",
-        type=float,
+        type=float_arg(0.0, inclusive=True, high=1.0),
         default=d.short_seq_prob,
         help="chance of a shorter target length for a sample (default %(default)s)",
     )
     p.add_argument(
         "--dupe-factor",
-        type=int,
+        type=int_arg(),
         default=d.dupe_factor,
         help="passes over the text, each masked anew (default %(default)s)",
     )
@@ -149,14 +153,14 @@ def reshard_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
         "--num-shards",
-        type=int,
+        type=int_arg(),
         required=True,
         help="training shards written: 4320 or 2048 for MLPerf; at least the number of "
         "training processes",
     )
     p.add_argument(
         "--shards-per-bucket",
-        type=int,
+        type=int_arg(),
         default=32,
         help="outputs assembled together; a worker holds about this many shards "
         "(MLPerf: 36k samples, ~45 MB in memory each; default %(default)s)",
@@ -168,7 +172,7 @@ def seed_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
         "--seed",
-        type=int,
+        type=int_arg(),
         default=12345,
         help="random_seed of the examples (every shard, as the reference) and of "
         "the reshard shuffle (default %(default)s)",

@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from bert.core.errors import DataError
 from bert.core.files import file_digest, write_text_atomic
+from bert.core.readers import read_text
 from data.prepare.parallel import run_parallel
 
 MANIFEST_NAME = "SHA256SUMS"
@@ -48,7 +50,9 @@ def write_manifest(
 
 def read_manifest(path: Path) -> dict[str, str]:
     entries = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    # a regular file under the input cap (bert/core/inputs.py), like every manifest
+    text = read_text(path, "checksum manifest", DataError)
+    for lineno, line in enumerate(text.splitlines(), 1):
         digest, sep, name = line.partition("  ")
         if not sep or len(digest) != 64:
             raise ValueError(f"{path}:{lineno}: not a '<sha256>  <file>' line: {line!r}")

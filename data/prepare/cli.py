@@ -34,6 +34,7 @@ import os
 import sys
 from pathlib import Path
 
+from bert.core.inputs import Parser, int_arg
 from bert.core.errors import ConfigError
 from bert.core.files import check_output
 from data.prepare.arguments import (
@@ -340,7 +341,7 @@ def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="open-bert-prepare",
         description=__doc__ + "\n" + INPUT_FORMAT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -355,7 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="the vocab.txt to write")
     p.add_argument(
         "--size",
-        type=int,
+        type=int_arg(),
         help=f"tokens at most (default: --config's model.vocab_size, else {TINY_VOCAB}, "
         "the default run's)",
     )
@@ -386,7 +387,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="the eval HDF5 file to write")
     p.add_argument(
         "--count",
-        type=int,
+        type=int_arg(),
         help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
     )
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -409,7 +410,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     first_k = argparse.ArgumentParser(add_help=False)
     first_k.add_argument(
         "--first-k",
-        type=int,
+        type=int_arg(),
         default=16,
         help="leading samples compared between shards (default %(default)s)",
     )
@@ -428,7 +429,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help=out_folder)
     p.add_argument(
         "--eval-samples",
-        type=int,
+        type=int_arg(),
         help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
     )
     p.set_defaults(func=cmd_all)

@@ -20,8 +20,9 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from bert.core.errors import ConfigError
+from bert.core.errors import BadInputError, ConfigError
 from bert.core.files import write_text_atomic
+from bert.core.readers import read_json
 
 MARK_NAME = ".open-bert-prepare.json"
 MARK_FORMAT = "open-bert-prepare"
@@ -29,8 +30,9 @@ MARK_FORMAT = "open-bert-prepare"
 
 def read_mark(folder: Path) -> dict | None:
     try:
-        mark = json.loads((folder / MARK_NAME).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        # a regular file under the input cap: a FIFO or device by that name would block
+        mark = read_json(folder / MARK_NAME, "output mark", ConfigError, expect=object)
+    except BadInputError:
         return None
     return mark if isinstance(mark, dict) and mark.get("format") == MARK_FORMAT else None
 

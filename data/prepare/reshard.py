@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from bert.core.files import atomic_path, remove_stale_temps, write_text_atomic
+from bert.core.readers import read_json
 from data.prepare.disk import check_disk, content_bytes
 from data.prepare.fixed import count_samples, load_samples
 from data.prepare.parallel import run_parallel
@@ -227,7 +228,8 @@ def _finished(plan: ReshardPlan) -> bool:
     record = Path(plan.out_dir) / PLAN_NAME
     if not record.exists():
         return False
-    if json.loads(record.read_text()) != json.loads(json.dumps(asdict(plan))):
+    stored = read_json(record, "reshard plan", DataError, expect=object)  # regular, capped
+    if stored != json.loads(json.dumps(asdict(plan))):
         raise DataError(
             f"{record}: {plan.out_dir} was resharded from other inputs or "
             f"parameters; use an empty folder"
