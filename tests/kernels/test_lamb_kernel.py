@@ -322,6 +322,7 @@ def test_fused_hooks_fail_at_build_on_cuda_without_the_extension(monkeypatch, tm
     assert shard_math(LAMB_MATH, False, torch.device("cuda")) == REFERENCE
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_benchmark_runs_on_cpu(tmp_path):
     """Smoke run of scripts/bench/bench_lamb.py at a tiny size; checks the JSON record."""
     out = tmp_path / "bench_lamb.json"

@@ -47,6 +47,7 @@ SMALL_RUN = [
 ]
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_cpu_run_writes_schema(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [
@@ -193,6 +194,7 @@ def test_unknown_optimizer_kind_is_refused():
         make_optimizer(torch.nn.Linear(2, 2), "adamw", torch.device("cpu"))
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_option_sets_are_variants_of_their_own_beside_the_hf_baselines(tmp_path):
     """The GPU window's one throughput process: option sets named in --variants are each timed
     in every round, and each gets its ratio to every HF baseline from this run."""

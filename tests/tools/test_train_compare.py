@@ -21,6 +21,7 @@ RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "gpu"
 WIDE = train_compare.stated_spread(10.0, "a test's hand-made curves")
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_cpu_comparison_writes_the_three_curves_and_a_plot(tmp_path, capsys):
     out, png = tmp_path / "compare.json", tmp_path / "compare.png"
     # three steps learn nothing: the mechanics only, so no accuracy floor

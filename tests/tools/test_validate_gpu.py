@@ -38,6 +38,7 @@ def dry_run(stage: str, out: Path, **env) -> tuple[subprocess.CompletedProcess, 
     return run, json.loads(summary.read_text()) if summary.is_file() else {}
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_dry_run_collects_every_gpu_test_without_mlperf_logging(tmp_path):
     run, summary = dry_run("kernels", tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -65,6 +66,7 @@ def test_dry_run_collects_every_gpu_test_without_mlperf_logging(tmp_path):
             assert steps[f"{script}_compiled"]["status"] == "ok"
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 @pytest.mark.parametrize("stage", ["throughput", "fused"])
 def test_dry_run_throughput_stages(tmp_path, stage):
     run, summary = dry_run(stage, tmp_path, BERT_COMMIT="0123abc")
@@ -257,6 +259,7 @@ def test_speedups_and_targets():
 
 
 # ---- the window (bert/tools/gpu/window.py) ----------------------------------------------------
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     """The command to run first on a lent GPU: issue 35's order, its plan (expected seconds per
     step) fits 420 s with the one throughput process left for --continue, which fits its own

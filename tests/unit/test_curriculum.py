@@ -421,6 +421,7 @@ def test_experiment_plot_without_matplotlib_fails_before_training(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_experiment_smoke(tmp_path):
     out = tmp_path / "r.json"
     # a few steps of three runs: the single-bucket baseline, a loss-driven curriculum and the
