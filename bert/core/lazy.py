@@ -24,3 +24,15 @@ def load(ref: Ref) -> Callable:
     if not sep or not module or not name:
         raise ValueError(f"implementation {ref!r}: expected 'package.module:function'")
     return getattr(importlib.import_module(module), name)
+
+
+def module_getattr(package: str, exports: dict[str, str]) -> Callable[[str], object]:
+    """A package's `__getattr__` (PEP 562) that imports each of `exports` (name -> the module
+    defining it) on first use, so importing the package itself stays light."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(exports[name]), name)
+
+    return __getattr__

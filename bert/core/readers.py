@@ -29,7 +29,7 @@ from typing import Any, Iterable
 import yaml
 
 from bert.core.errors import BadInputError, ConfigError
-from bert.core.inputs import MAX_INPUT_BYTES, MAX_INT_DIGITS, check_path, read_regular, shown_text
+from bert.core.inputs import MAX_INT_DIGITS, check_path, read_regular, shown_text
 
 MAX_YAML_VALUES = 100_000  # expanded nodes of a config: real ones have a few hundred
 MAX_SHOWN_ERROR = 160  # characters of a library's own error message kept in ours
@@ -40,17 +40,8 @@ def _short(err: BaseException) -> str:
     return text if len(text) <= MAX_SHOWN_ERROR else text[:MAX_SHOWN_ERROR] + "..."
 
 
-def read_bytes(
-    path: str | os.PathLike,
-    what: str,
-    error: type[BadInputError] = ConfigError,
-    max_bytes: int = MAX_INPUT_BYTES,
-) -> bytes:
-    return read_regular(path, what, error, max_bytes)
-
-
 def read_text(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError) -> str:
-    data = read_bytes(path, what, error)
+    data = read_regular(path, what, error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -218,7 +209,7 @@ def read_torch(
 
     check_path(path, what, error)
     if not Path(path).is_file():
-        read_bytes(path, what, error)  # the reason, in the readers' words
+        read_regular(path, what, error)  # the reason, in the readers' words
     try:
         value = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as err:  # noqa: BLE001 - unpickling raises anything; all mean "damaged"

@@ -7,7 +7,7 @@ The names below are imported when first used, not with the package: a fused op's
 built (tests/unit/test_registries.py registers one that way).
 """
 
-import importlib
+from bert.core.lazy import module_getattr
 
 _EXPORTS = {
     "ModelConfig": "bert.model.config",
@@ -20,8 +20,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'bert.model' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = module_getattr(__name__, _EXPORTS)

@@ -7,7 +7,7 @@ specs.py) is read without torch by the commands that answer at once (--help-conf
 planner), and these need it.
 """
 
-import importlib
+from bert.core.lazy import module_getattr
 
 _EXPORTS = {
     "DynamicLossScaler": "bert.optim.loss_scale",
@@ -20,8 +20,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'bert.optim' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = module_getattr(__name__, _EXPORTS)

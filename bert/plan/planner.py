@@ -211,24 +211,16 @@ def _candidate(
             evals = max(1, -(-int(samples) // interval))
             return timing.TimeToTrain(samples / throughput, evals, evals * one_eval)
 
-        return Candidate(
-            hyper.global_batch_size,
-            micro,
-            accumulation,
-            hyper,
-            mem,
-            step,
-            train(hyper.samples_mean),
-            train(hyper.samples_low),
-            train(hyper.samples_high),
+    else:
+        step = timing.step_time(
+            local, accumulation, per_sample, params, cluster.gpus, a.sharded, rates
         )
-    step = timing.step_time(local, accumulation, per_sample, params, cluster.gpus, a.sharded, rates)
-    throughput = hyper.global_batch_size / step.step_s
+        throughput = hyper.global_batch_size / step.step_s
 
-    def train(samples: float) -> timing.TimeToTrain:
-        return timing.time_to_train(
-            samples, throughput, interval, a.eval_samples, cluster.gpus, per_sample / 3, rates
-        )
+        def train(samples: float) -> timing.TimeToTrain:
+            return timing.time_to_train(
+                samples, throughput, interval, a.eval_samples, cluster.gpus, per_sample / 3, rates
+            )
 
     return Candidate(
         hyper.global_batch_size,

@@ -12,7 +12,7 @@ import json
 import statistics
 import tarfile
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from bert.tools.common import ROOT
@@ -48,7 +48,7 @@ class Window:
         sha = self.corrections.get("commit") or self.summary.get("commit", "unknown")
         return sha[:7] + ("-dirty" if sha.endswith("-dirty") else "")
 
-    @property
+    @cached_property  # read once: every label of the window asks for the commit
     def corrections(self) -> dict:
         path = self.folder / CORRECTIONS
         return json.loads(path.read_text()) if path.is_file() else {}
