@@ -240,7 +240,7 @@ def test_srun_inside_salloc(cluster, data_dir, tmp_path):
             str(out / "samples"),
         ],
     )
-    assert code in (1, 143), output[-5000:]  # not converged in the budget (see above)
+    assert code in (0, 143), output[-5000:]  # stopped at its 16-step budget: exit 0 (README)
     assert f"{TASKS} rank(s)" in output, output[-5000:]
     check_compliance(out / "mlperf.log")
     check_finished_run(out / "mlperf.log", out / "samples", data_dir)
