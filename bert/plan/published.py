@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bert.plan import rcp, timing
+from bert.mlperf import rcp
+from bert.plan import timing
 from bert.train.config import mlperf_eval_interval
 
 RUNS_FILE = "docs/data/published_bert_runs.json"

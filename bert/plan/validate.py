@@ -13,7 +13,8 @@ import io
 import json
 import sys
 
-from bert.plan import gpus, scale
+from bert.core import gpus
+from bert.plan import scale
 
 # results the scale model's fitted constants (scale.OVERHEAD_SAMPLES, scale.EVAL_SPEED) were
 # chosen on (source folders); never scored

@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare.wordpiece import load_tokenizer  # noqa: E402
-from bert.tools.common import cpu_model, git_commit  # noqa: E402
+from bert.submission.system_desc import cpu_model  # noqa: E402
+from bert.tools.common import git_commit  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
 
 RANDOM_LINES = 20_000

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert.mlperf import reader as run_logs
+from bert.submission import reader as run_logs
 from bert.train.resume import rank_file, step_dir
 
 from tiny_run import make_tiny_data, tiny_settings

@@ -15,7 +15,9 @@ from torch.profiler import ProfilerActivity, profile
 from bert.config import load_config
 from bert.model.config import ModelConfig
 from bert.model.modeling import BertForPretraining
-from bert.plan import activations, check, published, rcp
+from bert.mlperf import rcp
+from bert.mlperf import rcp_check as check
+from bert.plan import activations, published
 from bert.plan.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,7 +301,7 @@ def test_own_gpu_records_set_the_default_efficiency():
     the h100 default comes from the window's throughput JSON, read here, not retyped."""
     import json
 
-    from bert.plan import gpus
+    from bert.core import gpus
     from bert.tools.common import ROOT
 
     h100 = gpus.lookup("h100")

@@ -33,8 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bert.mlperf.compliance import parse_args as checker_args
-from bert.mlperf.compliance import run_checker
+from bert.submission.compliance import parse_args as checker_args
+from bert.submission.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.smoke_train import mlperf_events, run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from bert.plan import rcp
+from bert.mlperf import rcp
 
 BERT_LARGE = (1024, 24, 16, 4096)  # hidden, layers, heads, FFN (REFERENCE 1)
 
