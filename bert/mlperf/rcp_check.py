@@ -1,4 +1,4 @@
-"""Start-of-run and packaging checks against the RCP table (issue 29, item 7)."""
+"""Start-of-run and packaging checks against the RCP table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The scale model (issue 39 item 2): step time of one GPU kind at any GPU count and per-GPU batch,
+"""The scale model: step time of one GPU kind at any GPU count and per-GPU batch,
 calibrated from one measured point (item 3).
 
     compute   = (local batch + OVERHEAD_SAMPLES) / R

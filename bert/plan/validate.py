@@ -1,4 +1,4 @@
-"""Held-out validation of the scale model (issue 39 item 5; docs/plan.md).
+"""Held-out validation of the scale model (docs/plan.md).
 
 Every published result of bert/plan/published_results.json on 8+ GPUs of a known kind is scored
 through the CLI as a user runs it (`--gpus G --gpus-per-node n --gpu KIND --batch B --json`,

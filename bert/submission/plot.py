@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]
         args.out = args.out or default_out(args.logs)
-        if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams (issue 27)
+        if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams
             from bert.submission.metrics_plot import draw_metrics
 
             draw_metrics(args.logs, curve_labels(args.logs), args.out, TARGET)

@@ -1,4 +1,4 @@
-"""What observing a run costs a training step, measured in one process (issue 27).
+"""What observing a run costs a training step, measured in one process.
 
     python scripts/bench_profile_overhead.py [--rounds 5] [--steps 20] [--json PATH]
 

@@ -8,7 +8,7 @@ tests/unit/test_tokenization.py: every code point as a one-character word, every
 a word, and seeded random lines of every Unicode category and of mixed scripts. Two tokenizers:
 
     library   `tokenizers`' BertWordPieceTokenizer(lowercase=True), what data/prepare used
-              before issue 24 (`encode_batch`, no special tokens)
+              before the tokenizer was rewritten (`encode_batch`, no special tokens)
     project   data.prepare.wordpiece (now), which must differ on none
 
 Both use one vocabulary written by this script: the special tokens and the first 16,000

@@ -1,4 +1,4 @@
-"""Issue 27: a run leaves what it takes to see inside it (bert/obs/).
+"""A run leaves what it takes to see inside it (bert/obs/).
 
 One 40-step run of a 1-layer BERT (in this process, through run_pretraining.main) with the
 profiler window and TensorBoard on, then its files are read back:

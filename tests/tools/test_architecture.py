@@ -16,6 +16,7 @@ facts of the MLPerf log that writer and readers share are stated once (bert/mlpe
 from __future__ import annotations
 
 import ast
+import re
 import io
 import subprocess
 import tokenize
@@ -40,7 +41,7 @@ FLOORS = (
 )
 ROOMS_APART = (("kernels", "data"),)  # one floor, but neither imports the other
 # The data-prep benchmarks time the reference algorithm through the tests' own oracles
-# (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: issue 24 keeps the
+# (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: the project keeps the
 # oracle in the tests, not in the package), so they put tests/ on sys.path; the only three.
 SCRIPT_EXCEPTIONS = {
     "scripts/bench/bench_prepare.py",
@@ -427,7 +428,6 @@ def test_the_checkers_find_what_they_look_for():
 def test_every_cited_source_is_defined_in_docs_references():
     """Comments and docs cite outside sources by the names docs/references.md defines: the seed
     papers by first author in brackets ([Zeng], ...), the project's facts as REFERENCE n."""
-    import re
 
     references = (ROOT / "docs" / "references.md").read_text()
     papers = set(re.findall(r"^\| (\[[\w.]+\]) \|", references, re.M))
@@ -450,3 +450,41 @@ def test_every_cited_source_is_defined_in_docs_references():
             if n not in facts
         ]
     assert undefined == []
+
+
+# -- names that explain themselves ----------------------------------------------------------------
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? #?\d+")
+CODE_SUFFIXES = (".py", ".sh", ".cu", ".cpp", ".h", ".yaml")
+
+
+def issue_numbers(text: str) -> list[str]:
+    """Mentions of this project's issue tracker by number (a PyTorch issue, named with its
+    repository, is a source and stays)."""
+    return [
+        m.group(0)
+        for line in text.splitlines()
+        if "pytorch/pytorch issue" not in line
+        for m in ISSUE_NUMBER.finditer(line)
+    ]
+
+
+def test_code_says_what_not_which_issue():
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    found = [
+        f"{name}: {mention}"
+        for name in tracked
+        if name.endswith(CODE_SUFFIXES) and (ROOT / name).is_file()
+        for mention in issue_numbers((ROOT / name).read_text(errors="replace"))
+    ]
+    assert found == []
+    said = "# " + "issue" + " 35's order\nx = 1  # " + "Issues" + " 22 and 35\n"  # not itself
+    assert issue_numbers(said) == ["issue" + " 35", "Issues" + " 22"]
+    assert issue_numbers("# cuDNN NaN, pytorch/pytorch issue 196678\n") == []
+
+
+def test_only_tests_are_named_like_tests():
+    """pytest collects test_*.py: a product or tool module so named reads as a test."""
+    assert [p for p in outside_tests() if p.name.startswith("test_")] == []

@@ -817,7 +817,7 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
     assert "pip install 'open-bert-mlperf[plot]'" in capsys.readouterr().err
 
 
-# -- logs that cannot choke the readers (issue 40) -------------------------------------------
+# -- logs that cannot choke the readers ----------------------------------------------------
 
 
 def _bad_log(case: str, path: Path) -> Path:

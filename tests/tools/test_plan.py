@@ -1,4 +1,4 @@
-"""`python -m bert.plan` (issue 29): RCP hyperparameters, counted activation memory, the CLI,
+"""`python -m bert.plan`: RCP hyperparameters, counted activation memory, the CLI,
 the written config, the start-of-run RCP warning and the comparison with published results."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_batch_between_rcps_is_interpolated_and_flagged():
 
 
 def test_batch_768_takes_the_converged_published_hyperparameters():
-    """Issue 39 item 1: REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
+    """REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
     steps, betas 0.60466/0.85437, weight decay 0.1; labelled, checked against the RCP line."""
     p = rcp.plan_for(768)
     assert p.basis == "published submissions" and not p.interpolated
@@ -279,7 +279,7 @@ def test_published_rows_are_the_logs_figures():
     from bert.tools.common import ROOT
 
     runs_file = json.loads((ROOT / published.RUNS_FILE).read_text())
-    assert len(published.PUBLISHED) >= 5  # issue 29: at least five published results
+    assert len(published.PUBLISHED) >= 5  # at least five published results
     for row in published.PUBLISHED:
         repo_folder = row.source.split("@")[0], row.source.split(":", 1)[1]
         record = next(r for r in runs_file if (r["repo"], r["bert_folder"]) == repo_folder)
@@ -297,7 +297,7 @@ def test_published_rows_are_the_logs_figures():
 
 
 def test_own_gpu_records_set_the_default_efficiency():
-    """Where this program has a GPU record, the planner predicts this program (issue 29 item 4):
+    """Where this program has a GPU record, the planner predicts this program:
     the h100 default comes from the window's throughput JSON, read here, not retyped."""
     import json
 
@@ -314,7 +314,7 @@ def test_own_gpu_records_set_the_default_efficiency():
     assert gpus.lookup("a100-80gb").throughput_basis()[0] == 305.0
 
 
-# -- scale model and held-out validation (issue 39) -------------------------------------------
+# -- scale model and held-out validation ------------------------------------------------------
 
 
 def test_new_gpu_kinds_plan():
@@ -330,7 +330,7 @@ def test_calibrate_flag(capsys):
 
 
 def test_held_out_validation_recomputed():
-    """Issue 39 item 5: >= 20 held-out results, within 15% on >= 80%, and on half of those on
+    """The targets: >= 20 held-out results, within 15% on >= 80%, and on half of those on
     512+ GPUs; training subset and calibration points never scored."""
     from bert.plan import validate
 

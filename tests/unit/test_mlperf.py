@@ -307,7 +307,7 @@ def test_log_names_are_the_ones_the_readers_know():
 
 
 def test_a_logged_string_holding_the_marker_cannot_forge_a_line(tmp_path):
-    """A config string with the MLLOG marker (issue 40): no line may hold a second marker, and
+    """A config string with the MLLOG marker: no line may hold a second marker, and
     the checker finds no parse error in our own log."""
     import dataclasses
 

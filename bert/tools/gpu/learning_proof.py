@@ -42,7 +42,7 @@ from bert.tools.gpu.learn import CUDA_SHAPE
 from bert.tools.gpu.train_compare import fused_switches, run_stop
 
 TARGET = 0.720  # MLPerf BERT's eval MLM accuracy target (shared/REFERENCE.md section 1)
-# Issue 35: the fused and the fp16 runs reach the target within 10% of the reference's samples.
+# The fused and the fp16 runs reach the target within 10% of the reference's samples.
 SAMPLES_SLACK = 1.10
 SEED = 2718
 
