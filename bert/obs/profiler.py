@@ -15,6 +15,7 @@ logged when the window closes. A run that ends inside its window writes what it 
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from bert.core.files import temp_name
 from bert.core import ranges
 from bert.obs.config import ProfileConfig
 from bert.obs.logs import get_logger
+
+# Kineto (torch.profiler's engine) prints a line at every profiler start and stop on stderr
+# ("USDT: ... profiler_start"), in the middle of the run's progress. Its levels run VERBOSE 0 to
+# USDT 5; 6 keeps them all off. The user's own KINETO_LOG_LEVEL wins. Set before the profiler is
+# first made: kineto reads it once, when it starts.
+KINETO_QUIET = "6"
 
 LOG = get_logger("profile")
 MEMORY_HISTORY_ENTRIES = 100_000
@@ -81,6 +88,7 @@ class ProfilerWindow:
                 torch.cuda.memory._record_memory_history(enabled=None)
 
     def _start(self) -> None:
+        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
         activities = [ProfilerActivity.CPU]
         if self.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)

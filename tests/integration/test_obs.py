@@ -436,3 +436,31 @@ def test_profile_keys_are_checked():
         load_config(None, ["profile.start_step=0"])
     with pytest.raises(ConfigError, match="profile.steps=-1 must be >= 0"):
         load_config(None, ["profile.steps=-1"])
+
+
+def test_the_profiler_window_keeps_kinetos_lines_off_the_console(tmp_path):
+    """Kineto prints a `USDT:` line at each profiler start and stop, amid the progress lines; the
+    run turns its logging off unless the user set KINETO_LOG_LEVEL (the control: their level
+    wins, and the lines are back)."""
+    import os
+
+    entry = Path(run_pretraining.__file__)
+
+    def stderr_of(env_extra: dict) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"} | env_extra
+        out = tmp_path / f"run{len(env_extra)}"
+        done = subprocess.run(
+            [sys.executable, str(entry), "--set", f"run.output_dir={out}"]
+            + ["--set", "run.max_steps=4", "--set", "profile.start_step=2"]
+            + ["--set", "profile.steps=1"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert list((out / "profile").glob("trace_rank0_*.json.gz"))
+        return done.stderr
+
+    assert "USDT" not in stderr_of({})
+    assert "USDT" in stderr_of({"KINETO_LOG_LEVEL": "0"})
