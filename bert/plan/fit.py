@@ -36,10 +36,12 @@ from bert.plan import gpus, scale
 
 TRAINING_ROUNDS = ("v3.0", "v3.1")
 NAMES = ("overhead_samples", "eval_speed", "hidden")
+# where the fit starts and what it may reach: bounds that only keep each constant physical
+# (`hidden` is a share, 0 to 1); the result lies inside them (a test refits it)
 START = (20.0, 1.0, 0.5)
 HIDDEN_GRID = tuple(i / 10 for i in range(11))
 BOUNDS = ((0.0, 500.0), (0.05, 20.0), (0.0, 1.0))
-SOFT_SCALE = 0.05
+SOFT_SCALE = 0.05  # log error where the loss turns from quadratic to linear (about 5%)
 
 
 def _whole_rate(row: dict) -> float:
@@ -92,6 +94,20 @@ def residuals(k: scale.Fitted, rows: list[dict], params: int) -> np.ndarray:
             one = scale.eval_seconds(scale.EVAL_SAMPLES, row["gpus"], peak, k)
             out.append(math.log(one / row["eval_s_median"]))
     return np.array(out)
+
+
+def in_sample_errors(rows: list[dict], params: int, k: scale.Fitted | None = None) -> list:
+    """(training result, relative error of its predicted run time) under the constants `k`,
+    with the samples and evals it took: the fit seen from inside, not a validation."""
+    by_id = {scale.row_id(r): r for r in rows}
+    peaks = {}
+    for kind, row_id in calibration_ids(rows).items():
+        peaks[kind] = scale.calibrate_row(by_id[row_id], params, _topology(by_id[row_id]), k)
+    out = []
+    for row in training_rows(rows):
+        train, evals = scale.predicted_seconds(row, params, _topology(row), peaks[row["gpu"]], k)
+        out.append((row, (train + evals) / (row["olympic_mean_minutes"] * 60) - 1))
+    return out
 
 
 def _soft(r: np.ndarray) -> np.ndarray:

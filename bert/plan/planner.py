@@ -105,6 +105,7 @@ def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRate
     try:
         if a.calibrate is not None:
             gpus, rate, *rest = a.calibrate
+            # 96: the per-GPU batch of the published 8-GPU results (768 over 8)
             local = rest[0] if rest else 96.0
             point = scale.Point(gpus, rate, local, "given (--calibrate)")
             per_node = min(gpus, cluster.gpus_per_node)

@@ -111,6 +111,40 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def targets(rows: list[dict]) -> list[str]:
+    """The targets, each with what the rows give: at least 80% of the held-out results within
+    15%, and at least half of those on 512+ GPUs."""
+    s = summary(rows)
+    ok, n = s["all"]
+    eight = s[BANDS[0][0]]
+    big_ok, big_n = s[BANDS[-1][0]]
+
+    def met(good: bool) -> str:
+        return "met" if good else "not met"
+
+    return [
+        f"- within 15% on at least 80% of the held-out results: {met(ok >= 0.8 * n)}, {ok} of "
+        f"{n} ({ok - eight[0]} of {n - eight[1]} without the 8-GPU results, which are of a "
+        f"kind calibrated at 8 GPUs)",
+        f"- within 15% on at least half of those on 512+ GPUs: "
+        f"{met(big_n > 0 and big_ok >= big_n / 2)}, {big_ok} of {big_n}",
+    ]
+
+
+def in_sample(rows: list[dict]) -> str:
+    """One line on the training subset's own fit (not a validation)."""
+    from bert.model.config import ModelConfig
+    from bert.plan.memory import parameter_count
+
+    errors = fit.in_sample_errors(rows, parameter_count(ModelConfig()))
+    big = ", ".join(f"{r['gpu']} x{r['gpus']} {e:+.1%}" for r, e in errors if r["gpus"] >= 512)
+    ok = sum(1 for _, e in errors if abs(e) <= 0.15)
+    return (
+        f"In-sample (the training subset, with the samples each result took): {ok} of "
+        f"{len(errors)} within 15%; on 512+ GPUs: {big}."
+    )
+
+
 def markdown(rows: list[dict]) -> str:
     s = summary(rows)
     k = scale.FITTED
@@ -119,7 +153,11 @@ def markdown(rows: list[dict]) -> str:
         "",
         f"Constants (fitted by `python -m bert.plan.fit`): overhead {k.overhead_samples:g} "
         f"samples per step, eval speed {k.eval_speed:g} x R, hidden share of the backward "
-        f"{k.hidden:g}.",
+        f"{k.hidden:g}. {in_sample(scale.published_results())}",
+        "",
+        "Targets:",
+        "",
+        *targets(rows),
         "",
         "| held-out results | within 15% | scored |",
         "|---|---|---|",

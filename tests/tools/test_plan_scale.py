@@ -141,7 +141,27 @@ def test_split_is_the_rule():
     assert len(training) >= 20 and len(held) >= 20
 
 
+def test_every_constant_names_its_source():
+    """Each module-level constant of the scale model appears in its doc's list of sources."""
+    sources = scale.__doc__.split("Constants and their sources:")[1]
+    names = [n for n in vars(scale) if n.isupper() and not n.startswith("_") and n != "DATA"]
+    assert {"GRAD_BYTES", "BACKWARD_SHARE", "EVAL_SAMPLES", "FITTED"} <= set(names)
+    assert [n for n in names if n not in sources] == []
+    for name in fit.NAMES:  # the fitted ones: by bert.plan.fit
+        assert name in sources.split("FITTED")[1] and "bert.plan.fit" in sources
+
+
 # -- the held-out table -------------------------------------------------------------------------
+
+
+def test_scale_bands_cover_every_held_out_result():
+    """The 8 / 16-256 / 512+ bands count every scored result (a result outside them, say on
+    300 GPUs, fails here rather than going uncounted)."""
+    rows = [{"gpus": r["gpus"], "gpu": r["gpu"], "error": 0.0} for r in validate.held_out()]
+    s = validate.summary(rows)
+    assert sum(s[name][1] for name, _, _ in validate.BANDS) == s["all"][1]
+    odd = validate.summary([*rows, {"gpus": 300, "gpu": "h100", "error": 0.0}])
+    assert sum(odd[name][1] for name, _, _ in validate.BANDS) != odd["all"][1]
 
 
 def test_docs_table_is_the_clis_output():
