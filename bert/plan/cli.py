@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--efficiency",
         type=float_arg(0.0),
-        help="fraction of the peak the step reaches (default: what the kind's "
-        "published MLPerf throughput implies)",
+        help="fraction of the dense peak the step reaches: selects the FLOP model "
+        "(default: the scale model, calibrated as --calibrate says)",
     )
     p.add_argument(
         "--calibrate",
