@@ -2,7 +2,7 @@
 
 A test session stopped by SIGTERM (`timeout`, a CI job's limit) still prints its counts: the
 signal becomes a KeyboardInterrupt, after which pytest reports what ran (passed, failed) before
-it exits. Without this, a killed suite left no summary at all (issue 37: killed at 322 of 1,545
+it exits. Without this, a killed suite left no summary at all (a suite killed at 322 of 1,545
 tests with no counts)."""
 
 from __future__ import annotations

@@ -16,9 +16,11 @@ from setuptools import find_namespace_packages, setup
 from setuptools.command.build_py import build_py
 
 # namespace discovery, as pyproject's packages.find does: kernels/csrc/*/ (the CUDA sources,
-# package data of kernels) have no __init__.py
+# package data of kernels) have no __init__.py. bert/tools/ (the GPU window harness, benchmarks,
+# experiments) works on a checkout (git, benchmarks/results/, scripts/) and is not shipped.
 PACKAGES = find_namespace_packages(
-    include=["bert", "bert.*", "data", "data.*", "kernels", "kernels.*"], exclude=["*.__pycache__"]
+    include=["bert", "bert.*", "data", "data.*", "kernels", "kernels.*"],
+    exclude=["*.__pycache__", "bert.tools", "bert.tools.*"],
 )
 HERE = Path(__file__).resolve().parent
 

@@ -1,6 +1,5 @@
-"""The MLPerf training log, written and read in one place: the facts both sides share
-(constants.py), the logger the trainer writes with (writer.py), and the readers: which logs are
-whole, timed runs (reader.py), the official compliance checker on them (compliance.py), the
-submission package with its system description (package.py, system_desc.py) and run plots
-(plot.py). scripts/check_compliance.py, package_results.py and plot_run.py are their command
-lines."""
+"""The MLPerf training log as the run writes it: the facts every writer and reader shares
+(constants.py), the logger the trainer writes with (writer.py), the run's log files and their
+names (logfile.py), and the reference convergence points a run is checked against at its start
+(rcp.py, rcp_check.py). What is done with finished logs (read, check, package, plot) is offline
+work, one floor up: bert/submission/."""

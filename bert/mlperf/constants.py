@@ -54,5 +54,5 @@ TRACKED_STATS = "tracked_stats"
 
 # run_stop's metadata on a run stopped from outside its loop (SIGTERM, an error, a diverged
 # loss): why. Its status stays "aborted" (the checker's), and the log is no timed result
-# (bert/mlperf/reader.py refuses it).
+# (bert/submission/reader.py refuses it).
 STOP_REASON = "stop_reason"

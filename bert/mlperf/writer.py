@@ -14,7 +14,7 @@ order:
     ... build model, load checkpoint, warm up (no training/eval data read yet) ...
     log.init_stop()                       # at most 30 min after init_start (closed)
     log.run_start()
-    for each block of plan.eval_interval_samples samples (bert/train/run_plan.py):
+    for each block of run_shape.eval_interval_samples samples (bert/train/run_shape.py):
         log.block_start(samples_count, first_epoch_num, epoch_count)
         ... train ...
         log.block_stop(samples_count, first_epoch_num, epoch_count)
@@ -260,7 +260,7 @@ class MLPerfLogger:
             self._emit("event", key, value)
 
     def topology(self, nodes: int, accelerators_per_node: int, accelerator_model: str) -> None:
-        """Where the run ran (init phase); bert/mlperf/package.py fills the system
+        """Where the run ran (init phase); bert/submission/package.py fills the system
         description from it."""
         self._require_init_phase(NUMBER_OF_NODES)
         self._emit("event", NUMBER_OF_NODES, int(nodes))
@@ -269,7 +269,7 @@ class MLPerfLogger:
 
     def resumed_from(self, step: int, samples: int) -> None:
         """Marks the log of a run resumed from a checkpoint (init phase): it times only the
-        part after the resume, so bert/mlperf/package.py refuses it."""
+        part after the resume, so bert/submission/package.py refuses it."""
         self._require_init_phase(RESUMED_FROM_CHECKPOINT)
         self._emit("event", RESUMED_FROM_CHECKPOINT, int(step), metadata={"samples": int(samples)})
 

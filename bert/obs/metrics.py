@@ -15,7 +15,7 @@ Train record (kind "train"), over the interval since the previous point:
                          seconds measured by bert/train/progress.py, whose console line shows
                          this same figure; an eval's time is no part of any interval)
     tokens_per_s         rank 0's real (unpadded) tokens per second
-    tflops_per_s, mfu    rank 0's useful FLOP rate (bert/obs/flops.py), and its share of the peak
+    tflops_per_s, mfu    rank 0's useful FLOP rate (bert/model/flops.py), and its share of the peak
                          (null when the FLOPs could not be counted)
     peak_memory_mib      CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak RSS
     data_wait_share      share of the interval's wall time the step waited for its batch

@@ -23,14 +23,15 @@ from typing import Sequence
 
 from bert.config import Config
 from bert.core.files import write_text_atomic
-from bert.obs import ranges
-from bert.obs.flops import SquareSums, batch_flops, device_peak
+from bert.core import ranges
+from bert.model.flops import batch_flops
+from bert.obs.mfu import SquareSums, device_peak
 from bert.obs.metrics import MetricsRecorder, read_optimizer
 from bert.obs.profiler import ProfilerWindow
 from bert.obs.run_record import RunOrigin, build_record
 from bert.obs.sinks import JsonLines, TensorBoard
 from bert.train.exit_status import run_end_status
-from bert.train.logfile import LogFile
+from bert.mlperf.logfile import LogFile
 
 MEMORY_NOTE = {"cuda": "torch.cuda.max_memory_allocated", "cpu": "process peak RSS"}
 
@@ -84,7 +85,7 @@ class Observer:
         metrics = {
             "peak_flops": peak,
             "peak_source": source,
-            "flops": "bert/obs/flops.py (useful FLOPs; padding not credited)",
+            "flops": "bert/model/flops.py (useful FLOPs; padding not credited)",
             "peak_memory": MEMORY_NOTE[self.ctx.device.type],
             "loss": "rank 0's mean over the interval's steps",
         }

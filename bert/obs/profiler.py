@@ -4,7 +4,7 @@
 one warm-up step when the run has one before the window (the profiler's own start-up lands
 there, not in the recorded steps). Outside the window nothing is profiled: the torch profiler
 is created one step before the window and dropped after it, and the named ranges
-(bert/obs/ranges.py) are null contexts.
+(bert/core/ranges.py) are null contexts.
 
 Each rank writes PROFILE_DIR/trace_rank<R>_steps<A>-<B>.json.gz (Chrome / Perfetto trace,
 open it in https://ui.perfetto.dev or chrome://tracing) and, on CUDA with
@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from bert.core.files import temp_name
-from bert.obs import ranges
+from bert.core import ranges
 from bert.obs.config import ProfileConfig
 from bert.obs.logs import get_logger
 

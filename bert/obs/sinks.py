@@ -2,7 +2,7 @@
 
 - `JsonLines`: metrics.jsonl, one JSON object per line, flushed per line (tail -f works). It is
   written under a per-attempt partial name and takes its final name with the run's MLPerf log
-  (bert/train/logfile.py: an earlier run's file found there is kept beside it, never replaced).
+  (bert/mlperf/logfile.py: an earlier run's file found there is kept beside it, never replaced).
 - `TensorBoard` (`log.tensorboard`): the numeric fields as scalars, tag "<kind>/<field>", with
   the samples trained as the step (so runs of different batch sizes line up). Event files have
   unique names: a folder shared with earlier runs only gains files.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bert.train.logfile import LogFile
+from bert.mlperf.logfile import LogFile
 
 # not plotted: bookkeeping fields of a record
 NOT_SCALARS = {"kind", "time", "step", "samples", "finite"}

@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from bert.obs.ranges import named
+from bert.core.ranges import named
 from bert.optim.collectives import ShardComm
 from bert.optim.flat import Bucket, FlatLayout, FlatParams
 from bert.optim.lamb import _check_hparams, _clip_coef
@@ -291,7 +291,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        with named("exchange"):  # profiler ranges (bert/obs/ranges.py): free when off
+        with named("exchange"):  # profiler ranges (bert/core/ranges.py): free when off
             self._finish_reduction()
         inputs = self._step_inputs()
         for shard in self._shards.values():

@@ -31,7 +31,7 @@ from torch.overrides import TorchFunctionMode
 
 from bert.model.config import ModelConfig
 from bert.model.modeling import BertForPretraining
-from bert.plan.flops import masked_count
+from bert.model.flops import masked_count
 from data.order.lengths import length_pmf
 from data.packing import Sample, pack_samples
 

@@ -16,7 +16,8 @@ import json
 import sys
 
 from bert.core.inputs import Parser as InputParser, float_arg, int_arg, parse_float, parse_int
-from bert.plan import gpus, scale
+from bert.core import gpus
+from bert.plan import scale
 from bert.plan.planner import GIB, Assumptions, Candidate, Cluster, PlanError, plan
 
 
@@ -139,7 +140,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bert.plan.rcp import RCPError
+    from bert.mlperf.rcp import RCPError
 
     try:
         return run(argv)

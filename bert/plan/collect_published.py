@@ -1,4 +1,4 @@
-"""How `bert/plan/published_results.json` was made (issue 39, item 5); not used at run time.
+"""How `bert/plan/published_results.json` was made; not used at run time.
 
 Reads every closed-division BERT result folder of the mlcommons training results repositories
 v3.0 to v5.0 (each a local git mirror: `python -m bert.plan.collect_published MIRROR_ROOT`,

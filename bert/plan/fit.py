@@ -5,10 +5,11 @@
 
 The split of bert/plan/published_results.json, fixed before any constant was fitted:
 - calibration points (`calibration_row`): one per GPU kind, what `open-bert-plan` calibrates on
-  by default (gpus.py names them; a test checks they follow this rule). Among the kind's 8-GPU
-  results, those of the training rounds where the kind has any, else those of its first round;
-  single-node ones where any exist; of these, the one with the median whole-run throughput
-  (the lower median of an even count; source path breaks ties). Neither fitted on nor scored.
+  by default (bert/core/gpus.py names them; a test checks they follow this rule). Among the
+  kind's 8-GPU results, those of the training rounds where the kind has any, else those of its
+  first round; single-node ones where any exist; of these, the one with the median whole-run
+  throughput (the lower median of an even count; source path breaks ties). Neither fitted on
+  nor scored.
 - the training subset (`training_rows`): every other result of rounds v3.0 and v3.1
   (TRAINING_ROUNDS), at any GPU count: the past, from which the later rounds are predicted.
 - held out: every other result of v4.0 and later on 8 or more GPUs, scored by validate.py.
@@ -32,7 +33,8 @@ import statistics
 
 import numpy as np
 
-from bert.plan import gpus, scale
+from bert.core import gpus
+from bert.plan import scale
 
 TRAINING_ROUNDS = ("v3.0", "v3.1")
 NAMES = ("overhead_samples", "eval_speed", "hidden")

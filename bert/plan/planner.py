@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 from bert.core.inputs import check_float
 from bert.model.config import ModelConfig
-from bert.plan import flops, memory, rcp, scale, timing
-from bert.plan.gpus import GPUKind
+from bert.mlperf import rcp
+from bert.model import flops
+from bert.plan import memory, scale, timing
+from bert.core.gpus import GPUKind
 from bert.train.config import mlperf_eval_interval
 
 GIB = memory.GIB

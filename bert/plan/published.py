@@ -1,4 +1,4 @@
-"""The planner against published MLPerf BERT results (issue 29, item 6; docs/plan.md).
+"""The planner against published MLPerf BERT results (docs/plan.md).
 
 Each row is one submission whose ten result logs were read (docs/data/published_bert_runs.json
 holds every run's figures and the commit of the repository they were read from): its GPU count,
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bert.plan import rcp, timing
+from bert.mlperf import rcp
+from bert.plan import timing
 from bert.train.config import mlperf_eval_interval
 
 RUNS_FILE = "docs/data/published_bert_runs.json"

@@ -21,9 +21,9 @@ Constants and their sources:
 - GRAD_BYTES = 2: bf16/fp16 gradients, as the published BERT submissions reduce them (NVIDIA's
   DistributedFusedLAMB reduce-scatters 16-bit gradients, shared/REFERENCE.md 5).
 - BACKWARD_SHARE = 2/3: the backward pass is two thirds of a step's FLOPs (forward : backward =
-  1 : 2, flops.py).
+  1 : 2, bert/model/flops.py).
 - EVAL_SAMPLES = 10,000: the MLPerf BERT eval set (every published log prints eval_samples 10000).
-- Bandwidths and domain sizes: vendor datasheets (gpus.py).
+- Bandwidths and domain sizes: vendor datasheets (bert/core/gpus.py).
 - FITTED (overhead_samples, eval_speed, hidden): fitted on the training subset by
   `bert.plan.fit` (rounds v3.0 and v3.1, calibration points left out), never on the results the
   validation scores; tests/tools/test_plan_scale.py refits them and fails when they drift.

@@ -12,8 +12,8 @@ default is the scale model, scale.py).
                 (MLPerf's run_start..run_stop; initialization is shown apart, not scored)
 
 The efficiency is given (`--efficiency`) and printed with every plan; `implied_efficiency` gives
-the one a per-GPU throughput amounts to (this program's own GPU record where gpus.py has one, else
-the published MLPerf throughput).
+the one a per-GPU throughput amounts to (this program's own GPU record where bert/core/gpus.py
+has one, else the published MLPerf throughput).
 """
 
 from __future__ import annotations

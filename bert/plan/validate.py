@@ -5,7 +5,7 @@
 
 Scored: every result of bert/plan/published_results.json on 8 or more GPUs that is neither in
 the training subset (`fit.training_rows`: rounds v3.0 and v3.1) nor a calibration point (the
-kind's default, gpus.py). Each is predicted through the CLI as a user runs it,
+kind's default, bert/core/gpus.py). Each is predicted through the CLI as a user runs it,
 `open-bert-plan --gpus G --gpus-per-node n --gpu KIND --batch B --json`, with the default
 calibration (one published 8-GPU result per kind), so the prediction includes the RCPs'
 samples to converge at that batch, not the samples the result took. The score is within 15%
@@ -21,7 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from bert.plan import fit, gpus, scale
+from bert.core import gpus
+from bert.plan import fit, scale
 
 BANDS = (("8 GPUs", 8, 8), ("16-256 GPUs", 16, 256), ("512+ GPUs", 512, 10**9))
 BEGIN = "<!-- held-out table: python -m bert.plan.validate --write docs/plan.md -->"

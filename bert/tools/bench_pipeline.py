@@ -40,7 +40,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from bert.tools.common import cpu_model, git_commit
+from bert.submission.system_desc import cpu_model
+from bert.tools.common import git_commit
 from data.comm import sparse
 from data.comm.host import HostComm, LocalComm, displacements
 from data.comm.wire import GlobalBatch, encode

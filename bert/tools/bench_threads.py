@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bert.tools.common import ROOT, cpu_model, git_commit, write_json
+from bert.submission.system_desc import cpu_model
+from bert.tools.common import ROOT, git_commit, write_json
 
 RUN_STOP = re.compile(r"run_stop (\w+): .* in ([0-9.]+) s")
 SPIN = "while True: pass"

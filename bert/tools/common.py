@@ -59,15 +59,3 @@ def import_pyplot():
     except ImportError:
         sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
     return plt
-
-
-def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The CPU's model name from /proc/cpuinfo (or another copy of it), or "" where that file
-    does not say."""
-    try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""

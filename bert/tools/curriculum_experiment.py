@@ -49,8 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from bert.mlperf.constants import LOG_NAME
-from bert.mlperf.reader import mllog_records
-from bert.tools.common import ROOT, cpu_model, git_commit, import_pyplot, write_json
+from bert.submission.reader import mllog_records
+from bert.submission.system_desc import cpu_model
+from bert.tools.common import ROOT, git_commit, import_pyplot, write_json
 from data.order.bucketing import bucket_of
 from data.sample_record import read_records
 from data.sources.shards import list_shards, read_samples

@@ -60,7 +60,7 @@ LABELS = {
     "stratified_local_snake": "+ snake (local)",
     "global_presort": "global presort",
     "serpentine": "global serpentine",
-    "node_swap": "node swap (issue 15)",
+    "node_swap": "node swap",
     "stratified_node_swap": "+ stratified node swap",
 }
 

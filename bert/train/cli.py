@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
     args = build_parser().parse_args(argv)
     from bert.config import describe_config, load_config
     from bert.obs.run_record import RunOrigin, config_sources, format_config
-    from bert.plan.check import warn_at_start
+    from bert.mlperf.rcp_check import warn_at_start
     from bert.train.exit_status import exit_status, run_end_line, run_end_status
 
     origin = RunOrigin.from_args(args, argv)  # the overrides --set and the flags stand for

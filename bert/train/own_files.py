@@ -1,8 +1,8 @@
 """Which of an output folder's files this program wrote: a run publishes its MLPerf log,
-metrics and run record by renaming the earlier file of that name aside (bert/train/logfile.py),
+metrics and run record by renaming the earlier file of that name aside (bert/mlperf/logfile.py),
 which is only right for a file an earlier run of ours wrote. A user's own `run.json` or
 `metrics.jsonl` in the folder (run.output_dir=. in a project folder) is refused instead, with
-one `error:` line naming it and `--force` (issue 40 item 2).
+one `error:` line naming it and `--force`.
 
 Recognised as ours, from what the writers put in them:
     run*.json       an object with WRITER's "written_by" (bert/obs/run_record.py), or the

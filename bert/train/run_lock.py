@@ -12,7 +12,7 @@ Only the rank that writes the folder (rank 0) takes the lock; the trainer tells 
 
 The lock file is created anew (O_EXCL) or opened without following a symlink, and a `run.lock`
 that is a symlink, a hard link or holds anything but a holder record is refused and left as it
-is: a run never writes through, truncates or removes a file it did not make (issue 40 item 2).
+is: a run never writes through, truncates or removes a file it did not make.
 The same lock guards a `--record-samples` folder (`hold_folder`).
 """
 

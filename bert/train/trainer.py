@@ -10,10 +10,10 @@ and are read only at progress and eval points.
 Resume (`checkpoint.resume`, bert/train/resume.py): the init phase restores model, optimizer,
 schedule, loss scale and RNG; the run phase restores the data position and continues the block
 and eval schedule of the interrupted run, so the weights come out as if it had never stopped. A
-resumed run writes its own log (bert/train/logfile.py: log_name): a recovery, not a timed MLPerf
+resumed run writes its own log (bert/mlperf/logfile.py: log_name): a recovery, not a timed MLPerf
 result. `run.eval_only`: the init phase, then one eval of the initial weights
 (mlperf_eval_only.log). Each log is written under a partial name and takes its final name only
-at run_stop (bert/train/logfile.py): a run that fails earlier never replaces an earlier log.
+at run_stop (bert/mlperf/logfile.py): a run that fails earlier never replaces an earlier log.
 
 The batch geometry is built once, before the rendezvous (it needs only the launcher's world
 size), and passed to the data pipeline. `callbacks` (`Callback`) see the opened pipeline and the
@@ -42,14 +42,14 @@ from bert.model import BertForPretraining, num_parameters
 from bert.model.weights import load_into_model, read_checkpoint_file
 from bert.obs.logs import setup_logging
 from bert.obs.observer import Observer, file_suffix, published_files
-from bert.obs.ranges import named
+from bert.core.ranges import named
 from bert.obs.run_record import RunOrigin
 from bert.optim.registry import build_optimizer
 from bert.train.distributed import DistContext, all_reduce_sum, broadcast_int, init_distributed
 from bert.train.graphs.build import build_graphs
 from bert.train.launch_env import launch_layout
-from bert.train.run_plan import RunPlan
-from bert.train.logfile import LogFile, log_name
+from bert.train.run_shape import RunShape
+from bert.mlperf.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
 from bert.train.checkpointer import Checkpointer
@@ -104,8 +104,8 @@ class Trainer:
         # the MLPerf log): a bad input changes nothing of an earlier run in the same folder.
         # The batch split needs only the launcher's world size: checked before the rendezvous.
         layout = launch_layout()
-        self.plan = RunPlan.build(cfg, layout.world_size, layout.local_world_size)
-        self.geometry = self.plan.geometry
+        self.run_shape = RunShape.build(cfg, layout.world_size, layout.local_world_size)
+        self.geometry = self.run_shape.geometry
         self.ctx: DistContext = init_distributed(cfg.run.device, cfg.dist.timeout_s)
         self.out_dir = Path(cfg.run.output_dir)
         self.progress = Progress(
@@ -114,7 +114,7 @@ class Trainer:
             quiet=cfg.log.quiet,
         )
         # read whole before the log opens: a refused or damaged resume writes nothing
-        self.ckpt = Checkpointer(cfg, self.ctx, self.plan.global_batch_size, self.progress.line)
+        self.ckpt = Checkpointer(cfg, self.ctx, self.geometry.global_batch_size, self.progress.line)
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
         self._init_state = (
@@ -131,7 +131,7 @@ class Trainer:
         weakref.finalize(self, self.lock.release)  # a Trainer dropped untrained (tests)
         try:
             self.log_path = str(self.log_file.final)
-            # written under a per-attempt partial name until run_stop (bert/train/logfile.py)
+            # written under a per-attempt partial name until run_stop (bert/mlperf/logfile.py)
             self.mllog = MLPerfLogger(str(self.log_file.partial), self.ctx.rank)
             # metrics.jsonl, run.json, TensorBoard, the profiler window (bert/obs/observer.py)
             self.obs = Observer(
@@ -248,7 +248,7 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """The timed run. Stopped from outside (a signal, an error), it still closes its log
-        (run_stop aborted, with the reason), kept under its own name (bert/train/logfile.py)."""
+        (run_stop aborted, with the reason), kept under its own name (bert/mlperf/logfile.py)."""
         try:
             result = self._train()
         except BaseException as err:
@@ -299,15 +299,15 @@ class Trainer:
         started = time.time()
         pipeline, eval_set = self._open_data()
         pipeline.announce(log, self.progress)  # bucketing and curriculum, when used
-        gbs, plan = self.geometry.global_batch_size, self.plan
-        steps_per_block = plan.steps_per_eval_block  # whole global batches (REFERENCE 1)
+        gbs, run_shape = self.geometry.global_batch_size, self.run_shape
+        steps_per_block = run_shape.steps_per_eval_block  # whole global batches (REFERENCE 1)
         step, samples = self.start_point["step"], self.start_point["samples"]
         accuracy, status = self.start_point["accuracy"], "aborted"
         self.ckpt.last_step = step
         for callback in self.callbacks:
             callback.on_train_start(self)
-        max_steps = plan.max_steps
-        self.progress.start(max_steps * gbs, samples, max_steps, plan.last_step_name)
+        max_steps = run_shape.max_steps
+        self.progress.start(max_steps * gbs, samples, max_steps, run_shape.last_step_name)
         self.guard.start(step)
         while step < max_steps:
             # A resumed run finishes the interrupted block: evals stay where they were.
@@ -343,7 +343,7 @@ class Trainer:
         log.run_stop(status)
         self._ended_by_itself = True
         seconds = time.time() - started
-        end = self.plan.end(status)
+        end = self.run_shape.end(status)
         self.obs.ended(status, end, step, samples, accuracy, seconds, self.log_file.final.name)
         self._publish_log()
         if self.ckpt.final_due(step):
@@ -368,7 +368,7 @@ class Trainer:
             ctx.device,
             make_host_comm(ctx.world_size, self.cfg.dist.timeout_s),
             record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=self.plan.ranks_per_node,
+            ranks_per_node=self.run_shape.ranks_per_node,
             pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size,
         )

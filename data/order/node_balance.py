@@ -1,4 +1,4 @@
-"""node_swap: serpentine-level balance that moves only a few samples between nodes (issue 15).
+"""node_swap: serpentine-level balance that moves only a few samples between nodes.
 
 The full exchange (global_presort, serpentine) all-gathers every sample of the global batch to
 every rank, which at 1,024 ranks x 16 samples is about 16k payloads received to keep 16. The

@@ -187,7 +187,7 @@ STRATEGIES: dict[str, Strategy] = {
     ),
     "global_presort": Strategy(assign_global_presort, source="shards", scope="world"),
     "serpentine": Strategy(assign_serpentine, source="shards", scope="world"),
-    # issue 15: serpentine-level balance without the full all-gather (docs/balance_at_scale.md)
+    # serpentine-level balance without the full all-gather (docs/balance_at_scale.md)
     "node_swap": Strategy(
         assign_node_swap, source="shards", scope="world", transport="sparse", rows=node_swap_rows
     ),

@@ -440,7 +440,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, read_shape: ShapeReader | None = None) -> int:
-    """`read_shape` reads --config (bert/tools/prepare.py hands bert's config reader in)."""
+    """`read_shape` reads --config (bert/prepare.py hands bert's config reader in)."""
     args = parse_args(argv)
     try:
         resolve_shape(args, read_shape)

@@ -65,7 +65,8 @@ from data.prepare.instances import (
     load_compiled_code,
 )
 from data.prepare.wordpiece import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
-from bert.tools.common import cpu_model, git_commit  # noqa: E402
+from bert.submission.system_desc import cpu_model  # noqa: E402
+from bert.tools.common import git_commit  # noqa: E402
 import reference_instances  # noqa: E402
 import reference_writer  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402

@@ -8,7 +8,7 @@ tests/unit/test_tokenization.py: every code point as a one-character word, every
 a word, and seeded random lines of every Unicode category and of mixed scripts. Two tokenizers:
 
     library   `tokenizers`' BertWordPieceTokenizer(lowercase=True), what data/prepare used
-              before issue 24 (`encode_batch`, no special tokens)
+              before the tokenizer was rewritten (`encode_batch`, no special tokens)
     project   data.prepare.wordpiece (now), which must differ on none
 
 Both use one vocabulary written by this script: the special tokens and the first 16,000
@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare.wordpiece import load_tokenizer  # noqa: E402
-from bert.tools.common import cpu_model, git_commit  # noqa: E402
+from bert.submission.system_desc import cpu_model  # noqa: E402
+from bert.tools.common import git_commit  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
 
 RANDOM_LINES = 20_000

@@ -24,7 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts" / "bench")]
 from bench_prepare import stand_in_text, train_vocab  # noqa: E402
-from bert.tools.common import cpu_model, git_commit  # noqa: E402
+from bert.submission.system_desc import cpu_model  # noqa: E402
+from bert.tools.common import git_commit  # noqa: E402
 from data.packing import Sample  # noqa: E402
 from data.prepare.create_examples import ShardJob, create_examples_file  # noqa: E402
 from data.prepare.fixed import read_fixed  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU window's fused-vs-reference training comparison (issue 22).
+"""The GPU window's fused-vs-reference training comparison.
 
 The command line of bert/tools/gpu/train_compare.py (`--help`).
 """

@@ -133,7 +133,7 @@ ROWS = [
         ],
         ["model.fused_embedding_backward=true", "run.precision=fp32"],
     ),
-    # values that used to fail deep inside torch or numpy, or train to NaN (issue 26)
+    # values that used to fail deep inside torch or numpy, or train to NaN
     Row(
         "zero_attention_heads",
         S("model.num_attention_heads", "0"),
@@ -374,7 +374,7 @@ ROWS = [
         target="scripts/prepare_data.py",
         must_not_exist="{rows}/examples",
     ),
-    # -- outputs that are not ours (issue 26 item 3) ------------------------------------------
+    # -- outputs that are not ours --------------------------------------------------------------
     Row(
         "prepare_out_is_its_input",
         ["to-varlen", "{data}", "--out", "{data}"],
@@ -655,7 +655,7 @@ def test_resume_with_another_world_size_under_torchrun(world):
 
 def test_a_bad_shard_found_mid_run_under_torchrun_is_one_error_line(world):
     """A token id beyond the vocabulary, found by a data thread after run_start, with 2 torchrun
-    ranks: whichever ranks meet it, the user sees one `error:` line (issue 26 item 5: the peer
+    ranks: whichever ranks meet it, the user sees one `error:` line (the peer
     rank's traceback used to follow it) and the launcher exits 2; the earlier run's files stay."""
     before = snapshot(watched(world))
     env = {

@@ -159,7 +159,7 @@ def run_steps(data: Path, strategy: str, world: int) -> int:
         ("torchrun", 4, "stratified_local_presort", 2),
         ("mpiexec", 2, "stratified", 2),
         ("mpiexec", 4, "stratified_local_snake", 2),
-        # the sparse transport (issue 15), two nodes each: both strategies under both launchers,
+        # the sparse transport, two nodes each: both strategies under both launchers,
         # both launchers at both sizes
         ("torchrun", 2, "node_swap", 1),
         ("torchrun", 4, "stratified_node_swap", 2),

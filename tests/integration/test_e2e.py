@@ -228,7 +228,7 @@ def test_sequence_longer_than_configured_max(tmp_path, small_data):
 
 def assert_log_closed(out: Path) -> None:
     """A run that failed after run_start closes its log (run_stop aborted, with the reason)
-    and keeps it under its own name: no mlperf.log is published (bert/train/logfile.py)."""
+    and keeps it under its own name: no mlperf.log is published (bert/mlperf/logfile.py)."""
     assert not (out / "mlperf.log").exists()
     [log] = out.glob("mlperf.log.*.failed")
     assert_run_stop_aborted(log)

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of everything a user hands the program (issue 26 item 2).
+"""Property-based fuzzing of everything a user hands the program.
 
 Random and boundary values for every config key (types, NaN, inf, negatives, zero, huge,
 strings), and random corruptions of each kind of file the program reads (a config, a

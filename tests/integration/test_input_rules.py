@@ -1,4 +1,4 @@
-"""One input rule for every command (issue 40 item 1): bert/core/inputs.py, used by every parser.
+"""One input rule for every command: bert/core/inputs.py, used by every parser.
 
 Each class of bad input a tester found, for each command it applies to: an integer with a huge
 exponent or 5,000 digits (it hung, or escaped as Python's own ValueError), a YAML key given

@@ -17,12 +17,13 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from configparser import ConfigParser
 from pathlib import Path
 
 import pytest
 
-from bert.mlperf.reader import mllog_records
+from bert.submission.reader import mllog_records
 
 ROOT = Path(__file__).resolve().parents[2]
 # The console commands ([project.scripts]), one family; a new one is a decision, made here too.
@@ -155,6 +156,7 @@ def installed(tmp_path_factory) -> dict:
     python = make_venv(work / "venv")
     pip_install(python, str(wheel))
     return {
+        "wheel": wheel,
         "python": python,
         "bin": python.parent,
         "cwd": elsewhere,
@@ -188,6 +190,40 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
     for path in where.stdout.split():
         assert Path(path).resolve().is_relative_to(venv), path
         assert "site-packages" in Path(path).parts, path
+
+
+# What a user runs, and nothing that needs a checkout: bert/tools/ (the GPU window harness,
+# benchmarks, experiments) reads git, benchmarks/results/ and scripts/, so it stays out.
+SHIPPED_PACKAGES = {
+    "bert", "bert.configs", "bert.convert", "bert.core", "bert.mlperf", "bert.model", "bert.obs",
+    "bert.optim", "bert.plan", "bert.submission", "bert.train", "bert.train.graphs",
+    "data", "data.comm", "data.download", "data.order", "data.prepare", "data.sources",
+    "kernels",
+}  # fmt: skip
+
+
+def wheel_packages(wheel: Path) -> set[str]:
+    """The Python packages a wheel holds: the folders of its .py files (and the configs)."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if ".dist-info/" not in n]
+    return {
+        ".".join(Path(n).parent.parts)
+        for n in names
+        if n.endswith(".py") or (n.endswith(".yaml") and Path(n).parent.name == "configs")
+    }
+
+
+def test_the_wheel_holds_the_product_and_no_developer_tools(installed):
+    assert wheel_packages(installed["wheel"]) == SHIPPED_PACKAGES
+
+
+def test_the_wheel_listing_sees_a_tools_folder(tmp_path):
+    fake = tmp_path / "fake.whl"
+    with zipfile.ZipFile(fake, "w") as archive:
+        archive.writestr("bert/tools/gpu/window.py", "")
+        archive.writestr("bert/configs/tiny.yaml", "")
+        archive.writestr("open_bert_mlperf-0.1.0.dist-info/RECORD", "")
+    assert wheel_packages(fake) == {"bert.tools.gpu", "bert.configs"}
 
 
 def test_the_wheel_ships_the_configs(installed):

@@ -19,7 +19,7 @@ from bert.model.fused import FUSED_OPS, enabled
 from bert.optim.registry import OPTIMIZERS
 
 from bert.config import BatchGeometry, load_config
-from bert.train.run_plan import RunPlan
+from bert.train.run_shape import RunShape
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -85,7 +85,7 @@ def test_system_config_is_mlperf_bert_large(path):
     assert r.precision in ("fp16", "bf16") and r.device == "cuda"
     assert cfg.eval.samples == 10_000
     nodes, gpus = (int(n) for n in path.stem.split("_")[2].split("x")[:2])
-    assert RunPlan.build(cfg, nodes * gpus).eval_interval_samples == 150_000
+    assert RunShape.build(cfg, nodes * gpus).eval_interval_samples == 150_000
     for placeholder in (d.train_dir, d.eval_file, r.init_checkpoint):
         assert placeholder.startswith("/data/")
 

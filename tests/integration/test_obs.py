@@ -1,4 +1,4 @@
-"""Issue 27: a run leaves what it takes to see inside it (bert/obs/).
+"""A run leaves what it takes to see inside it (bert/obs/).
 
 One 40-step run of a 1-layer BERT (in this process, through run_pretraining.main) with the
 profiler window and TensorBoard on, then its files are read back:
@@ -25,15 +25,16 @@ import pytest
 import yaml
 
 from bert.config import describe_fields, load_config
-from bert.obs.flops import SquareSums, batch_flops
+from bert.model.flops import batch_flops
+from bert.obs.mfu import SquareSums
 from bert.obs.logs import get_logger, setup_logging
 from bert.obs.observer import file_suffix
-from bert.obs.ranges import RANGE_NAMES
+from bert.core.ranges import RANGE_NAMES
 from bert.obs.sinks import read_records
 from bert.optim.schedule import lr_at
 from bert.core.errors import ConfigError
 from bert.train.config import LogConfig
-from bert.plan.flops import LengthMix, training_flops
+from bert.model.flops import LengthMix, training_flops
 from data.packing import Sample, pack_samples
 
 from tiny_run import make_tiny_data, tiny_settings
@@ -295,7 +296,7 @@ def test_square_sums_follow_the_packed_batches():
 
 
 def test_batch_flops_agree_with_the_planner():
-    """Per batch of equal lengths, the planner's per-sample count (bert/plan/flops.py)."""
+    """Per batch of equal lengths, the planner's per-sample count (bert/model/flops.py)."""
     cfg = load_config(None).model
     length, masked, batch = 100, 15, 6
     planned = training_flops(cfg, LengthMix(length, length**2, masked, 128))
@@ -330,7 +331,7 @@ def test_a_step_with_metrics_and_ranges_on_reads_nothing_back(monkeypatch, data_
     """The trainer's step, its metrics bookkeeping (data wait, tokens, FLOPs), Progress between
     points and the named ranges: no tensor value is read on the host (tests/unit/test_sync_free.py's
     proxy for a device sync)."""
-    from bert.obs import ranges
+    from bert.core import ranges
     from bert.train.trainer import Trainer
     from test_sync_free import forbid_host_reads
 
@@ -378,9 +379,9 @@ def test_plot_run_draws_metrics_jsonl(run_dir, tmp_path, capsys):
 
 
 def test_overhead_benchmark_writes_its_record(tmp_path, capsys):
-    """bert/obs/bench_overhead.py end to end at its smallest size (the numbers are the
+    """bert/tools/bench_overhead.py end to end at its smallest size (the numbers are the
     benchmark's, not asserted here)."""
-    from bert.obs.bench_overhead import VARIANTS, main
+    from bert.tools.bench_overhead import VARIANTS, main
 
     out = tmp_path / "overhead.json"
     assert main(["--rounds", "1", "--steps", "2", "--warmup", "0", "--json", str(out)]) == 0
@@ -398,7 +399,7 @@ def test_window_ended_early_writes_what_it_recorded_beside_earlier_traces(tmp_pa
     after the steps it holds; a second run's trace never replaces the first's."""
     import torch
 
-    from bert.obs import ranges
+    from bert.core import ranges
     from bert.obs.config import ProfileConfig
     from bert.obs.profiler import ProfilerWindow
 

@@ -1,4 +1,4 @@
-"""Issue 27 under torchrun with 2 gloo ranks: every line says its time, rank and level, only
+"""Observability under torchrun with 2 gloo ranks: every line says its time, rank and level, only
 rank 0 prints progress (the other rank logs warnings only), rank 0 alone writes the metrics, and
 each rank writes its own trace of the profiler window."""
 

@@ -113,7 +113,7 @@ def test_documented_path_trains_the_tiny_model(texts):
 
 
 def test_config_sets_the_sizes_and_a_flag_beats_it(texts, tmp_path):
-    from bert.tools.prepare import main
+    from bert.prepare import main
 
     args = ["examples", "--config", "tiny_cpu", "--vocab", str(tmp_path / "v.txt")]
     assert main(["vocab", str(texts / "train.txt"), "--out", str(tmp_path / "v.txt")]) == 0
@@ -129,7 +129,7 @@ def test_config_sets_the_sizes_and_a_flag_beats_it(texts, tmp_path):
 
 
 def test_vocab_larger_than_the_model_is_refused(texts, tmp_path, capsys):
-    from bert.tools.prepare import main
+    from bert.prepare import main
 
     big = tmp_path / "big.txt"
     big.write_text(
@@ -143,7 +143,7 @@ def test_vocab_larger_than_the_model_is_refused(texts, tmp_path, capsys):
 
 
 def test_too_few_eval_samples_names_the_key(texts, tmp_path, capsys):
-    from bert.tools.prepare import main
+    from bert.prepare import main
 
     vocab = tmp_path / "v.txt"
     assert main(["vocab", str(texts / "train.txt"), "--out", str(vocab)]) == 0

@@ -252,7 +252,7 @@ def one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
 
 def test_a_folder_of_other_files_is_refused_unless_forced(uninterrupted, tmp_path):
     """A resumed step takes a file under an output's name as done, so a folder holding files
-    the step does not write is refused before anything is written (issue 26 item 3)."""
+    the step does not write is refused before anything is written."""
     inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
     out = tmp_path / "varlen"
     out.mkdir()

@@ -1,4 +1,4 @@
-"""Issue 26's promises about runs that do not end by themselves, one test each:
+"""The promises about runs that do not end by themselves, one test each:
 
 - SIGTERM mid-run: the run stops at the next step boundary, saves a checkpoint, exits 143, and
   closes its log as interrupted (run_stop aborted with a stop_reason; the checker accepts it)
@@ -226,7 +226,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(capsys, data_dir, finished
 
 
 def test_a_run_lock_that_is_a_symlink_is_never_written_through(capsys, data_dir, tmp_path):
-    """Issue 40 item 2: a run.lock linking to a user's file is refused, the file untouched."""
+    """A run.lock linking to a user's file is refused, the file untouched."""
     mine = tmp_path / "notes.txt"
     mine.write_text("my own notes\n")
     out = tmp_path / "out"
@@ -393,7 +393,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(
 ):
     """The disk under the output fills mid-run (ENOSPC at the checkpoint after step 1): one
     error line naming the file and what to do, exit 1, the earlier mlperf.log untouched, the
-    run's own log kept as failed (issue 26: a full output folder was a traceback)."""
+    run's own log kept as failed (a full output folder was once a traceback)."""
     import errno
 
     before = (finished / "mlperf.log").read_bytes()
@@ -429,7 +429,7 @@ class InfGradientAt(Callback):
 
 
 def test_a_nonfinite_gradient_norm_stops_the_run_at_its_own_step(capsys, data_dir, finished):
-    """The gradient norm is checked beside the loss (issue 26 item 6): the run stops at the
+    """The gradient norm is checked beside the loss: the run stops at the
     step whose gradient was not finite, not one step later when the poisoned weights make the
     loss NaN."""
     values = settings(

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from bert.config import load_config
-from bert.train.run_plan import RunPlan
+from bert.train.run_shape import RunShape
 from data.synthetic import ensure_synthetic_data
 
 from data_audit import check_trail, expected_assignment, read_rank_files, trained
@@ -157,7 +157,7 @@ def check_finished_run(log: Path, records: Path, data: Path) -> int:
     assert events[-1]["key"] == "run_stop", events[-1]
     assert events[-1]["metadata"]["status"] == "aborted"  # budget end, target not reached
     assert values(events, "train_samples") == [STEPS * gbs]
-    interval = RunPlan.build(cfg, 1).eval_interval_samples
+    interval = RunShape.build(cfg, 1).eval_interval_samples
     assert len(values(events, "eval_accuracy")) == STEPS * gbs // interval
     (seed,) = values(events, "seed")
     recorded = read_rank_files(records, TASKS)

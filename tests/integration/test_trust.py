@@ -1,4 +1,4 @@
-"""Issue 14 (part A): results and logs tell the truth and survive failed runs.
+"""Results and logs tell the truth and survive failed runs.
 
 - No log of an earlier run is replaced by a partial one: a run that fails before run_stop
   (missing or bad init checkpoint, truncated trainer.pt, missing rank file) leaves the earlier
@@ -9,9 +9,9 @@
   log (`resumed_from_checkpoint`), which scripts/package_results.py then refuses; every log
   carries the topology keys and passes the official 5.0.0 checker.
 - `--quiet` still prints the run_stop line and how the run ended; a budget stop exits 0, a
-  schedule that ends without the target 1 (issue 37 item 2).
+  schedule that ends without the target 1.
 - The console's samples/s is metrics.jsonl's; the time left counts to the run's last step
-  (issue 37 item 6).
+  (one speed figure).
 
 The runs go through `run_pretraining.main` in this process (exit status and printed lines as a
 user sees them) on a 1-layer BERT and tiny synthetic shards.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bert.mlperf import reader as run_logs
+from bert.submission import reader as run_logs
 from bert.train.resume import rank_file, step_dir
 
 from tiny_run import make_tiny_data, tiny_settings

@@ -215,7 +215,7 @@ def test_option_sets_are_variants_of_their_own_beside_the_hf_baselines(tmp_path)
     variants = payload["variants"]
     assert list(variants) == ["fastest", "per_sequence+sharded", "per_sequence+fp8", "hf_eager"]
     assert variants["per_sequence+sharded"]["options"]["optimizer"] == "sharded"
-    # issue 36's FP8 lever, timed beside the rest (its CPU path emulates the FP8 GEMMs)
+    # the FP8 lever, timed beside the rest (its CPU path emulates the FP8 GEMMs)
     assert variants["per_sequence+fp8"]["options"]["fp8_linear"] is True
     assert not variants["fastest"]["options"]["fp8_linear"]
     assert {"per_sequence+sharded/hf_eager", "fastest/hf_eager"} <= set(payload["ratios"])

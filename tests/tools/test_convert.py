@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bert.model import BertForPretraining, ModelConfig
-from bert.tools.convert_formats import SHAPE_KEYS
+from bert.convert.formats import SHAPE_KEYS
 from bert.model.weights import (
     load_checkpoint_file,
     load_into_model,
@@ -45,7 +45,7 @@ PADDED = ("embeddings.word_embeddings.weight", "heads.decoder_weight", "heads.de
 
 @pytest.fixture(scope="module")
 def script():
-    from bert.tools import convert_checkpoint
+    from bert.convert import cli as convert_checkpoint
 
     return convert_checkpoint
 

@@ -279,7 +279,7 @@ def test_a_large_file_reports_its_rate_and_eta():
 
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
 def test_a_part_linked_to_another_file_is_left_alone(r2, tmp_path, capsys, link):
-    """Issue 40 item 2: a `.part` that is a link to a user's file is not ours to append to."""
+    """A `.part` that is a link to a user's file is not ours to append to."""
     mine = tmp_path / "mine.txt"
     mine.write_text("my own notes\n")
     folder = tmp_path / "data" / "download" / INPUTS

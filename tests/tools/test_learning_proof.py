@@ -1,4 +1,4 @@
-"""bert/tools/gpu/learning_proof.py, issue 35's learning proof: its CPU twin (the default run's
+"""bert/tools/gpu/learning_proof.py, the learning proof: its CPU twin (the default run's
 reference path) reaches MLPerf's 0.720 with a log the official checker passes; the verdict
 fails on every kind of wrong run; the CUDA variants' settings are valid configs."""
 

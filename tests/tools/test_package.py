@@ -1,5 +1,5 @@
-"""Submission packaging (bert/mlperf/package.py, reader.py; scripts/package_results.py) and run
-plots (bert/mlperf/plot.py; scripts/plot_run.py).
+"""Submission packaging (bert/submission/package.py, reader.py; scripts/package_results.py) and run
+plots (bert/submission/plot.py; scripts/plot_run.py).
 
 Two kinds of logs:
 - real tiny ones, made once per session by `python run_pretraining.py` (CPU, a 1-layer BERT,
@@ -34,12 +34,12 @@ import pytest
 pytest.importorskip("mlperf_logging")
 
 from bert.config import Config
-from bert.mlperf import package as package_results
-from bert.mlperf import plot as plot_run
-from bert.mlperf import reader as run_logs
-from bert.mlperf import system_desc
+from bert.submission import package as package_results
+from bert.submission import plot as plot_run
+from bert.submission import reader as run_logs
+from bert.submission import system_desc
 from bert.mlperf.writer import MLPerfLogger
-from bert.tools.common import cpu_model
+from bert.submission.system_desc import cpu_model
 from data.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -817,7 +817,7 @@ def test_plot_without_matplotlib_says_how_to_install(tmp_path, capsys):
     assert "pip install 'open-bert-mlperf[plot]'" in capsys.readouterr().err
 
 
-# -- logs that cannot choke the readers (issue 40) -------------------------------------------
+# -- logs that cannot choke the readers ----------------------------------------------------
 
 
 def _bad_log(case: str, path: Path) -> Path:
@@ -868,7 +868,7 @@ def _one_error(capsys, code: int) -> str:
 
 @pytest.mark.parametrize("case", BAD_LOGS)
 def test_a_malformed_log_is_one_error_line_for_every_reader(tmp_path, capsys, case):
-    from bert.mlperf import compliance
+    from bert.submission import compliance
 
     log = _bad_log(case, tmp_path / "runs" / "result_0.txt")
     started = time.monotonic()

@@ -1,5 +1,5 @@
-"""The README's GPU performance table is generated from the committed throughput records
-(issue 23): the rate drops each run's first round, a run the newest window lacks keeps an older
+"""The README's GPU performance table is generated from the committed throughput records:
+the rate drops each run's first round, a run the newest window lacks keeps an older
 window's row naming that window, and the goals line reads the numbers."""
 
 from __future__ import annotations

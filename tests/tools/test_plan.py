@@ -1,4 +1,4 @@
-"""`python -m bert.plan` (issue 29): RCP hyperparameters, counted activation memory, the CLI,
+"""`python -m bert.plan`: RCP hyperparameters, counted activation memory, the CLI,
 the written config, the start-of-run RCP warning and the comparison with published results."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from torch.profiler import ProfilerActivity, profile
 from bert.config import load_config
 from bert.model.config import ModelConfig
 from bert.model.modeling import BertForPretraining
-from bert.plan import activations, check, published, rcp
+from bert.mlperf import rcp
+from bert.mlperf import rcp_check as check
+from bert.plan import activations, published
 from bert.plan.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,7 @@ def test_batch_between_rcps_is_interpolated_and_flagged():
 
 
 def test_batch_768_takes_the_converged_published_hyperparameters():
-    """Issue 39 item 1: REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
+    """REFERENCE 3 and every v3.0-v5.0 submission at 768: lr 9.6e-4, 3,680
     steps, betas 0.60466/0.85437, weight decay 0.1; labelled, checked against the RCP line."""
     p = rcp.plan_for(768)
     assert p.basis == "published submissions" and not p.interpolated
@@ -277,7 +279,7 @@ def test_published_rows_are_the_logs_figures():
     from bert.tools.common import ROOT
 
     runs_file = json.loads((ROOT / published.RUNS_FILE).read_text())
-    assert len(published.PUBLISHED) >= 5  # issue 29: at least five published results
+    assert len(published.PUBLISHED) >= 5  # at least five published results
     for row in published.PUBLISHED:
         repo_folder = row.source.split("@")[0], row.source.split(":", 1)[1]
         record = next(r for r in runs_file if (r["repo"], r["bert_folder"]) == repo_folder)
@@ -295,11 +297,11 @@ def test_published_rows_are_the_logs_figures():
 
 
 def test_own_gpu_records_set_the_default_efficiency():
-    """Where this program has a GPU record, the planner predicts this program (issue 29 item 4):
+    """Where this program has a GPU record, the planner predicts this program:
     the h100 default comes from the window's throughput JSON, read here, not retyped."""
     import json
 
-    from bert.plan import gpus
+    from bert.core import gpus
     from bert.tools.common import ROOT
 
     h100 = gpus.lookup("h100")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bert.model.config import ModelConfig
-from bert.plan import fit, gpus, scale, validate
+from bert.core import gpus
+from bert.plan import fit, scale, validate
 from bert.plan.cli import main
 from bert.plan.memory import parameter_count
 

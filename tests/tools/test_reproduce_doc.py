@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bert.mlperf import compliance, package, plot
+from bert.submission import compliance, package, plot
 from bert.plan.cli import build_parser as plan_parser
 from bert.plan.cli import main as plan_main
-from bert.tools import convert_checkpoint
+from bert.convert import cli as convert_checkpoint
 from bert.train.cli import build_parser as train_parser
 from data.download.__main__ import parse_args as download_args
 from data.prepare.cli import parse_args as prepare_args

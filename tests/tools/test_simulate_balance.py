@@ -1,4 +1,4 @@
-"""scripts/simulate_balance.py's traffic measures and its --json / --ranks-sweep output (issue 15).
+"""scripts/simulate_balance.py's traffic measures and its --json / --ranks-sweep output.
 
 The token ranges against [Kim]'s Table 5 are tested in tests/unit/test_balance.py.
 """

@@ -1,4 +1,4 @@
-"""The system description of a package (bert/mlperf/system_desc.py): read from the machine's
+"""The system description of a package (bert/submission/system_desc.py): read from the machine's
 /proc, /sys and /etc (fake trees here, one per kind of machine), from the logs' topology keys
 and torch.cuda (a fake device here), with the caller's flags, --field and --system-json on top.
 Every field is a string: the official system_desc_checker joins them.
@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("mlperf_logging")
 import torch
 
-from bert.mlperf import reader as run_logs
-from bert.mlperf import system_desc as sd
-from bert.tools.common import cpu_model
+from bert.submission import reader as run_logs
+from bert.submission import system_desc as sd
+from bert.submission.system_desc import cpu_model
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

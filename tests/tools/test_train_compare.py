@@ -1,5 +1,5 @@
-"""bert/tools/gpu/train_compare.py, the fused-vs-reference training comparison of issues 22 and
-35: on the CPU (the fused switches run their PyTorch twins) the three runs train and the record
+"""bert/tools/gpu/train_compare.py, the fused-vs-reference training comparison:
+on the CPU (the fused switches run their PyTorch twins) the three runs train and the record
 holds their loss curves; the verdict passes only when both runs ended as expected, both learned
 (final accuracy at least the floor), their accuracies and their last 50 steps' mean losses
 agree and no 10-step mean loss gap exceeds the bound from the reseeded reference."""
@@ -216,7 +216,7 @@ def test_min_accuracy_must_be_a_fraction(tmp_path):
         )
 
 
-# ---- the loss criterion (issue 35) ----------------------------------------------------------
+# ---- the loss criterion ---------------------------------------------------------------------
 def test_a_loss_gap_the_accuracies_hide_fails():
     # accuracies 0.700 and 0.703 used to pass with a 2.4 loss gap
     verdict = train_compare.compare(curve([3.0, 2.0], 0.700), curve([5.4, 4.4], 0.703), WIDE)

@@ -261,7 +261,7 @@ def test_speedups_and_targets():
 # ---- the window (bert/tools/gpu/window.py) ----------------------------------------------------
 @pytest.mark.slow  # in the default suite and CI; out of the quick subset (README)
 def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
-    """The command to run first on a lent GPU: issue 35's order, its plan (expected seconds per
+    """The command to run first on a lent GPU: its order, its plan (expected seconds per
     step) fits 420 s with the one throughput process left for --continue, which fits its own
     budget; every step's command knows its flags, and every GPU test file pytest collects (as
     the image would, without mlperf_logging) is in its per-file list."""
@@ -569,7 +569,7 @@ def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
     gpu_window.run_window(h, None)
     assert could_not_finish(h) == []
     started = [n for n, _, _ in h.started]
-    # issue 35's first things run in the first call: the learning proof and every GPU test file
+    # the first things run in the first call: the learning proof and every GPU test file
     first = ["device", "build", "learning_proof", "smoke", "sdpa_probe"]
     tests = [gpu_window.test_step_name(p) for p in gpu_window.gpu_test_files(ROOT)]
     assert started[: len(first) + len(tests)] == first + tests

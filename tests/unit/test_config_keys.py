@@ -126,7 +126,7 @@ def test_no_new_config_keys():
     keys = [line.split(" ")[0] for line in describe_fields()]
     expected = [f"{section}.{key}" for section, names in KEYS.items() for key in names]
     assert sorted(keys) == sorted(expected)
-    assert len(keys) == 102  # checkpoint.final (issue 37 item 8)
+    assert len(keys) == 102  # the newest: checkpoint.final
 
 
 def test_moved_keys_still_load_into_their_new_place():

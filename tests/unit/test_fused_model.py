@@ -507,7 +507,7 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
         ("per_sequence", False, False, True, False, "lamb", False)
     ]
-    # several named sets compete in one run: the optimizers timed against each other (issue 23)
+    # several named sets compete in one run: the optimizers timed against each other
     assert candidates("cuda", "--fastest", "flash_varlen+fused,flash_varlen+fused+fusedlamb") == [
         ("flash_varlen", False, True, False, False, "lamb", False),
         ("flash_varlen", False, True, False, False, "fusedlamb", False),

@@ -296,10 +296,10 @@ def test_check_script_fails_when_nothing_found(tmp_path):
 
 
 def test_log_names_are_the_ones_the_readers_know():
-    """bert/train/logfile.py names the logs from bert/mlperf/constants.py, whose pattern the
+    """bert/mlperf/logfile.py names the logs from bert/mlperf/constants.py, whose pattern the
     readers use to refuse a resumed log."""
     from bert.mlperf.constants import EVAL_ONLY_LOG_NAME, LOG_NAME, RESUMED_NAME
-    from bert.train.logfile import log_name
+    from bert.mlperf.logfile import log_name
 
     assert RESUMED_NAME.search(log_name(False, 12)).group(1) == "12"
     assert log_name(False, None) == LOG_NAME and not RESUMED_NAME.search(LOG_NAME)
@@ -307,7 +307,7 @@ def test_log_names_are_the_ones_the_readers_know():
 
 
 def test_a_logged_string_holding_the_marker_cannot_forge_a_line(tmp_path):
-    """A config string with the MLLOG marker (issue 40): no line may hold a second marker, and
+    """A config string with the MLLOG marker: no line may hold a second marker, and
     the checker finds no parse error in our own log."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""Tests for data/order/node_balance.py, the node_swap assignment (issue 15). CPU, a few seconds.
+"""Tests for data/order/node_balance.py, the node_swap assignment. CPU, a few seconds.
 
 The transport that carries it out is tested in tests/unit/test_sparse_exchange.py; the general
 properties every strategy shares (a permutation, batched = one at a time) also run for node_swap
@@ -135,7 +135,7 @@ def test_partition_beats_a_snake_deal():
 
 
 def test_issue_15_targets_at_1024_ranks():
-    """1,024 ranks, 8 per node, 16 samples each, REFERENCE 2 lengths (issue 15): spread at
+    """1,024 ranks, 8 per node, 16 samples each, REFERENCE 2 lengths: spread at
     most twice serpentine's and under 72 tokens, under 10 % of samples off their node. It
     reaches about 6 tokens (serpentine about 34) with about 3.4 % moved."""
     lengths = ln.sample_lengths((3, 1024 * 16), 512, np.random.default_rng(6))

@@ -238,7 +238,7 @@ def test_resume_appends_to_the_record(data_dir, tmp_path):
 
 @pytest.mark.parametrize("step", [0, 3])  # a fresh run's first write, a resumed run's
 def test_a_record_symlinked_to_a_users_file_is_not_written_through(tmp_path, step):
-    """Issue 40 item 2: rank<R>.txt is created anew or appended without following a link."""
+    """rank<R>.txt is created anew or appended without following a link."""
     from bert.core.errors import ConfigError
     from data.sample_record import SampleRecorder
 

@@ -1,4 +1,4 @@
-"""Tests for data/comm/sparse.py, node_swap's transport (issue 15).
+"""Tests for data/comm/sparse.py, node_swap's transport.
 
 In one process: the wire sizes against wire.py's encoding, the send/receive plan, and the whole
 exchange with the ranks as threads (tests/thread_comm.py). Across processes (marked

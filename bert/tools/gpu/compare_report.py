@@ -9,7 +9,7 @@ from bert.tools.common import import_pyplot
 
 
 def plot(record: dict, path: Path) -> None:
-    from bert.obs.figures import save_figure
+    from bert.submission.figures import save_figure
 
     plt = import_pyplot()
     figure, axes = plt.subplots(figsize=(7, 4))

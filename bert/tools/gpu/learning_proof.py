@@ -33,8 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bert.mlperf.compliance import parse_args as checker_args
-from bert.mlperf.compliance import run_checker
+from bert.submission.compliance import parse_args as checker_args
+from bert.submission.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.smoke_train import mlperf_events, run
@@ -42,7 +42,7 @@ from bert.tools.gpu.learn import CUDA_SHAPE
 from bert.tools.gpu.train_compare import fused_switches, run_stop
 
 TARGET = 0.720  # MLPerf BERT's eval MLM accuracy target (shared/REFERENCE.md section 1)
-# Issue 35: the fused and the fp16 runs reach the target within 10% of the reference's samples.
+# The fused and the fp16 runs reach the target within 10% of the reference's samples.
 SAMPLES_SLACK = 1.10
 SEED = 2718
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-# The loss criterion (issue 35). Two curves at accuracies 0.700 and 0.703 used to pass with a
+# The loss criterion. Two curves at accuracies 0.700 and 0.703 used to pass with a
 # loss gap of 2.4; now the mean training loss over the last TAIL_STEPS steps must agree within
 # TAIL_TOLERANCE, relative to the reference's. 2%, not the 1% first asked for: the healthy
 # H200 pair of the 2026-11-28 window (reference 0.7887, fused 0.7882) averaged 1.0098 and

@@ -18,7 +18,7 @@ RUNS = (
     "throughput_sublayers",
     "throughput_sharded",
 )
-# issue 23's goals, on one H100 in bf16, each measured in one run
+# the speed goals, on one H100 in bf16, each measured in one run
 TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 VARIANT_NAMES = {
     "fastest": "this project",
@@ -150,4 +150,4 @@ def goals(runs: list[tuple[str, Window, dict]]) -> str:
         value, window = measured[key]
         verdict = "met" if value >= goal else "not met"
         parts.append(f"{key} {value:.2f} on {window.device} (goal {goal:g}: {verdict})")
-    return "Goals (issue 23, on one H100): " + "; ".join(parts) + "."
+    return "Goals (on one H100): " + "; ".join(parts) + "."

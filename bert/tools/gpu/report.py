@@ -11,7 +11,7 @@ from bert.tools.common import ROOT
 
 OUTCOMES = ("passed", "failed", "skipped", "errored", "crashed")  # crashed: journal only
 FAILURE_LINES = 12  # of a failed test's text kept in summary.json (the log has it all)
-# Issue 12's targets for one H100, bf16, BERT-Large on the MLPerf length mix.
+# The throughput targets for one H100, bf16, BERT-Large on the MLPerf length mix.
 TARGETS = {"fastest_samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 
 
@@ -55,7 +55,7 @@ def junit_counts(xml: Path) -> dict:
 
 
 def journal_counts(tests: dict[str, dict]) -> dict[str, int]:
-    """One file's counts from its test journal (bert.tools.gpu.test_journal.read_journal)."""
+    """One file's counts from its test journal (bert.tools.gpu.pytest_journal.read_journal)."""
     counts = Counter(test["outcome"] for test in tests.values())
     return {k: counts[k] for k in OUTCOMES}
 

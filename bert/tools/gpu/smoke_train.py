@@ -51,10 +51,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bert.mlperf.compliance import parse_args as checker_args
-from bert.mlperf.compliance import run_checker
+from bert.submission.compliance import parse_args as checker_args
+from bert.submission.compliance import run_checker
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
-from bert.mlperf.reader import mllog_records
+from bert.submission.reader import mllog_records
 from bert.obs.observer import file_suffix
 from bert.obs.sinks import read_records
 from bert.tools.common import git_commit, set_args, write_json
@@ -260,7 +260,7 @@ def eval_accuracies(events: list[dict]) -> list[float]:
 
 
 def compliance(log: Path) -> dict:
-    """The official checker on a smoke log (bert/mlperf/compliance.py). A smoke run stops long
+    """The official checker on a smoke log (bert/submission/compliance.py). A smoke run stops long
     before MLPerf's 0.720, so the one rule it cannot meet is the final accuracy's: it passes
     when no other rule failed."""
     verdict = run_checker(log, checker_args([str(log)]))

@@ -19,7 +19,7 @@ width learns the language within the steps (measured on the CPU: see learn.py): 
 batch 128, bf16, flash_varlen, 300 steps, an eval of 4096 samples. The LR schedule (warmup,
 then linear decay to zero) spans each run's steps.
 
-The check (issues 22 and 35) passes only when all of these hold:
+The check passes only when all of these hold:
 - the three runs ended as expected: no exception (`error` unset), exit 1 and run_stop "aborted"
   (eval.target_mlm_accuracy=1.0 is out of reach on purpose and the schedule spans the run's
   steps, so each run trains its whole schedule and misses the target: by the program's rule
@@ -71,7 +71,7 @@ from bert.tools.gpu.compare_report import plot, verdict_line
 from bert.tools.gpu.learn import CUDA_SHAPE, LEARN
 from bert.tools.gpu.smoke_train import run
 
-ACCURACY_TOLERANCE = 0.005  # issue 22: the MLM accuracy at the end within 0.005
+ACCURACY_TOLERANCE = 0.005  # the MLM accuracy at the end within 0.005
 # No step's gap may exceed SPREAD_MULTIPLE times the largest step gap between the reference and
 # the reference reseeded (RESEED: other initial weights, data order and dropout masks, on the
 # same shards), measured the same way. The fused run differs from the reference in less (the

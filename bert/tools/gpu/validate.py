@@ -44,7 +44,7 @@ from pathlib import Path
 
 from bert.tools.common import ROOT, git_commit
 from bert.tools.gpu import report as gpu_report
-from bert.tools.gpu import test_journal
+from bert.tools.gpu import pytest_journal
 from bert.tools.gpu import window as gpu_window
 from bert.tools.gpu.launch import gpu_pytest_args, gpu_test_env, run_capped, timeout_args
 
@@ -269,19 +269,19 @@ class Harness:
         self, name: str, path: str, junit: Path, cap_s: float, require_kernels: bool
     ) -> dict[str, dict]:
         """One GPU test file in its own pytest process, each test journaled as it ends
-        (bert.tools.gpu.test_journal). When the process dies in a test (a device fault), that
+        (bert.tools.gpu.pytest_journal). When the process dies in a test (a device fault), that
         test is recorded as crashed and the file runs again without it and without the tests
         that already have a verdict, at most MAX_CRASH_RERUNS times within `cap_s`.
         Returns the journal: nodeid -> outcome (and the failure text)."""
         journal = self.work / f"{name}.journal.jsonl"
         deadline = time.monotonic() + cap_s
-        env = {**gpu_test_env(require_kernels), test_journal.JOURNAL_ENV: str(journal)}
+        env = {**gpu_test_env(require_kernels), pytest_journal.JOURNAL_ENV: str(journal)}
         tests: dict[str, dict] = {}  # the journal so far: every test with a verdict
         for attempt in range(MAX_CRASH_RERUNS + 1):
             args = [
                 *gpu_pytest_args(path, junit),
                 "-p",
-                "bert.tools.gpu.test_journal",
+                "bert.tools.gpu.pytest_journal",
                 *(f"--deselect={nodeid}" for nodeid in tests),
                 *timeout_args(),
             ]
@@ -289,7 +289,7 @@ class Harness:
             code = self.step(
                 step_name, [PY, "-m", "pytest", *args], deadline - time.monotonic(), env
             )
-            finished, tests = tests, test_journal.read_journal(journal)
+            finished, tests = tests, pytest_journal.read_journal(journal)
             crashed = [
                 nodeid
                 for nodeid, test in tests.items()

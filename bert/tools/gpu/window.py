@@ -5,7 +5,7 @@
 
 A lent GPU gives a session 15 minutes in all, the machine's start included, and at most 10 per
 command: one command of about 7 minutes (timeout_s 480, budget WINDOW_BUDGET_S) plus one short
-second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in issue 35's order:
+second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in this order:
 
     device          GPU, driver, torch/CUDA, which SDPA kernels this build has
     build           the kernels (a library that cannot raise fails it: kernels/raise_check.py),
@@ -92,7 +92,7 @@ THROUGHPUT_VARIANTS = (
     "flash_varlen+fused+fusedlamb",
     "flash_varlen+sharded",
     "flash_varlen+sublayers",
-    # issue 36's FP8 lever, alone and with the fused kernels it combines with
+    # the FP8 lever, alone and with the fused kernels it combines with
     "flash_varlen+fp8",
     "flash_varlen+fused+fp8",
     "hf_eager",
@@ -208,7 +208,7 @@ def train_compare(h, step: Step) -> None:
 
 
 def bench_lamb(h, step: Step) -> None:
-    """Issue 23's optimizer goal: one fused LAMB step on BERT-Large's shard in <= 1/3 of the
+    """The optimizer goal: one fused LAMB step on BERT-Large's shard in <= 1/3 of the
     foreach reference's time (bench_lamb.py's target_met), 1 and 8 ranks, fp32 and fp16."""
     out = h.work / "bench_lamb.json"
     h.check_or_run(

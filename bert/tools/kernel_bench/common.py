@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from bert.tools.common import ROOT, cpu_model, git_commit, write_json
+from bert.submission.system_desc import cpu_model
+from bert.tools.common import ROOT, git_commit, write_json
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -8,7 +8,7 @@ One rank's shard of BERT-Large's 336M parameters laid out as ShardedOptimizer la
 shard, collectives left out: the norms (`reference_sums` vs `fused_sums`) and the update with
 the trust ratio (`reference_update` vs `fused_update`), for a loss-scaled, clipped step whose
 lr, bias corrections and flags are device tensors. fp16/bf16 params add the 16-bit model copy.
-Issue 4's target: fused_ms <= torch_eager_ms / 3. `fused_gbps` counts the fused path's minimum
+The target: fused_ms <= torch_eager_ms / 3. `fused_gbps` counts the fused path's minimum
 traffic (norms: read g, w; update: read g, m, v, w, write m, v, u; apply: read u, w, write w
 and the model copy). Unless --no-compile, the reference step under torch.compile is timed too.
 On the CPU the "fused" ops run their reference: a smoke run, not a measure.

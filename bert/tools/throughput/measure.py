@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from bert.tools.common import cpu_model
+from bert.submission.system_desc import cpu_model
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bert.obs.figures import save_figure
+from bert.submission.figures import save_figure
 
 PANELS = (  # (record kind, field, axis label)
     ("train", "loss", "training loss"),

@@ -1,4 +1,4 @@
-"""What observing a run costs a training step, measured in one process (issue 27).
+"""What observing a run costs a training step, measured in one process.
 
     python scripts/bench_profile_overhead.py [--rounds 5] [--steps 20] [--json PATH]
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from bert.config import load_config
-from bert.obs import ranges
+from bert.core import ranges
 from bert.obs.config import ProfileConfig
 from bert.obs.profiler import ProfilerWindow
 from bert.obs.run_record import PROJECT_ROOT, code_version

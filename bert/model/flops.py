@@ -57,17 +57,43 @@ class LengthMix:
         )
 
 
+def coefficients(cfg: ModelConfig) -> tuple[float, float, float, float]:
+    """Forward FLOPs per real token, per squared sequence length, per masked token and per
+    sequence: every count in this module (the average sample's and a packed batch's) is these
+    four weights times the matching totals."""
+    h, inner, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    per_token = layers * 2 * (3 * h * h + h * h + 2 * h * inner)  # QKV, output, two FFN GEMMs
+    per_square = layers * 4 * h  # QK^T and PV: 2 l^2 h each
+    per_masked = 2 * (h * h + h * cfg.padded_vocab_size)  # MLM transform and tied decoder
+    per_sequence = 2 * (h * h + 2 * h)  # pooler and NSP on [CLS]
+    return per_token, per_square, per_masked, per_sequence
+
+
 def forward_flops(cfg: ModelConfig, mix: LengthMix) -> float:
     """Forward FLOPs of one average sample."""
-    h, inner, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    per_token_layer = 2 * (3 * h * h + h * h + 2 * h * inner)
-    per_square_layer = 4 * h  # QK^T and PV: 2 l^2 h each
-    encoder = layers * (per_token_layer * mix.mean_tokens + per_square_layer * mix.mean_square)
-    mlm = mix.mean_masked * 2 * (h * h + h * cfg.padded_vocab_size)
-    nsp = 2 * (h * h + 2 * h)
-    return encoder + mlm + nsp
+    per_token, per_square, per_masked, per_sequence = coefficients(cfg)
+    return (
+        per_token * mix.mean_tokens
+        + per_square * mix.mean_square
+        + per_masked * mix.mean_masked
+        + per_sequence
+    )
 
 
 def training_flops(cfg: ModelConfig, mix: LengthMix) -> float:
     """Forward and backward FLOPs of one average sample (backward = 2 x forward)."""
     return 3 * forward_flops(cfg, mix)
+
+
+def batch_flops(
+    cfg: ModelConfig, tokens: int, square_sum: float, masked: int, sequences: int
+) -> float:
+    """Useful training FLOPs of one packed batch: `tokens` real tokens, sum(l_i^2) over its
+    sequences, `masked` masked tokens and `sequences` sequences (padding is never credited)."""
+    per_token, per_square, per_masked, per_sequence = coefficients(cfg)
+    return 3.0 * (
+        per_token * tokens
+        + per_square * square_sum
+        + per_masked * masked
+        + per_sequence * sequences
+    )

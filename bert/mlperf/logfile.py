@@ -13,8 +13,8 @@
   loss) closes its log with run_stop aborted and a stop_reason, and keeps it under its own name,
   ending `.interrupted` or `.failed`: mlperf.log stays as it was. So does a run killed outright
   (SIGKILL, a crash in the init phase), whose log stays `.partial`.
-- None of those names ends in `.log`, so bert/mlperf/compliance.py and
-  bert/mlperf/package.py, which read `*.log` and `result_*.txt`, never take them for a run,
+- None of those names ends in `.log`, so bert/submission/compliance.py and
+  bert/submission/package.py, which read `*.log` and `result_*.txt`, never take them for a run,
   and launch/run_and_time.sh collects `mlperf.log` only from runs that ended by themselves.
 
 Only the rank that writes the log (rank 0) publishes it.
@@ -35,7 +35,7 @@ PREVIOUS_SUFFIX = ".previous"
 
 def log_name(eval_only: bool, resumed_step: int | None) -> str:
     """The log's name in a run's output_dir: a resumed run's log and an eval-only run's log
-    have names of their own, which the readers (bert/mlperf/reader.py) never score."""
+    have names of their own, which the readers (bert/submission/reader.py) never score."""
     if eval_only:
         return EVAL_ONLY_LOG_NAME
     if resumed_step is not None:

@@ -1,11 +1,11 @@
-"""Start-of-run and packaging checks against the RCP table (issue 29, item 7)."""
+"""Start-of-run and packaging checks against the RCP table."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from bert.plan import rcp
+from bert.mlperf import rcp
 
 BERT_LARGE = (1024, 24, 16, 4096)  # hidden, layers, heads, FFN (REFERENCE 1)
 

@@ -1,4 +1,4 @@
-"""The conversions open-bert-convert runs (its command line: bert/tools/convert_checkpoint.py,
+"""The conversions open-bert-convert runs (its command line: bert/convert/cli.py,
 which imports this module, and with it torch, once its arguments are read): the model shape from
 a config, readers of each source format, and the writers of ours and of HF's.
 """

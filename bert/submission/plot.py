@@ -9,7 +9,7 @@ A run folder stands for its mlperf.log. Without --out the image goes beside the 
 accuracy.png for MLPerf logs, metrics.png for metrics.jsonl files.
 
 Given metrics.jsonl files (the run's metrics stream), it plots loss, lr, throughput and eval
-accuracy against samples trained instead (bert/obs/metrics_plot.py).
+accuracy against samples trained instead (bert/submission/metrics_plot.py).
 
 Each curve is labelled by its run folder (results/run_3/mlperf.log: run_3), with as many parent
 folders as it takes to tell the runs apart, and the log's file name when it is not mlperf.log.
@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
-from bert.mlperf.reader import LogError, parse_log
-from bert.obs.figures import save_figure
+from bert.submission.reader import LogError, parse_log
+from bert.submission.figures import save_figure
 
 
 def read_lines(path: Path) -> list:
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]
         args.out = args.out or default_out(args.logs)
-        if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams (issue 27)
-            from bert.obs.metrics_plot import draw_metrics
+        if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams
+            from bert.submission.metrics_plot import draw_metrics
 
             draw_metrics(args.logs, curve_labels(args.logs), args.out, TARGET)
         else:

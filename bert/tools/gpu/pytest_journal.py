@@ -1,5 +1,5 @@
 """A pytest plugin that writes each test's start and outcome to a JSON-lines journal as it
-happens (`-p bert.tools.gpu.test_journal`, path in $BERT_TEST_JOURNAL).
+happens (`-p bert.tools.gpu.pytest_journal`, path in $BERT_TEST_JOURNAL).
 
 Why: a device fault kills the pytest process, and pytest prints failures and writes its JUnit
 file only at the end. The 2026-11-26 H100 window lost every verdict of five kernel test files

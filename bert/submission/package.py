@@ -56,10 +56,10 @@ from pathlib import Path
 
 from bert.core.errors import BadInputError
 from bert.core.files import safe_name
-from bert.mlperf import system_desc
-from bert.mlperf.compliance import Verdict, run_checker
+from bert.submission import system_desc
+from bert.submission.compliance import Verdict, run_checker
 from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
-from bert.mlperf.reader import LogError, Run, collect
+from bert.submission.reader import LogError, Run, collect
 
 MARKER = "NOT_A_VALID_SUBMISSION.txt"
 
@@ -73,7 +73,7 @@ def runs_per_submission() -> int:
 
 def rcp_batch_sizes() -> list[int]:
     """The global batch sizes with a BERT reference convergence point in the ruleset."""
-    from bert.plan import rcp  # reads the installed mlperf-logging's table
+    from bert.mlperf import rcp  # reads the installed mlperf-logging's table
 
     return sorted({entry.global_batch_size for entry in rcp.table()})
 
@@ -250,7 +250,7 @@ def rcp_reference(runs: list[Run], division: str) -> str | None:
     sizes = {run.global_batch_size for run in runs if run.global_batch_size}
     if division != "closed" or len(sizes) != 1:
         return None
-    from bert.plan.check import package_reference  # reads mlperf-logging's RCP table
+    from bert.mlperf.rcp_check import package_reference  # reads mlperf-logging's RCP table
 
     return package_reference(sizes.pop())
 

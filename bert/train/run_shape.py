@@ -1,4 +1,4 @@
-"""The run plan: everything a run's shape fixes, derived once from the config and the job's size
+"""The run shape: everything a run's shape fixes, derived once from the config and the job's size
 (world and node), frozen, and passed to whoever needs it. Nothing else recomputes these.
 
     batch geometry      global / local / micro batch and accumulation (data/config.py)
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunShape:
     geometry: BatchGeometry
     max_steps: int  # optimizer steps of the whole run
     budget_stop: bool  # max_steps (run.max_steps or max_samples) ends before the schedule
@@ -39,7 +39,7 @@ class RunPlan:
         return self.geometry.global_batch_size
 
     @classmethod
-    def build(cls, cfg: "Config", world_size: int, local_world_size: int = 0) -> "RunPlan":
+    def build(cls, cfg: "Config", world_size: int, local_world_size: int = 0) -> "RunShape":
         """ConfigError (from BatchGeometry) when the batch does not split over the job."""
         geometry = BatchGeometry.build(cfg.run, world_size)
         gbs = geometry.global_batch_size

@@ -1,7 +1,7 @@
-"""Useful FLOPs of the batches a rank trains, and the device's rate, for MFU.
+"""What MFU needs beyond the FLOP count (bert/model/flops.py, `batch_flops`): the sum of
+squared sequence lengths of each batch, and the device's peak rate.
 
-The count is the one of bert/plan/flops.py, per batch instead of per average sample: a matrix
-product of m x k by k x n is 2mkn FLOPs, backward twice the forward, so per batch
+The count per batch is
 
     6 L (4h^2 + 2hF) T  +  12 L h sum(l_i^2)  +  6 M (h^2 + hV)  +  6 B (h^2 + 2h)
 
@@ -16,7 +16,7 @@ micro-batches of a step in order, and hands steps out in order). Each entry carr
 count, checked against the batch the step received: a mismatch stops the attention count
 rather than let it drift.
 
-The rate: on a GPU of a kind bert/plan/gpus.py knows, its datasheet dense bf16 peak; else (the
+The rate: on a GPU of a kind bert/core/gpus.py knows, its datasheet dense bf16 peak; else (the
 CPU, an unknown GPU) a square matmul in the run's precision, timed once at start.
 """
 
@@ -29,21 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from bert.model.config import ModelConfig
-from bert.plan.gpus import GPUS
-
-
-def batch_flops(
-    cfg: ModelConfig, tokens: int, square_sum: float, masked: int, sequences: int
-) -> float:
-    """Useful training FLOPs of one packed batch (see the module docstring)."""
-    h, layers, inner = cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size
-    return (
-        6.0 * layers * (4 * h * h + 2 * h * inner) * tokens
-        + 12.0 * layers * h * square_sum
-        + 6.0 * masked * (h * h + h * cfg.padded_vocab_size)
-        + 6.0 * sequences * (h * h + 2 * h)
-    )
+from bert.core.gpus import GPUS
 
 
 class SquareSums:
@@ -89,7 +75,7 @@ def device_peak(device: torch.device, precision: str) -> tuple[float, str]:
                 return (
                     kind.bf16_tflops * 1e12,
                     f"datasheet: {kind.name} dense bf16 "
-                    f"{kind.bf16_tflops:g} TFLOP/s (bert/plan/gpus.py)",
+                    f"{kind.bf16_tflops:g} TFLOP/s (bert/core/gpus.py)",
                 )
     return measured_matmul_rate(device, precision)
 

@@ -6,7 +6,7 @@ Where each field comes from, first source that knows it:
   logs' MLLOG keys of the same names (constants.py TOPOLOGY_KEYS), else this host: no
   CUDA device means a CPU run (0 accelerators, accelerator fields "N/A"), else all of its
   CUDA devices; one node unless told;
-- the host: /proc/cpuinfo (model through bert.tools.common.cpu_model, sockets, cores and logical
+- the host: /proc/cpuinfo (model through `cpu_model`, sockets, cores and logical
   CPUs of the whole node), /sys/devices/system/cpu (caches, maximum clock), /proc/meminfo
   (memory), /sys/block (disks), /etc/os-release and the kernel release;
 - the GPU (when the runs used one and this host has the same model): torch.cuda's device
@@ -28,7 +28,6 @@ from importlib import metadata
 from pathlib import Path
 
 from bert.mlperf.constants import ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE, NUMBER_OF_NODES
-from bert.tools.common import cpu_model
 
 UNKNOWN = "unknown"
 AVAILABILITY = {
@@ -391,3 +390,15 @@ def _logged_int(logged: dict[str, str], key: str, runs: list) -> int | None:
         raise DescriptionError(
             f"{runs[0].path}: MLLOG {key}={logged[key]!r}: expected an integer"
         ) from None
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name from /proc/cpuinfo (or another copy of it), or "" where that file
+    does not say."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -1,4 +1,4 @@
-"""What every plot of the project does last (bert/mlperf/plot.py, bert/obs/metrics_plot.py)."""
+"""What every plot of the project does last (bert/submission/plot.py and metrics_plot.py)."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def _export_file(name: str) -> bool:
 
 def run(args: argparse.Namespace) -> None:
     # here, not at the top: --help and argument errors answer without torch
-    from bert.tools.convert_formats import (
+    from bert.convert.formats import (
         model_config,
         read_hf_source,
         read_tf_checkpoint,

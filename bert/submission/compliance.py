@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.mlperf.constants import CHECKER_REPORT_NAME, RULESET, USAGE
-from bert.mlperf.reader import LogError, checked_lines, has_mllog_lines, resumed_log
+from bert.submission.reader import LogError, checked_lines, has_mllog_lines, resumed_log
 
 # The verdict lines __main__.py logs through its "%(levelname)s - %(message)s" formatter.
 SUCCESS_LINE = "INFO - SUCCESS"
