@@ -34,6 +34,7 @@ import statistics
 import numpy as np
 
 from bert.core import gpus
+from bert.core.inputs import Parser
 from bert.plan import scale
 
 TRAINING_ROUNDS = ("v3.0", "v3.1")
@@ -182,7 +183,11 @@ def disagreements(pinned: scale.Fitted, fitted: scale.Fitted) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bert.plan.fit", description=__doc__)
+    p = Parser(
+        prog="python -m bert.plan.fit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--list", action="store_true", help="list the split, do not fit")
     args = p.parse_args(argv)
     rows = scale.published_results()

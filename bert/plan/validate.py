@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from bert.core import gpus
+from bert.core.inputs import Parser
 from bert.plan import fit, scale
 
 BANDS = (("8 GPUs", 8, 8), ("16-256 GPUs", 16, 256), ("512+ GPUs", 512, 10**9))
@@ -189,21 +190,25 @@ def replace_block(text: str, block: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bert.plan.validate", description=__doc__)
+    p = Parser(
+        prog="python -m bert.plan.validate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--write", metavar="DOC", help="replace the held-out table in DOC")
     args = p.parse_args(argv)
-    block = markdown(table())
     if args.write is None:
-        print(block)
+        print(markdown(table()))
         return 0
     from bert.core.files import write_text_atomic
 
-    try:
-        text = replace_block(Path(args.write).read_text(), block)
-    except (OSError, ValueError) as err:
+    try:  # the doc is read and checked before the predictions are run
+        text = Path(args.write).read_text()
+        replace_block(text, "")
+    except (OSError, UnicodeDecodeError, ValueError) as err:
         print(f"error: {args.write}: {err}", file=sys.stderr)
         return 2
-    write_text_atomic(args.write, text)
+    write_text_atomic(args.write, replace_block(text, markdown(table())))
     return 0
 
 
