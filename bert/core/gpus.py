@@ -30,9 +30,9 @@ class GPUKind:
     # this program, not of the best submission
     own_samples_per_s: float | None = None
     own_source: str = ""
-    # the scale model's default calibration: the published 8-GPU result of this kind
-    # (a `source` in bert/plan/published_results.json) and the NVLink domain (GPUs per
-    # NVLink fabric; None: one node)
+    # the scale model's default calibration: the published 8-GPU result of this kind that
+    # bert.plan.fit's rule picks (`round:folder` of bert/plan/published_results.json; a test
+    # checks the rule), and the NVLink domain (GPUs per NVLink fabric; None: one node)
     calibration: str = ""
     nvlink_domain: int | None = None
 
@@ -59,7 +59,7 @@ GPUS: dict[str, GPUKind] = {
         25.0,
         305.0,
         "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)",
-        calibration="Dell/results/2xXE8545x4A100-SXM-40GB/bert",
+        calibration="v3.0:Dell/results/2xXE8545x4A100-SXM-40GB/bert",
     ),
     "a100-80gb": GPUKind(
         "a100-80gb",
@@ -69,7 +69,7 @@ GPUS: dict[str, GPUKind] = {
         25.0,
         305.0,
         "REFERENCE 7: A100 about 305 samples/s per GPU (MLPerf v2.x, fp16)",
-        calibration="Dell/results/XE9680x8A100-SXM-80GB/bert",
+        calibration="v3.0:Dell/results/XE9680x8A100-SXM-80GB/bert",
     ),
     "h100": GPUKind(
         "h100",
@@ -82,7 +82,7 @@ GPUS: dict[str, GPUKind] = {
         524.37,
         "this program on one H100, bf16, flash_varlen, no custom kernels: "
         "benchmarks/results/gpu/2026-11-26_window/throughput_eager.json",
-        calibration="Supermicro/results/AS-8125GS-TNHR_8_H100-SXM-80GB/bert",
+        calibration="v3.0:Dell/results/XE9680x8H100-SXM-80GB/bert",
     ),
     "h200": GPUKind(
         "h200",
@@ -92,7 +92,7 @@ GPUS: dict[str, GPUKind] = {
         50.0,
         1032.0,
         "REFERENCE 7: H200 1,032 samples/s per GPU (MLPerf v4.1, FP8)",
-        calibration="NVIDIA/results/h200_ngc23.09_pytorch/bert",
+        calibration="v4.0:NVIDIA/results/h200_ngc23.09_pytorch/bert",
     ),
     "b200": GPUKind(
         "b200",
@@ -102,7 +102,7 @@ GPUS: dict[str, GPUKind] = {
         50.0,
         1471.0,
         "REFERENCE 7: B200 1,471 samples/s per GPU (MLPerf v5.0, FP8)",
-        calibration="NVIDIA/results/nyx_n1_ngc25.04_pytorch/bert",
+        calibration="v4.1:NVIDIA/results/b200_preview_pytorch/bert",
     ),
     # GB200 NVL72: B200-class GPU (datasheet 2,500 TFLOP/s bf16 dense per GPU), 4 per node,
     # NVLink5 1,800 GB/s both ways across the 72-GPU rack, one NDR 400 Gb/s NIC per GPU
@@ -114,7 +114,7 @@ GPUS: dict[str, GPUKind] = {
         50.0,
         None,
         "published_results.json",
-        calibration="NVIDIA/results/tyche_ngpu8_ngc25.04_pytorch/bert",
+        calibration="v5.0:NVIDIA/results/tyche_ngpu8_ngc25.04_pytorch/bert",
         nvlink_domain=72,
     ),
     # H100 PCIe: 756 TFLOP/s bf16 dense, 80 GB; no NVSwitch: gradients cross PCIe Gen5
@@ -127,7 +127,7 @@ GPUS: dict[str, GPUKind] = {
         50.0,
         None,
         "published_results.json",
-        calibration="ASUSTeK/results/ESC8000-E11-8xH100-PCIE-80GB/bert",
+        calibration="v3.0:Supermicro/results/AS-4125GS-TNRT_8_H100-PCIe-80GB/bert",
     ),
     # Intel Gaudi2 (bf16): 96 GB HBM2e, about 432 TFLOP/s bf16 dense; 24 x 100 GbE RoCE on chip,
     # 21 inside the node (262.5 GB/s one direction), 3 out (37.5 GB/s)
@@ -139,7 +139,7 @@ GPUS: dict[str, GPUKind] = {
         37.5,
         None,
         "published_results.json",
-        calibration="Intel-HabanaLabs/results/HLS-Gaudi2-PT/bert",
+        calibration="v3.0:Supermicro/results/SYS-820GH-TNR2/bert",
     ),
 }
 ALIASES = {

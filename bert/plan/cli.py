@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from bert.core.inputs import Parser as InputParser, float_arg, int_arg
+from bert.core.inputs import Parser as InputParser, float_arg, int_arg, parse_float, parse_int
 from bert.core import gpus
 from bert.plan import scale
 from bert.plan.planner import GIB, Assumptions, Candidate, Cluster, PlanError, plan
@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--efficiency",
         type=float_arg(0.0),
-        help="fraction of the peak the step reaches (default: what the kind's "
-        "published MLPerf throughput implies)",
+        help="fraction of the dense peak the step reaches: selects the FLOP model "
+        "(default: the scale model, calibrated as --calibrate says)",
     )
     p.add_argument(
         "--calibrate",
@@ -89,18 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def parse_calibrate(text: str | None) -> tuple | None:
+    """GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH] -> (int, float[, float]), each bounded."""
     if text is None:
         return None
     parts = text.split(":")
-    try:
-        values = (int(parts[0]), *(float(p) for p in parts[1:]))
-    except ValueError:
-        values = ()
-    if len(values) not in (2, 3) or values[0] < 1 or not all(v > 0 for v in values[1:]):
-        raise PlanError(
-            f"--calibrate {text!r}: want GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH], all > 0"
-        )
-    return values
+    if len(parts) not in (2, 3):
+        raise PlanError(f"--calibrate {text!r}: want GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH]")
+    count = parse_int(parts[0], "--calibrate GPUS", PlanError)
+    if count < 1:
+        raise PlanError(f"--calibrate GPUS={count}: must be >= 1")
+    names = ("--calibrate SAMPLES_PER_S_PER_GPU", "--calibrate LOCAL_BATCH")
+    return (count, *(parse_float(p, n, PlanError, low=0.0) for p, n in zip(parts[1:], names)))
 
 
 def kind_from(args) -> gpus.GPUKind:
@@ -178,7 +177,7 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
     scaled = hasattr(rates, "peak")
     assumed = (
         f"scale model: R {rates.peak:.0f} samples/s per GPU ({rates.source}); "
-        f"overhead {scale.OVERHEAD_SAMPLES:g} samples per step, "
+        f"overhead {scale.FITTED.overhead_samples:g} samples per step, "
         f"{'SHARP' if a.sharp else 'ring'} between NVLink domains of "
         f"{rates.topology.nvlink_domain}; init {a.init_minutes:g} min (not scored)"
         if scaled

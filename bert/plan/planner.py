@@ -94,31 +94,41 @@ class ScaleRates:
     link_gbs: float = 0.0
 
 
+def topology(kind: GPUKind, gpus: int, gpus_per_node: int, sharp: bool = False) -> scale.Topology:
+    """The scale model's topology of `gpus` GPUs of `kind`: its NVLink domain is the kind's (an
+    NVL72 rack) or else one node."""
+    domain = kind.nvlink_domain or gpus_per_node
+    return scale.Topology(gpus, domain, kind.nvlink_gbs, kind.network_gbs, sharp)
+
+
 def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRates | None:
     kind = cluster.kind
-    domain = kind.nvlink_domain or cluster.gpus_per_node
-    if a.calibrate is not None:
-        gpus, rate, *rest = a.calibrate
-        local = rest[0] if rest else 96.0
-        point = scale.Point(gpus, rate, local, "given (--calibrate)")
-        per_node = domain
-    elif kind.calibration:
-        point, row = scale.published_point(kind.calibration)
-        per_node = kind.nvlink_domain or row["gpus_per_node"]
-    else:
-        return None
-    topo = scale.Topology(point.gpus, per_node, kind.nvlink_gbs, kind.network_gbs, a.sharp)
+    params = memory.parameter_count(cfg)
     try:
-        peak = scale.calibrate(
-            point.samples_per_s, point.local_batch, memory.parameter_count(cfg), topo
-        )
+        if a.calibrate is not None:
+            gpus, rate, *rest = a.calibrate
+            # 96: the per-GPU batch of the published 8-GPU results (768 over 8)
+            local = rest[0] if rest else 96.0
+            point = scale.Point(gpus, rate, local, "given (--calibrate)")
+            per_node = min(gpus, cluster.gpus_per_node)
+            topo = topology(kind, gpus, per_node, a.sharp)
+            peak = scale.calibrate(point.samples_per_s, point.local_batch, params, topo)
+        elif kind.calibration:
+            point, peak, _ = scale.published_point(
+                kind.calibration,
+                params,
+                lambda row: topology(kind, row["gpus"], row["gpus_per_node"]),
+            )
+        else:
+            return None
     except ValueError as err:
-        raise PlanError(f"--calibrate: {err}") from None
-    cluster_topo = scale.Topology(cluster.gpus, domain, kind.nvlink_gbs, kind.network_gbs, a.sharp)
+        given = "--calibrate" if a.calibrate is not None else f"--gpu {kind.name}"
+        raise PlanError(f"{given}: {err}") from None
     source = (
         f"calibrated at {point.gpus} GPUs, {point.samples_per_s:.1f} samples/s per GPU, "
         f"local batch {point.local_batch:g}: {point.source}"
     )
+    cluster_topo = topology(kind, cluster.gpus, cluster.gpus_per_node, a.sharp)
     return ScaleRates(peak, cluster_topo, source, link_gbs=cluster.link_gbs)
 
 
@@ -131,8 +141,9 @@ def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions):
         per_gpu, _ = cluster.kind.throughput_basis()
         if not per_gpu:
             raise PlanError(
-                f"--gpu {cluster.kind.name}: no measured or published throughput to "
-                f"derive an efficiency from; give --efficiency (e.g. 0.3)"
+                f"--gpu {cluster.kind.name}: no published result to calibrate on; give "
+                f"--calibrate GPUS:SAMPLES_PER_S_PER_GPU (a measured point), or --efficiency "
+                f"(e.g. 0.3) for the FLOP model"
             )
         efficiency = timing.implied_efficiency(
             per_gpu, flops.training_flops(cfg, flops.LengthMix.mlperf()), cluster.kind.bf16_tflops

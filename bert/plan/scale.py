@@ -1,40 +1,58 @@
-"""The scale model: step time of one GPU kind at any GPU count and per-GPU batch,
-calibrated from one measured point (item 3).
+"""The scale model: step time of one GPU kind at any GPU count and per-GPU batch, calibrated from
+one measured point of that kind.
 
-    compute   = (local batch + OVERHEAD_SAMPLES) / R
+    compute   = (local batch + overhead_samples) / R
                 R: the GPU's samples/s at large per-GPU batches; the per-step work that does not
-                shrink with the batch (kernel launches, optimizer, host work) costs as much as
-                OVERHEAD_SAMPLES samples, so per-GPU throughput R b / (b + b0) falls at small b
-    gradients = 16-bit gradients (GRAD_BYTES x parameters) reduced over a two-level topology:
-                inside an NVLink domain a reduce-scatter plus all-gather, 2 (n-1)/n x bytes over
-                the NVLink bandwidth; between domains each GPU's 1/n shard over its own NIC, a
-                ring all-reduce (2 (N-1)/N x bytes / n) or, with in-network reduction (SHARP),
-                the shard sent once (bytes / n)
-    exposed   = max(0, gradients - OVERLAP x local batch / R): the reduction runs under the
-                backward pass (OVERLAP of the compute)
+                shrink with the batch (kernel launches, the optimizer step, host work) costs as
+                much as `overhead_samples` samples, so per-GPU throughput R b / (b + b0) falls
+                at small per-GPU batches b
+    gradients = GRAD_BYTES x parameters reduced over a two-level topology: inside an NVLink
+                domain a reduce-scatter plus all-gather, 2 (n-1)/n x bytes over the NVLink
+                bandwidth; between domains each GPU's 1/n shard over its own NIC, a ring
+                all-reduce (2 (D-1)/D x bytes / n) or, with in-network reduction (SHARP), the
+                shard sent once (bytes / n)
+    exposed   = max(0, gradients - hidden x backward), backward = BACKWARD_SHARE x compute of
+                the batch: the part of the reduction the backward pass does not hide
     step      = compute + exposed
-    eval      = eval samples / (GPUs x EVAL_SPEED x R), once per MLPerf eval interval
-    score     = samples to converge / throughput + evals x eval (run_start..run_stop; init apart)
+    eval      = EVAL_SAMPLES / (GPUs x eval_speed x R), once per MLPerf eval interval
+    score     = steps x step + evals x eval (MLPerf's run_start..run_stop; init apart)
 
 Constants and their sources:
-- GRAD_BYTES = 2: bf16/fp16 gradients, as every published BERT submission reduces them
-  (NVIDIA's DistributedFusedLAMB reduce-scatters 16-bit gradients, REFERENCE 5).
-- OVERLAP = 2/3: the backward pass is about two thirds of a step's FLOPs (forward : backward
-  = 1 : 2, flops.py).
-- Bandwidths: vendor datasheets (gpus.py).
-- OVERHEAD_SAMPLES and EVAL_SPEED: fitted on the training subset named in validate.py
-  (TRAINING), never on the results it scores.
+- GRAD_BYTES = 2: bf16/fp16 gradients, as the published BERT submissions reduce them (NVIDIA's
+  DistributedFusedLAMB reduce-scatters 16-bit gradients, shared/REFERENCE.md 5).
+- BACKWARD_SHARE = 2/3: the backward pass is two thirds of a step's FLOPs (forward : backward =
+  1 : 2, bert/model/flops.py).
+- EVAL_SAMPLES = 10,000: the MLPerf BERT eval set (every published log prints eval_samples 10000).
+- Bandwidths and domain sizes: vendor datasheets (bert/core/gpus.py).
+- FITTED (overhead_samples, eval_speed, hidden): fitted on the training subset by
+  `bert.plan.fit` (rounds v3.0 and v3.1, calibration points left out), never on the results the
+  validation scores; tests/tools/test_plan_scale.py refits them and fails when they drift.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 GRAD_BYTES = 2
-OVERLAP = 2 / 3
-OVERHEAD_SAMPLES = 20.0  # fitted: validate.TRAINING
-EVAL_SPEED = 1.0  # eval samples/s per GPU over R, fitted: validate.TRAINING
+BACKWARD_SHARE = 2 / 3
+EVAL_SAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The scale model's free constants."""
+
+    overhead_samples: float  # per-step work that does not shrink with the batch, in samples
+    eval_speed: float  # eval samples/s per GPU, as a multiple of R
+    hidden: float  # share of the backward pass the gradient reduction runs under (0 to 1)
+
+
+# python -m bert.plan.fit (three significant figures; `hidden` reaches its bound 0: on the
+# training subset the reduction is best modelled as not overlapping the backward at all)
+FITTED = Fitted(overhead_samples=13.6, eval_speed=0.815, hidden=0.0)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,9 @@ class ScaleStep:
 
 
 def gradient_seconds(params: int, topo: Topology) -> float:
+    """Seconds one reduction of the 16-bit gradients takes over the topology (none on one GPU)."""
+    if topo.gpus <= 1:
+        return 0.0
     size = GRAD_BYTES * params
     n = max(1, min(topo.nvlink_domain, topo.gpus))
     domains = topo.gpus / n
@@ -69,30 +90,45 @@ def gradient_seconds(params: int, topo: Topology) -> float:
     return intra + inter
 
 
-def step(local_batch: float, params: int, topo: Topology, peak: float) -> ScaleStep:
-    compute = (local_batch + OVERHEAD_SAMPLES) / peak
-    comm = gradient_seconds(params, topo) if topo.gpus > 1 else 0.0
-    exposed = max(0.0, comm - OVERLAP * local_batch / peak)
-    return ScaleStep(compute, comm, exposed)
+def step(
+    local_batch: float, params: int, topo: Topology, peak: float, k: Fitted | None = None
+) -> ScaleStep:
+    k = k or FITTED
+    compute = (local_batch + k.overhead_samples) / peak
+    comm = gradient_seconds(params, topo)
+    backward = BACKWARD_SHARE * local_batch / peak
+    return ScaleStep(compute, comm, max(0.0, comm - k.hidden * backward))
 
 
-def eval_seconds(eval_samples: int, gpus: int, peak: float) -> float:
-    return eval_samples / (gpus * EVAL_SPEED * peak)
+def eval_seconds(eval_samples: int, gpus: int, peak: float, k: Fitted | None = None) -> float:
+    return eval_samples / (gpus * (k or FITTED).eval_speed * peak)
 
 
-def calibrate(rate_per_gpu: float, local_batch: float, params: int, topo: Topology) -> float:
-    """R such that the model gives `rate_per_gpu` training samples/s per GPU at this point."""
-    if not rate_per_gpu > 0 or not local_batch > 0:
-        raise ValueError("calibration rate and batch must be > 0")
-    lo, hi = rate_per_gpu * 0.5, rate_per_gpu * 1e4
-    for _ in range(200):
+def _solve(too_slow, what: str) -> float:
+    """The R at which `too_slow(R)` turns False (it is True below, False above), by bisection in
+    log space; raises ValueError where no R in (1, 1e7) samples/s per GPU gets there."""
+    lo, hi = 1.0, 1e7
+    if not too_slow(lo) or too_slow(hi):
+        raise ValueError(f"{what}: no throughput per GPU explains it under the scale model")
+    for _ in range(80):
         mid = math.sqrt(lo * hi)
-        if local_batch / step(local_batch, params, topo, mid).step_s < rate_per_gpu:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if too_slow(mid) else (lo, mid)
     return math.sqrt(lo * hi)
 
+
+def calibrate(
+    rate_per_gpu: float, local_batch: float, params: int, topo: Topology, k: Fitted | None = None
+) -> float:
+    """R such that the model gives `rate_per_gpu` training samples/s per GPU at this point."""
+    if not (0 < rate_per_gpu < math.inf and 0 < local_batch < math.inf):
+        raise ValueError("calibration rate and batch must be finite and > 0")
+    return _solve(
+        lambda r: local_batch / step(local_batch, params, topo, r, k).step_s < rate_per_gpu,
+        f"{rate_per_gpu:g} samples/s per GPU at local batch {local_batch:g} on {topo.gpus} GPUs",
+    )
+
+
+# -- published results -------------------------------------------------------------------------
 
 DATA = "bert/plan/published_results.json"
 
@@ -108,36 +144,61 @@ class Point:
 
 
 def published_results() -> list[dict]:
-    import json
-    from pathlib import Path
-
     return json.loads((Path(__file__).resolve().parents[2] / DATA).read_text())
 
 
-def training_rate(row: dict) -> float:
-    """A published result's training samples/s per GPU: its mean samples over the olympic mean
-    run time less its evals (the logs' median eval time; where the logs time no eval, the
-    model's eval at the whole-run rate)."""
-    gpus, minutes = row["gpus"], row["olympic_mean_minutes"]
-    whole = row["mean_samples"] / (minutes * 60) / gpus
+def row_id(row: dict) -> str:
+    """`round:folder`, e.g. `v4.0:Supermicro/results/AS-8125GS-TNHR_8_H100-SXM-80GB/bert`
+    (a folder may recur in several rounds)."""
+    return f"{row['round']}:{row['source'].split(':', 1)[1]}"
+
+
+def predicted_seconds(
+    row: dict, params: int, topo: Topology, peak: float, k: Fitted | None = None
+) -> tuple[float, float]:
+    """(training seconds, seconds of all evals) of a published result under the model, with the
+    samples and evals that result actually took (so only the time model is tested)."""
+    local = row["global_batch_size"] / row["gpus"]
+    steps = row["mean_samples"] / row["global_batch_size"]
+    one_eval = eval_seconds(EVAL_SAMPLES, row["gpus"], peak, k)
+    return steps * step(local, params, topo, peak, k).step_s, row["evals_mean"] * one_eval
+
+
+def measured_training_seconds(row: dict, params: int, topo: Topology, peak: float, k=None):
+    """A result's olympic mean run time less its evals: the logs' median eval time where the
+    logs time evals, else the model's eval at `peak`."""
     one_eval = row["eval_s_median"]
     if one_eval is None:
-        local = row["global_batch_size"] / gpus
-        one_eval = 10_000 / (gpus * EVAL_SPEED * whole * (local + OVERHEAD_SAMPLES) / local)
-    return row["mean_samples"] / (minutes * 60 - row["evals_mean"] * one_eval) / gpus
+        one_eval = eval_seconds(EVAL_SAMPLES, row["gpus"], peak, k)
+    return row["olympic_mean_minutes"] * 60 - row["evals_mean"] * one_eval
 
 
-def published_point(folder: str) -> tuple[Point, dict]:
-    """The newest published result of that folder, as a calibration point."""
-    rows = [r for r in published_results() if r["source"].endswith(":" + folder)]
+def calibrate_row(row: dict, params: int, topo: Topology, k: Fitted | None = None) -> float:
+    """R such that the model's training time of this published result equals its measured one."""
+    return _solve(
+        lambda r: (
+            predicted_seconds(row, params, topo, r, k)[0]
+            > measured_training_seconds(row, params, topo, r, k)
+        ),
+        f"published result {row_id(row)}",
+    )
+
+
+def published_point(calibration: str, params: int, topo_for, k: Fitted | None = None):
+    """(Point, R, row) of the published result `calibration` (a `row_id`); `topo_for(row)` gives
+    the topology it ran on."""
+    rows = [r for r in published_results() if row_id(r) == calibration]
     if not rows:
-        raise ValueError(f"no published result {folder} in {DATA}")
-    row = rows[-1]
+        raise ValueError(f"no published result {calibration} in {DATA}")
+    row = rows[0]
+    topo = topo_for(row)
+    peak = calibrate_row(row, params, topo, k)
+    local = row["global_batch_size"] / row["gpus"]
     point = Point(
         row["gpus"],
-        training_rate(row),
-        row["global_batch_size"] / row["gpus"],
+        local / step(local, params, topo, peak, k).step_s,
+        local,
         f"{row['submitter']} {row['round']} {row['system']} ({row['gpus']} GPUs, batch "
         f"{row['global_batch_size']}): {row['source']}",
     )
-    return point, row
+    return point, peak, row

@@ -1,4 +1,5 @@
-"""Step time, throughput and time to train of one configuration.
+"""The FLOP model of step time, throughput and time to train: what `--efficiency` selects (the
+default is the scale model, scale.py).
 
     compute   = local batch x FLOPs per sample (unpadded, MLPerf mix) / (peak x efficiency)
     gradients = ring reduce-scatter + all-gather (sharded) or all-reduce (replicated) of the fp32
@@ -10,9 +11,9 @@
     score     = samples to converge / throughput + evaluations x eval time
                 (MLPerf's run_start..run_stop; initialization is shown apart, not scored)
 
-The efficiency defaults to what the published per-GPU throughput implies (`implied_efficiency`),
-because this project has no GPU measurement of its own yet (README, Status); it is printed as an
-assumption with every plan.
+The efficiency is given (`--efficiency`) and printed with every plan; `implied_efficiency` gives
+the one a per-GPU throughput amounts to (this program's own GPU record where bert/core/gpus.py
+has one, else the published MLPerf throughput).
 """
 
 from __future__ import annotations

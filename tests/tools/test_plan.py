@@ -312,31 +312,3 @@ def test_own_gpu_records_set_the_default_efficiency():
     assert h100.throughput_basis() == (h100.own_samples_per_s, h100.own_source)
     # kinds without a record of ours fall back to the published throughput
     assert gpus.lookup("a100-80gb").throughput_basis()[0] == 305.0
-
-
-# -- scale model and held-out validation ------------------------------------------------------
-
-
-def test_new_gpu_kinds_plan():
-    for kind in ("gb200", "h100-pcie", "gaudi2"):
-        assert main(["--gpus", "16", "--gpu", kind, "--batch", "768"]) == 0
-
-
-def test_calibrate_flag(capsys):
-    assert main(["--gpus", "64", "--gpu", "h100", "--batch", "4608", "--calibrate", "8:1000"]) == 0
-    assert "given (--calibrate)" in capsys.readouterr().out
-    assert main(["--gpus", "8", "--gpu", "h100", "--calibrate", "8:x"]) == 2
-    assert capsys.readouterr().err.startswith("error: --calibrate")
-
-
-def test_held_out_validation_recomputed():
-    """The targets: >= 20 held-out results, within 15% on >= 80%, and on half of those on
-    512+ GPUs; training subset and calibration points never scored."""
-    from bert.plan import validate
-
-    rows = validate.table()
-    names = {r["source"].split(":", 1)[1] for r in rows}
-    assert not names & (set(validate.TRAINING) | validate.calibration_folders())
-    s = validate.summary(rows)
-    assert s["all"][1] >= 20 and s["all"][0] >= 0.8 * s["all"][1]
-    assert s["512_plus"][1] >= 4 and s["512_plus"][0] >= s["512_plus"][1] / 2
