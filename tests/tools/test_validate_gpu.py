@@ -285,6 +285,11 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     throughput = steps["throughput"]["planned_command"]
     assert ",".join(gpu_window.THROUGHPUT_VARIANTS) in throughput
     assert {"hf_eager", "hf_compile", "flash_varlen+fused"} <= set(gpu_window.THROUGHPUT_VARIANTS)
+    # the bench's own dry run resolved every variant as the GPU will, none refused
+    listed = summary["throughput_variants"]
+    assert list(listed) == list(gpu_window.THROUGHPUT_VARIANTS)
+    assert not [name for name, v in listed.items() if "refused" in v]
+    assert listed["flash_varlen+fused+fp8+graphs"]["graphs"]
     tests = summary["tests"]
     assert tests["errored"] == 0 and tests["collected"] >= 280
     assert set(tests["per_file"]) <= set(summary["test_files"])
@@ -613,3 +618,25 @@ def test_gpu_test_files_are_found_by_their_code_not_their_strings():
     files = gpu_window.gpu_test_files(ROOT)
     assert "tests/tools/test_validate_gpu.py" not in files
     assert {"tests/kernels/test_dense.py", "tests/unit/test_attention.py"} <= set(files)
+
+
+def test_a_throughput_variant_the_bench_would_refuse_fails_the_dry_run(tmp_path, monkeypatch):
+    """CUDA graphs cannot run with the sharded optimizer: a window list naming that set would
+    spend GPU time on nothing, so the dry run (and CI) fails on it, naming the reason."""
+    variants = ("fastest", "flash_varlen+fusedlamb+graphs")
+    monkeypatch.setattr(gpu_window, "THROUGHPUT_VARIANTS", variants)
+    harness = validate_gpu.Harness("window", tmp_path, dry_run=True, budget_s=300)
+    gpu_window.throughput(harness, gpu_window.Step("throughput", 120, gpu_window.throughput))
+    step = harness.summary["steps"][-1]
+    assert step["status"] == "failed", step
+    assert "flash_varlen+fusedlamb+graphs" in step["reason"]
+    assert "optim.sharded=true" in step["reason"]
+
+
+def test_the_throughput_estimate_counts_the_graphed_variants():
+    graphed = [v for v in gpu_window.THROUGHPUT_VARIANTS if "+graphs" in v]
+    assert len(graphed) == gpu_expected.GRAPHED_VARIANTS
+    rounds = gpu_expected.THROUGHPUT_PARTS_S[
+        f"2 rounds of 10 steps of the {len(gpu_window.THROUGHPUT_VARIANTS)} variants"
+    ]
+    assert rounds > 0

@@ -22,11 +22,12 @@ second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in issue 35's 
                     crashed and the file goes on past it (Done when: 0 crashed, 0 failed)
     train_compare   the fused switches trained against the reference (300 steps, same data)
     bench_lamb      the fused LAMB step against the foreach one
-    throughput      ONE bench_throughput.py process with every variant (flash_varlen; +fused
-                    with each LAMB; +sharded; +sublayers) and both HF baselines, eager and
-                    compiled, so every ratio, the fused path against HF compiled included,
-                    comes from one run. HF compile's warm-up alone is 52-91 s: this is the long
-                    step, and the plan puts it in the --continue call.
+    throughput      ONE bench_throughput.py process with every variant (flash_varlen; each
+                    lever alone: +fused, +fused+fusedlamb, +fp8, +graphs; together:
+                    +fused+fp8(+graphs)) and both HF baselines, eager and compiled, so every
+                    ratio, the fused path against HF compiled included, comes from one run.
+                    HF compile's warm-up alone is 52-91 s: this is the long step, and the
+                    plan puts it in the --continue call.
 
 The plan spends time only where a step can finish. Each step has an expected duration
 (bert/tools/gpu/expected.py), read from the newest committed window record (each number names
@@ -83,18 +84,22 @@ RECORD_FILES = (
     "bench_lamb.json",
     "throughput.json",
 )
-# The one throughput process's variants: ours (the validated fastest path, the fused switches
-# with the foreach and the fused LAMB, the flat LAMB without kernels, torch.compile's sublayer
-# fusion), then both HF baselines.
+# The one throughput process's variants (issue 36's ablation): the validated eager path, each
+# lever alone (the fused kernels, the fused LAMB on top of them, FP8 GEMMs, CUDA graphs), the
+# levers together (graphs cannot run with the sharded optimizer the fused LAMB needs, so all
+# together means fused + FP8 + graphs), then both HF baselines. Not here any more, for the
+# time they cost: +sharded (the flat LAMB without its kernels, a step towards +fusedlamb, not a
+# lever: one block each in 2026-11-28's selection, 96.1 ms/step against the foreach 81.8) and
+# +sublayers (torch.compile's sublayer fusion, the fused kernels' competitor: 536 samples/s
+# against the fused 643 on the H100, 2026-11-26; its warm-up alone was 11.6 s).
 THROUGHPUT_VARIANTS = (
     "fastest",
     "flash_varlen+fused",
     "flash_varlen+fused+fusedlamb",
-    "flash_varlen+sharded",
-    "flash_varlen+sublayers",
-    # issue 36's FP8 lever, alone and with the fused kernels it combines with
     "flash_varlen+fp8",
     "flash_varlen+fused+fp8",
+    "flash_varlen+graphs",
+    "flash_varlen+fused+fp8+graphs",
     "hf_eager",
     "hf_compile",
 )
@@ -249,11 +254,32 @@ def throughput(h, step: Step) -> None:
     argv = [h.py, "scripts/bench_throughput.py", "--model", "large", "--fastest", "flash_varlen"]
     argv += ["--variants", ",".join(THROUGHPUT_VARIANTS), "--repeats", "2", "--steps", "10"]
     argv += ["--json", str(out)]
+    if h.dry_run:
+        throughput_dry_run(h, step, argv)
+        return
     h.check_or_run(step.name, argv, step.cap_s)
     if out.is_file():  # partial too: every round is written as it ends
         results = {step.name: gpu_report.throughput(json.loads(out.read_text()))}
         h.summary["throughput"] = results
         h.summary["targets"] = gpu_report.targets(results)
+
+
+def throughput_dry_run(h, step: Step, argv: list[str]) -> None:
+    """The command with the bench's own --dry-run, as on the GPU (--device cuda): every flag
+    parsed and every variant resolved, nothing built; the variants go into the summary, and
+    one the bench would refuse (graphs_refusal) fails the step: it would cost window time for
+    nothing."""
+    code = h.step(step.name, [*argv, "--device", "cuda", "--dry-run"], step.cap_s, planned=argv)
+    lines = (h.work / f"{step.name}.log").read_text().strip().splitlines()
+    try:
+        listing = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        return  # the step failed: its log says why
+    h.summary["throughput_variants"] = listing["variants"]
+    refused = {n: v["refused"] for n, v in listing["variants"].items() if "refused" in v}
+    if code == 0 and refused:
+        h.summary["steps"][-1].update(status="failed", reason=f"refused variants: {refused}")
+        h.write()
 
 
 def build(h, step: Step) -> None:

@@ -128,6 +128,7 @@ class Workload:
     lengths: list[np.ndarray]  # (B,) real lengths per batch
     masked: list[int]  # masked tokens per batch
     padding: str  # "batch_max" or "max_length": what the padded layout pads to
+    max_length: int = MAX_LENGTH  # the longest a sequence may be (the length mix's bound)
 
     @property
     def batch_size(self) -> int:
@@ -168,7 +169,7 @@ def build_workload(
         padded.append({k: v.to(device) for k, v in padded_inputs(samples, pad_to).items()})
         lengths.append(lens)
         masked.append(int(sum(s.masked_positions.shape[0] for s in samples)))
-    return Workload(packed, padded, lengths, masked, padding)
+    return Workload(packed, padded, lengths, masked, padding, max_length)
 
 
 # ---------------------------------------------------------------------------------------------
