@@ -186,3 +186,21 @@ def probe_verdicts(probe: dict) -> list[str]:
             f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}"
         )
     return lines
+
+
+def attention_verdicts(record: dict) -> list[str]:
+    """probe_attention.py's cases, one line per dtype: each path ok (with its training-step
+    time, else its forward and backward), WRONG, or - (unavailable)."""
+    lines = []
+    for dtype in dict.fromkeys(c["dtype"] for c in record.get("cases", [])):
+        parts = []
+        for case in (c for c in record["cases"] if c["dtype"] == dtype):
+            if not case["available"]:
+                parts.append(f"{case['path']} -")
+            elif not case["check"]["passed"]:
+                parts.append(f"{case['path']} WRONG")
+            else:
+                ms = case.get("train_ms", case.get("forward_backward_ms"))
+                parts.append(f"{case['path']} ok" + (f" {ms:.2f} ms" if ms is not None else ""))
+        lines.append(f"{dtype}: " + ", ".join(parts))
+    return lines

@@ -20,6 +20,9 @@ second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in issue 35's 
     tests_<file>    then the GPU tests, one pytest process per file (fused model and attention
                     first), each test journaled: a test that kills its process is recorded as
                     crashed and the file goes on past it (Done when: 0 crashed, 0 failed)
+    attention_probe every varlen attention path torch offers, on the packed BERT-Large batch,
+                    timed and checked against fp64 (probe_attention.py), and the backend
+                    `pick` would choose on this GPU
     train_compare   the fused switches trained against the reference (300 steps, same data)
     bench_lamb      the fused LAMB step against the foreach one
     throughput      ONE bench_throughput.py process with every variant (flash_varlen; each
@@ -51,6 +54,7 @@ from pathlib import Path
 from typing import Callable
 
 from bert.tools.gpu import carry
+from bert.tools.gpu.dry_run_checks import throughput_dry_run
 from bert.tools.gpu.expected import expectation
 from bert.tools.gpu import report as gpu_report
 
@@ -178,6 +182,20 @@ def sdpa_probe(h, step: Step) -> None:
         }
 
 
+def attention_probe(h, step: Step) -> None:
+    """Each varlen attention path timed and checked against fp64 (probe_attention.py); its
+    record travels in the tarball (RECORD_FILES is full), its verdicts and pick in the summary."""
+    out = h.work / "attention_probe.json"
+    argv = [h.py, "scripts/bench/probe_attention.py", "--out", str(out)]
+    h.check_or_run(step.name, argv, step.cap_s)
+    if out.is_file():  # partial too: rewritten after every case
+        probe = json.loads(out.read_text())
+        h.summary["attention_probe"] = {
+            "verdicts": gpu_report.attention_verdicts(probe),
+            "pick": probe.get("pick"),
+        }
+
+
 def smoke(h, step: Step) -> None:
     out = h.work / "smoke.json"
     h.check_or_run(
@@ -264,24 +282,6 @@ def throughput(h, step: Step) -> None:
         h.summary["targets"] = gpu_report.targets(results)
 
 
-def throughput_dry_run(h, step: Step, argv: list[str]) -> None:
-    """The command with the bench's own --dry-run, as on the GPU (--device cuda): every flag
-    parsed and every variant resolved, nothing built; the variants go into the summary, and
-    one the bench would refuse (graphs_refusal) fails the step: it would cost window time for
-    nothing."""
-    code = h.step(step.name, [*argv, "--device", "cuda", "--dry-run"], step.cap_s, planned=argv)
-    lines = (h.work / f"{step.name}.log").read_text().strip().splitlines()
-    try:
-        listing = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        return  # the step failed: its log says why
-    h.summary["throughput_variants"] = listing["variants"]
-    refused = {n: v["refused"] for n, v in listing["variants"].items() if "refused" in v}
-    if code == 0 and refused:
-        h.summary["steps"][-1].update(status="failed", reason=f"refused variants: {refused}")
-        h.write()
-
-
 def build(h, step: Step) -> None:
     h.summary["kernels_built"] = h.build(step.cap_s)
 
@@ -323,6 +323,7 @@ STEPS = (
     Step("smoke", 100, smoke),
     Step("sdpa_probe", 40, sdpa_probe),
     Step("gpu_tests", TEST_FILE_CAP_S, gpu_tests),  # the cap of each file
+    Step("attention_probe", 60, attention_probe),
     Step("train_compare", 90, train_compare),
     Step("bench_lamb", 45, bench_lamb),
     Step("throughput", 240, throughput),
@@ -447,6 +448,7 @@ def run_window(h, previous: dict | None) -> None:
         for key in (
             "learning_proof",
             "sdpa_probe",
+            "attention_probe",
             "smoke",
             "throughput",
             "targets",
