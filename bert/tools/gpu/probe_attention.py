@@ -90,10 +90,11 @@ def _varlen_attn(q, k, v, packed: Packed, dropout_p: float):
 
 
 def _efficient_varlen(q, k, v, packed: Packed, dropout_p: float):
-    # (1, T, heads, head_dim) with cu_seqlens: the kernel's varlen mode, nothing padded
+    # (1, T, heads, head_dim) with cu_seqlens: the kernel's varlen mode, nothing padded; the
+    # log-sum-exp kept for the backward (custom_mask_type 0: no mask)
     cu, longest = packed.batch.cu_seqlens, max(packed.lengths)
     out = torch.ops.aten._efficient_attention_forward(
-        q[None], k[None], v[None], None, cu, cu, longest, longest, dropout_p, 0
+        q[None], k[None], v[None], None, cu, cu, longest, longest, dropout_p, 0, True
     )[0]
     return out[0]
 
