@@ -78,6 +78,17 @@ def test_cpu_run_writes_schema(tmp_path):
     assert profile["wall_ms"] > 0 and abs(sum(profile["share"].values()) - 1.0) < 0.01
     assert "gemm" in profile["share"] and profile["top_ops"]
     assert record["partial"] is False and record["rounds_done"] == 2
+    # MFU on executed FLOPs: HF computes every padded position, the reference pads inside
+    # attention, per_sequence (fastest on the CPU) computes exactly the useful FLOPs, less
+    # with the last layer on its query subset
+    v = record["variants"]
+    assert v["hf_eager"]["mfu_executed"] > 1.5 * v["hf_eager"]["mfu"]
+    assert v["reference"]["mfu_executed"] > v["reference"]["mfu"]
+    if v["fastest"]["options"]["last_layer_subset"]:
+        assert v["fastest"]["mfu_executed"] < v["fastest"]["mfu"]
+    else:
+        assert v["fastest"]["mfu_executed"] == pytest.approx(v["fastest"]["mfu"])
+    assert record["datasheet_peak"] is None and v["fastest"]["mfu_datasheet"] is None
     assert all(v["options"]["warmup_seconds"] > 0 for v in record["variants"].values())
     # --warmup 1, but every variant first steps through every batch of the workload
     batches = record["workload"]["num_batches"]
@@ -277,6 +288,10 @@ def test_graphs_variants_run_or_are_refused_with_the_reason(tmp_path):
     assert counts["graph_fallbacks"] == 0 and 1 <= counts["graph_captures"] <= 2
     assert counts["graph_replays"] == 2 + 2
     assert set(payload["variants"]) == {"fastest", "per_sequence+graphs"}
+    # the graph's padding is computed, not credited
+    useful = payload["workload"]["useful_flops_per_step"]
+    assert graphed["executed_flops_per_step"] > useful
+    assert payload["variants"]["fastest"]["executed_flops_per_step"] == pytest.approx(useful)
     refused = payload["variants_refused"]
     assert "+subset" in refused["per_sequence+graphs+subset"]
     assert "optim.sharded=true" in refused["per_sequence+sharded+graphs"]
@@ -432,3 +447,48 @@ def test_a_variant_out_of_memory_in_a_round_is_dropped_and_the_rest_go_on(tmp_pa
     assert list(payload["variants"]) == ["fastest"]
     assert payload["variant_errors"]["reference"].startswith("round 2: CUDA out of memory")
     assert len(payload["variants"]["fastest"]["samples_per_s_per_round"]) == 2
+
+
+def test_executed_flops_count_what_runs():
+    """workload.executed_flops is train_flops on what actually runs: equal with nothing padded
+    or skipped, and each departure moves it the right way by the right amount."""
+    import numpy as np
+
+    from bert.tools.throughput.workload import executed_flops, model_config, train_flops
+
+    cfg = model_config("large")
+    h, F_ = cfg.hidden_size, cfg.intermediate_size
+    lengths, masked = np.array([512, 100, 37]), 90
+    useful = train_flops(cfg, lengths, masked)
+    assert executed_flops(cfg, lengths, masked) == pytest.approx(useful)
+    # padded inside attention: every sequence computes 512 x 512 in every layer
+    padded = executed_flops(cfg, lengths, masked, attention_pad=512)
+    extra = 12.0 * cfg.num_hidden_layers * h * (2 * 512**2 - 100**2 - 37**2)
+    assert padded - useful == pytest.approx(extra)
+    # the last layer with every token a query is the full layer
+    assert executed_flops(cfg, lengths, masked, queries=lengths) == pytest.approx(useful)
+    queries = np.array([20, 5, 3])
+    subset = executed_flops(cfg, lengths, masked, queries=queries)
+    skipped = 6.0 * (2 * h * h + 2 * h * F_) * (lengths - queries).sum()
+    skipped += 12.0 * h * float(((lengths - queries) * lengths).sum())
+    assert useful - subset == pytest.approx(skipped)
+    # a graph's padding sequence and masked rows are computed too
+    assert executed_flops(cfg, np.append(lengths, 3), masked + 38) > useful
+
+
+@pytest.mark.parametrize(
+    "device, precision, tflops",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.4),
+        ("NVIDIA H100 PCIe", "bf16", 756.0),
+        ("NVIDIA H200", "bf16", 989.4),
+        ("NVIDIA A100-SXM4-80GB", "bf16", 312.0),
+        ("NVIDIA H100 80GB HBM3", "fp32", None),
+        ("AMD EPYC 7B13", "bf16", None),
+    ],
+)
+def test_datasheet_peak(device, precision, tflops):
+    from bert.tools.throughput.measure import datasheet_peak
+
+    peak = datasheet_peak(device, precision)
+    assert (peak and peak["tflops"]) == tflops

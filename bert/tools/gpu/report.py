@@ -121,7 +121,9 @@ def throughput(payload: dict) -> dict:
     variants = {
         name: {
             "samples_per_s": round(v["samples_per_s"], 2),
+            "samples_per_s_per_round": [round(r, 1) for r in v.get("samples_per_s_per_round", [])],
             "mfu": round(v["mfu"], 4),
+            "mfu_executed": v.get("mfu_executed") and round(v["mfu_executed"], 4),
             "options": v.get("options"),
         }
         for name, v in payload.get("variants", {}).items()
@@ -137,6 +139,8 @@ def throughput(payload: dict) -> dict:
             if not k.endswith("_paired_median")
         },
         "fastest_selection": payload.get("fastest_selection", []),
+        "variants_refused": payload.get("variants_refused", {}),
+        "variant_errors": payload.get("variant_errors", {}),
     }
 
 

@@ -40,7 +40,11 @@ Variants run in rounds: each round times `--steps` steps of every variant, in a 
 and each figure is the median over `--repeats` rounds, so drifting load on a shared machine
 hits all variants alike. Throughput counts real samples and tokens; MFU divides the useful
 FLOPs (bert/tools/throughput/workload.py: FLOP_FORMULA; padding is not credited) by the
-time and by a large matmul's rate measured in the same process. One JSON file per run.
+time and by a large matmul's rate measured in the same process; mfu_executed divides what the
+variant computes instead (HF's padding, padded_sdpa's, a CUDA graph's; workload.executed_flops),
+and the *_datasheet figures divide by the card's datasheet peak (measure.datasheet_peak). Every
+round's rate is in the JSON (samples_per_s_per_round), which is rewritten after each round.
+One JSON file per run.
 """
 
 from __future__ import annotations

@@ -15,8 +15,19 @@ import numpy as np
 import torch
 
 from bert.tools.common import git_commit
+from bert.tools.throughput.graphed import graph_buckets
+from bert.tools.throughput.measure import datasheet_peak
 from bert.tools.throughput.settings import VARIANTS
-from bert.tools.throughput.workload import FLOP_FORMULA, MODEL_SIZES, model_config, train_flops
+from bert.tools.throughput.workload import (
+    FLOP_FORMULA,
+    MAX_PREDICTIONS,
+    MODEL_SIZES,
+    executed_flops,
+    model_config,
+    train_flops,
+)
+from bert.train.graphs.shapes import select_shape
+from bert.train.graphs.static_batch import padding_layout
 
 GB = 1e9
 HF_BASELINES = ("hf_eager", "hf_compile")
@@ -47,16 +58,58 @@ def hf_executed_flops_per_step(bench) -> float:
     return total / len(w.padded)
 
 
-def variant_record(bench, name: str, record: dict, peak_tflops: float) -> dict:
-    """One variant's figures: medians over its rounds, every round's rate, its options."""
+def executed_block_flops(bench, options: dict) -> float:
+    """What a variant computes in one timed block (batches 0..steps-1): HF every padded
+    position, MLM head included; ours (workload.executed_flops) padded_sdpa's padding inside
+    attention, a CUDA graph's padding sequences and masked rows, the last-layer subset."""
+    w, cfg = bench.workload, model_config(bench.args.model)
+    return sum(
+        executed_batch_flops(cfg, w, i % len(w.lengths), options) for i in range(bench.args.steps)
+    )
+
+
+def executed_batch_flops(cfg, w, i: int, options: dict) -> float:
+    if "transformers" in options:  # HF: padded, the MLM head on every position
+        b, s = w.padded[i]["input_ids"].shape
+        return train_flops(cfg, np.full(b, s), b * s)
+    lengths, masked = w.lengths[i], w.masked[i]
+    pad = int(lengths.max()) if options["attention"] == "padded_sdpa" else None
+    if options.get("cuda_graphs"):  # padded to its graph's shape (graphed.py's buckets)
+        buckets = graph_buckets(len(lengths), w.max_length, MAX_PREDICTIONS)
+        shape = select_shape(int(lengths.sum()), len(lengths), masked, int(lengths.max()), buckets)
+        if shape is not None:
+            extra, _, _ = padding_layout(
+                shape.tokens - int(lengths.sum()),
+                shape.sequences - len(lengths),
+                shape.max_seqlen,
+                torch.device("cpu"),
+            )
+            lengths, masked = np.concatenate([lengths, extra.numpy()]), shape.masked
+            pad = shape.max_seqlen if pad else None
+    queries = w.masked_counts[i] + 1 if options.get("last_layer_subset") else None  # [CLS] too
+    return executed_flops(cfg, lengths, masked, pad, queries)
+
+
+def variant_record(
+    bench, name: str, record: dict, peak_tflops: float, datasheet: dict | None = None
+) -> dict:
+    """One variant's figures: medians over its rounds, every round's rate, its options; MFU
+    on useful and on executed FLOPs, against the measured matmul rate and the datasheet."""
     flops, samples, tokens = block_flops(bench)
+    executed = executed_block_flops(bench, bench.variants[name].options)
     wall = statistics.median(record["wall"])
+    nominal = datasheet["tflops"] * 1e12 if datasheet else None
     return {
         "samples_per_s": samples / wall,
         "tokens_per_s": tokens / wall,
         "seconds_per_step": wall / bench.args.steps,
         "useful_tflops_per_s": flops / wall / 1e12,
         "mfu": flops / wall / (peak_tflops * 1e12),
+        "executed_flops_per_step": executed / bench.args.steps,
+        "executed_tflops_per_s": executed / wall / 1e12,
+        "mfu_executed": executed / wall / (peak_tflops * 1e12),
+        "mfu_datasheet": flops / wall / nominal if nominal else None,
+        "mfu_executed_datasheet": executed / wall / nominal if nominal else None,
         "peak_mem_gb": record["peak"] / GB,
         "resident_mem_gb": bench.resident[name] / GB,
         "cpu_seconds_per_step": statistics.median(record["cpu"]) / bench.args.steps,
@@ -90,7 +143,8 @@ def build_payload(bench, timings: dict, peaks: list[dict], context: dict, partia
     """The JSON record from the rounds measured so far (`partial`: not all of them yet)."""
     args, argv = bench.args, context["argv"]
     peak = max(p["tflops"] for p in peaks)
-    variants = {n: variant_record(bench, n, timings[n], peak) for n in bench.variants}
+    datasheet = datasheet_peak(context["device"], args.precision)
+    variants = {n: variant_record(bench, n, timings[n], peak, datasheet) for n in bench.variants}
     return {
         "device": context["device"],
         "torch": torch.__version__,
@@ -118,6 +172,7 @@ def build_payload(bench, timings: dict, peaks: list[dict], context: dict, partia
         "cpu_count": os.cpu_count(),
         "matmul_peak_tflops": peak,
         "matmul_peak": peaks,
+        "datasheet_peak": datasheet,
         "workload": {
             **bench.workload.stats(),
             "hf_executed_flops_per_step": hf_executed_flops_per_step(bench),
@@ -134,7 +189,10 @@ def build_payload(bench, timings: dict, peaks: list[dict], context: dict, partia
         "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "
         "rotated each round, medians over rounds; batches prebuilt on the device, "
         "data pipeline not timed; samples_per_s counts real samples; every variant warmed "
-        "on every batch first (warmup_steps), warmup_seconds (compilation included) apart",
+        "on every batch first (warmup_steps), warmup_seconds (compilation included) apart; "
+        "mfu: useful FLOPs (flop_formula) per second over the matmul rate measured in this "
+        "process, mfu_executed: the FLOPs the variant computes (HF's padding, padded_sdpa's, "
+        "a CUDA graph's) over the same rate, *_datasheet: over datasheet_peak",
     }
 
 
@@ -146,7 +204,8 @@ def print_summary(payload: dict, path: Path) -> None:
     for name, v in payload["variants"].items():
         print(
             f"  {name:11s} {v['samples_per_s']:9.2f} samples/s {v['tokens_per_s']:11.0f} "
-            f"tokens/s  MFU {v['mfu']:.3f}  peak {v['peak_mem_gb']:.2f} GB  {v['options']}"
+            f"tokens/s  MFU {v['mfu']:.3f} (executed {v['mfu_executed']:.3f})  "
+            f"peak {v['peak_mem_gb']:.2f} GB  {v['options']}"
         )
     for key, value in payload["ratios"].items():
         print(f"  {key}: {value:.2f}x")
