@@ -91,21 +91,23 @@ RECORD_FILES = (
 # The one throughput process's variants (issue 36's ablation): the validated eager path, each
 # lever alone (the fused kernels, the fused LAMB on top of them, FP8 GEMMs, CUDA graphs), the
 # levers together (graphs cannot run with the sharded optimizer the fused LAMB needs, so all
-# together means fused + FP8 + graphs), then both HF baselines. Not here any more, for the
-# time they cost: +sharded (the flat LAMB without its kernels, a step towards +fusedlamb, not a
-# lever: one block each in 2026-11-28's selection, 96.1 ms/step against the foreach 81.8) and
-# +sublayers (torch.compile's sublayer fusion, the fused kernels' competitor: 536 samples/s
-# against the fused 643 on the H100, 2026-11-26; its warm-up alone was 11.6 s).
+# together means fused + FP8 + graphs), and both HF baselines; the graphed ones are built
+# last, so a capture that fails (recorded in variant_errors) comes after every other variant
+# is built and warm. Not here any more, for the time they cost: +sharded (the flat LAMB
+# without its kernels, a step towards +fusedlamb, not a lever: one block each in 2026-11-28's
+# selection, 96.1 ms/step against the foreach 81.8) and +sublayers (torch.compile's sublayer
+# fusion, the fused kernels' competitor: 536 samples/s against the fused 643 on the H100,
+# 2026-11-26; its warm-up alone was 11.6 s).
 THROUGHPUT_VARIANTS = (
     "fastest",
     "flash_varlen+fused",
     "flash_varlen+fused+fusedlamb",
     "flash_varlen+fp8",
     "flash_varlen+fused+fp8",
-    "flash_varlen+graphs",
-    "flash_varlen+fused+fp8+graphs",
     "hf_eager",
     "hf_compile",
+    "flash_varlen+graphs",
+    "flash_varlen+fused+fp8+graphs",
 )
 
 
