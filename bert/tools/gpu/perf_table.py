@@ -19,7 +19,7 @@ RUNS = (
     "throughput_sharded",
 )
 HF = ("hf_eager", "hf_compile")
-# issue 36's goals (issue 23's before it), on one H100, each ratio measured in one run
+# the speed goals on one H100: samples/s, and each ratio to HF measured in one run
 TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 VARIANT_NAMES = {
     "fastest": "this project",
@@ -185,7 +185,7 @@ def goals(runs: list[tuple[str, Window, dict]]) -> str:
             f"{hf_mfu:.3f} on {window.device} (goal: above it: {verdict})"
         )
     return (
-        "Goals (issue 36, on one H100; our best variant of a run, ratios within a run): "
+        "Goals (on one H100; our best variant of a run, ratios within a run): "
         + "; ".join(parts)
         + "."
     )

@@ -88,16 +88,16 @@ RECORD_FILES = (
     "bench_lamb.json",
     "throughput.json",
 )
-# The one throughput process's variants (issue 36's ablation): the validated eager path, each
-# lever alone (the fused kernels, the fused LAMB on top of them, FP8 GEMMs, CUDA graphs), the
-# levers together (graphs cannot run with the sharded optimizer the fused LAMB needs, so all
-# together means fused + FP8 + graphs), and both HF baselines; the graphed ones are built
-# last, so a capture that fails (recorded in variant_errors) comes after every other variant
-# is built and warm. Not here any more, for the time they cost: +sharded (the flat LAMB
-# without its kernels, a step towards +fusedlamb, not a lever: one block each in 2026-11-28's
-# selection, 96.1 ms/step against the foreach 81.8) and +sublayers (torch.compile's sublayer
-# fusion, the fused kernels' competitor: 536 samples/s against the fused 643 on the H100,
-# 2026-11-26; its warm-up alone was 11.6 s).
+# The one throughput process's variants, the ablation of the speed levers: the validated eager
+# path, each lever alone (the fused kernels, the fused LAMB on top of them, FP8 GEMMs, CUDA
+# graphs), the levers together (graphs cannot run with the sharded optimizer the fused LAMB
+# needs, so all together means fused + FP8 + graphs), and both HF baselines; the graphed ones
+# are built last, so a capture that fails (recorded in variant_errors) comes after every other
+# variant is built and warm. Not here any more, for the time they cost: +sharded (the flat
+# LAMB without its kernels, a step towards +fusedlamb, not a lever: one block each in
+# 2026-11-28's selection, 96.1 ms/step against the foreach 81.8) and +sublayers
+# (torch.compile's sublayer fusion, the fused kernels' competitor: 536 samples/s against the
+# fused 643 on the H100, 2026-11-26; its warm-up alone was 11.6 s).
 THROUGHPUT_VARIANTS = (
     "fastest",
     "flash_varlen+fused",
