@@ -14,13 +14,15 @@ so (`attention_groups`): the data pipeline then builds it (data/packing.py), and
 Adding a backend is one function in attention.py and one `BACKENDS` entry here.
 
 Each backend's GPU status is a field of its record (`gpu_validated`), read by the docs check and
-the start-of-run warning (bert/gpu_status.py); kernels/VALIDATION.md lists the tests.
+the start-of-run warning (bert/gpu_status.py); kernels/VALIDATION.md lists the tests. Which one
+a device should run is read from the GPU window's attention probe (`pick`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Iterable
 
 from bert.core.lazy import Ref, load
 
@@ -83,3 +85,30 @@ def resolve(name: str) -> AttentionBackend:
     return dataclasses.replace(
         backend, attend=load(backend.attend), attend_subset=load(backend.attend_subset)
     )
+
+
+def pick(records: Iterable[dict], device: str, default: str | None, dtype: str = "bf16"):
+    """The backend `model.attention` should name on `device`, from the attention probe's
+    records (bert/tools/gpu/probe_attention.py): in the newest record of that device (by its
+    date; the device name as PyTorch reports it), the fastest training step (`train_ms`:
+    forward and backward at the model's attention dropout) among the cases in `dtype` that
+    are a backend, whose check against the fp64 yardstick passed, and that a config may name
+    (a reference backend, or one a GPU window validated: a faster path without its tests is
+    not picked). `default` when no record of the device has one: without a probe nothing
+    changes."""
+    mine = [r for r in records if r.get("device") == device and r.get("cases")]
+    if not mine:
+        return default
+    newest = max(mine, key=lambda r: r.get("date", ""))
+    times = {}
+    for case in newest["cases"]:
+        backend = BACKENDS.get(case.get("backend") or "")
+        if (
+            backend is not None
+            and case.get("dtype") == dtype
+            and (backend.reference or backend.gpu_validated)
+            and case.get("check", {}).get("passed")
+            and case.get("train_ms") is not None
+        ):
+            times[backend.name] = case["train_ms"]
+    return min(times, key=times.get) if times else default

@@ -280,11 +280,23 @@ def test_window_dry_run_plan_fits_420_s_and_covers_every_gpu_test(tmp_path):
     assert order[:6] == ["device", "carry", "build", "learning_proof", "smoke", "sdpa_probe"]
     assert order[-3:] == ["train_compare", "bench_lamb", "throughput"]
     assert steps["carry"]["status"] == "ok", steps["carry"]
+    # the attention probe: after the learning proof and every GPU test file, in the first call
+    planned = [row["name"] for row in plan["steps"]]
+    tests_done = max(planned.index(gpu_window.test_step_name(f)) for f in summary["test_files"])
+    assert planned.index("learning_proof") < tests_done < planned.index("attention_probe")
+    assert next(r for r in plan["steps"] if r["name"] == "attention_probe")["call"] == "this"
+    assert "probe_attention.py --out" in steps["attention_probe"]["planned_command"]
+    assert "[window]   attention_probe" in run.stdout
     assert "--device cuda" in steps["learning_proof"]["planned_command"]
     assert "--device cuda" in steps["smoke"]["planned_command"]
     throughput = steps["throughput"]["planned_command"]
     assert ",".join(gpu_window.THROUGHPUT_VARIANTS) in throughput
     assert {"hf_eager", "hf_compile", "flash_varlen+fused"} <= set(gpu_window.THROUGHPUT_VARIANTS)
+    # the bench's own dry run resolved every variant as the GPU will, none refused
+    listed = summary["throughput_variants"]
+    assert list(listed) == list(gpu_window.THROUGHPUT_VARIANTS)
+    assert not [name for name, v in listed.items() if "refused" in v]
+    assert listed["flash_varlen+fused+fp8+graphs"]["graphs"]
     tests = summary["tests"]
     assert tests["errored"] == 0 and tests["collected"] >= 280
     assert set(tests["per_file"]) <= set(summary["test_files"])
@@ -391,7 +403,7 @@ def recorded_seconds(window: str) -> dict[str, float]:
 
 def test_every_expected_time_is_its_records_number():
     """A measured expectation is the seconds its record holds (a typo or a stale number fails);
-    every step has one; the learning proof's estimate uses learning_proof.py's step budget."""
+    every step has one."""
     from bert.tools.gpu import learning_proof
 
     for name, expected in gpu_expected.EXPECTED.items():
@@ -407,9 +419,10 @@ def test_every_expected_time_is_its_records_number():
             assert not expected.estimate, path
         else:
             assert expected.seconds == gpu_expected.UNRECORDED_TEST_FILE_S, path
-    assert gpu_expected.LEARNING_PROOF_MAX_STEPS == learning_proof.SHAPES["cuda"]["run.max_steps"]
-    assert gpu_expected.LEARNING_PROOF_RUNS == len(learning_proof.DEFAULT_VARIANTS["cuda"])
-    assert gpu_expected.EXPECTED["learning_proof"].estimate  # until a window records it
+    # the learning proof's record (2026-11-28b) ran the three runs the proof runs today
+    record = json.loads((RECORDS / "2026-11-28b_window" / "learning_proof.json").read_text())
+    assert set(record["runs"]) == set(learning_proof.DEFAULT_VARIANTS["cuda"])
+    assert not gpu_expected.EXPECTED["learning_proof"].estimate
 
 
 def test_every_cap_stays_a_margin_above_its_expected_time(monkeypatch):
@@ -572,7 +585,7 @@ def test_the_window_replayed_on_its_newest_record(tmp_path, monkeypatch):
     # the first things run in the first call: the learning proof and every GPU test file
     first = ["device", "build", "learning_proof", "smoke", "sdpa_probe"]
     tests = [gpu_window.test_step_name(p) for p in gpu_window.gpu_test_files(ROOT)]
-    assert started[: len(first) + len(tests)] == first + tests
+    assert started[: len(first) + len(tests) + 1] == first + tests + ["attention_probe"]
     # what did not start is the --continue call's, the throughput process among it, and fits
     assert "throughput" in skipped(h)
     assert h.summary["continue"]["steps"] == list(skipped(h)) and h.summary["continue"]["fits"]
@@ -613,3 +626,25 @@ def test_gpu_test_files_are_found_by_their_code_not_their_strings():
     files = gpu_window.gpu_test_files(ROOT)
     assert "tests/tools/test_validate_gpu.py" not in files
     assert {"tests/kernels/test_dense.py", "tests/unit/test_attention.py"} <= set(files)
+
+
+def test_a_throughput_variant_the_bench_would_refuse_fails_the_dry_run(tmp_path, monkeypatch):
+    """CUDA graphs cannot run with the sharded optimizer: a window list naming that set would
+    spend GPU time on nothing, so the dry run (and CI) fails on it, naming the reason."""
+    variants = ("fastest", "flash_varlen+fusedlamb+graphs")
+    monkeypatch.setattr(gpu_window, "THROUGHPUT_VARIANTS", variants)
+    harness = validate_gpu.Harness("window", tmp_path, dry_run=True, budget_s=300)
+    gpu_window.throughput(harness, gpu_window.Step("throughput", 120, gpu_window.throughput))
+    step = harness.summary["steps"][-1]
+    assert step["status"] == "failed", step
+    assert "flash_varlen+fusedlamb+graphs" in step["reason"]
+    assert "optim.sharded=true" in step["reason"]
+
+
+def test_the_throughput_estimate_counts_the_graphed_variants():
+    graphed = [v for v in gpu_window.THROUGHPUT_VARIANTS if "+graphs" in v]
+    assert len(graphed) == gpu_expected.GRAPHED_VARIANTS
+    rounds = gpu_expected.THROUGHPUT_PARTS_S[
+        f"2 rounds of 10 steps of the {len(gpu_window.THROUGHPUT_VARIANTS)} variants"
+    ]
+    assert rounds > 0

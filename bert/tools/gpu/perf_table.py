@@ -18,7 +18,8 @@ RUNS = (
     "throughput_sublayers",
     "throughput_sharded",
 )
-# the speed goals, on one H100 in bf16, each measured in one run
+HF = ("hf_eager", "hf_compile")
+# the speed goals on one H100: samples/s, and each ratio to HF measured in one run
 TARGETS = {"samples_per_s": 1000.0, "fastest/hf_eager": 3.0, "fastest/hf_compile": 2.0}
 VARIANT_NAMES = {
     "fastest": "this project",
@@ -48,6 +49,8 @@ def describe(options: dict) -> str:
         parts.append("FP8 encoder GEMMs (model.fp8_linear)")
     if options.get("last_layer_subset"):
         parts.append("last-layer subset")
+    if options.get("cuda_graphs"):
+        parts.append(f"CUDA graphs ({options['cuda_graphs']})")
     if options.get("optimizer") in OPTIMIZERS:
         parts.append(OPTIMIZERS[options["optimizer"]])
     return "; ".join(p for p in parts if p)
@@ -129,19 +132,41 @@ def render(found: list[Window]) -> str:
     ]
     rows = [row for name, window, run in runs for row in run_rows(name, window, run)]
     notes = [line for name, window, run in runs for line in selection_lines(name, window, run)]
-    notes += [not_finished(found[-1]), goals(runs)]
+    one_process = newest_record(found, ABLATION_RUN)
+    every_run = runs + ([(ABLATION_RUN, *one_process)] if one_process else [])
+    notes += [not_finished(found[-1]), ablation(found), goals(every_run)]
     return "\n".join(header + rows) + "\n\n" + "\n\n".join(n for n in notes if n)
 
 
+def ours(run: dict) -> dict[str, dict]:
+    """The run's variants of this project (every one but the HF baselines)."""
+    return {k: v for k, v in run["variants"].items() if k not in HF}
+
+
 def goals(runs: list[tuple[str, Window, dict]]) -> str:
+    """Each goal against the best of this project's variants, a ratio within one run only."""
     measured: dict[str, tuple[float, Window]] = {}
+    executed = None  # (ours, HF compiled, window): executed-FLOP MFU of our best bf16 step
     for _, window, run in runs:
-        figures = dict(ratios(run))
-        if "fastest" in run["variants"]:
-            figures["samples_per_s"] = steady(run["variants"]["fastest"])
+        mine = {k: steady(v) for k, v in ours(run).items()}
+        if not mine:
+            continue
+        best = max(mine.values())
+        figures = {"samples_per_s": best}
+        for hf in HF:
+            if hf in run["variants"]:
+                figures[f"fastest/{hf}"] = best / steady(run["variants"][hf])
         for key, value in figures.items():
             if key in TARGETS and value > measured.get(key, (0.0, None))[0]:
                 measured[key] = (value, window)
+        bf16 = [
+            executed_mfu(v, run) for v in ours(run).values() if not v["options"].get("fp8_linear")
+        ]
+        bf16 = [m for m in bf16 if m is not None]
+        hf = run["variants"].get("hf_compile")
+        hf_mfu = None if hf is None else executed_mfu(hf, run)
+        if bf16 and hf_mfu is not None and (executed is None or max(bf16) > executed[0]):
+            executed = (max(bf16), hf_mfu, window)
     parts = []
     for key, goal in TARGETS.items():
         if key not in measured:
@@ -150,4 +175,131 @@ def goals(runs: list[tuple[str, Window, dict]]) -> str:
         value, window = measured[key]
         verdict = "met" if value >= goal else "not met"
         parts.append(f"{key} {value:.2f} on {window.device} (goal {goal:g}: {verdict})")
-    return "Goals (on one H100): " + "; ".join(parts) + "."
+    if executed is None:
+        parts.append("executed-FLOP MFU of the bf16 step against HF compiled: not measured")
+    else:
+        mine_mfu, hf_mfu, window = executed
+        verdict = "met" if mine_mfu > hf_mfu else "not met"
+        parts.append(
+            f"executed-FLOP MFU of the bf16 step {mine_mfu:.3f} against HF compiled's "
+            f"{hf_mfu:.3f} on {window.device} (goal: above it: {verdict})"
+        )
+    return (
+        "Goals (on one H100; our best variant of a run, ratios within a run): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def scaled(variant: dict, key: str) -> float | None:
+    """A per-variant figure at the steady rate (MFU is proportional to the rate within a run:
+    the same batches every round); None where the record lacks it (older runs)."""
+    if variant.get(key) is None:
+        return None
+    return variant[key] * steady(variant) / variant["samples_per_s"]
+
+
+def executed_mfu(variant: dict, run: dict) -> float | None:
+    """MFU on executed FLOPs at the steady rate: as recorded, or for a record older than that
+    figure, derived from its FLOP counts where they say it (HF computes the workload's
+    hf_executed_flops_per_step; ours without padding, graphs or the last-layer subset computes
+    exactly the useful FLOPs); None otherwise."""
+    if variant.get("mfu_executed") is not None:
+        return scaled(variant, "mfu_executed")
+    options, workload = variant["options"], run.get("workload", {})
+    if "transformers" in options:
+        executed, useful = (
+            workload.get("hf_executed_flops_per_step"),
+            workload.get("useful_flops_per_step"),
+        )
+        return scaled(variant, "mfu") * executed / useful if executed and useful else None
+    padded = options.get("attention") == "padded_sdpa"
+    if padded or options.get("last_layer_subset") or options.get("cuda_graphs"):
+        return None
+    return scaled(variant, "mfu")
+
+
+# ---- the ablation: the window's one throughput process ---------------------------------------
+ABLATION_RUN = "throughput"  # bert/tools/gpu/window.py: THROUGHPUT_VARIANTS in one process
+LEVERS = {  # options bench_throughput records -> the lever's flag in its option-set syntax
+    "fused": lambda o: bool(o.get("fused")),
+    "fp8": lambda o: bool(o.get("fp8_linear")),
+    "graphs": lambda o: bool(o.get("cuda_graphs")),
+    "fusedlamb": lambda o: o.get("optimizer") == "fusedlamb",
+    "sharded": lambda o: o.get("optimizer") == "sharded",
+    "subset": lambda o: bool(o.get("last_layer_subset")),
+    "compile": lambda o: bool(o.get("compile")),
+    "sublayers": lambda o: bool(o.get("compile_sublayers")),
+}
+
+
+def lever_set(options: dict) -> tuple[str, frozenset[str]]:
+    """A variant of ours as (attention, its levers), read from its options."""
+    return options.get("attention", ""), frozenset(k for k, on in LEVERS.items() if on(options))
+
+
+def adds(name: str, run: dict) -> str:
+    """What each of the variant's levers adds: its rate over the same variant without that
+    lever, where the run has one."""
+    mine = ours(run)
+    by_levers = {lever_set(v["options"]): k for k, v in mine.items() if k != "reference"}
+    attention, levers = lever_set(mine[name]["options"])
+    parts = []
+    for lever in sorted(levers):
+        base = by_levers.get((attention, levers - {lever}))
+        if base is not None:
+            gain = steady(mine[name]) / steady(mine[base])
+            parts.append(f"+{lever} {gain:.2f}x over `{base}`")
+    return "; ".join(parts)
+
+
+def figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def ablation(found: list[Window]) -> str:
+    """The newest complete one-process run: every variant, its MFU four ways, what each lever
+    adds, its ratio to both HF baselines of the same process."""
+    hit = newest_record(found, ABLATION_RUN)
+    if hit is None:
+        return (
+            "The ablation (the GPU window's one `throughput` process: each lever alone and "
+            "together beside both HF baselines) has no complete record yet."
+        )
+    window, run = hit
+    datasheet = (run.get("datasheet_peak") or {}).get("tflops")
+    measured = run.get("matmul_peak_tflops")
+    lines = [
+        f"The ablation, one process, {window.label}: samples/s is {STATISTIC}; MFU on useful "
+        f"FLOPs (padding not credited) and on executed FLOPs (what the variant computes), "
+        f"against the bf16 matmul rate measured in the run "
+        f"({f'{measured:.0f} TFLOP/s' if measured else 'not recorded'}) and the datasheet "
+        f"({f'{datasheet:g} TFLOP/s' if datasheet else 'none for this device'}).",
+        "",
+        "| variant | what runs | rounds (samples/s) | samples/s | MFU useful: measured, "
+        "datasheet | MFU executed: measured, datasheet | what each lever adds | x HF eager "
+        "| x HF compiled |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in run["variants"].items():
+        rate = steady(v)
+        rounds = ", ".join(f"{r:.0f}" for r in v.get("samples_per_s_per_round", []))
+        against = [
+            f"{rate / steady(run['variants'][hf]):.2f}x"
+            if hf in run["variants"] and name not in HF
+            else ""
+            for hf in HF
+        ]
+        lines.append(
+            f"| `{name}` | {describe(v['options'])} | {rounds} | {rate:.0f} | "
+            f"{figure(scaled(v, 'mfu'))}, {figure(scaled(v, 'mfu_datasheet'))} | "
+            f"{figure(executed_mfu(v, run))}, {figure(scaled(v, 'mfu_executed_datasheet'))} | "
+            f"{adds(name, run) if name not in HF else ''} | {' | '.join(against)} |"
+        )
+    refused = run.get("variants_refused") or {}
+    errors = run.get("variant_errors") or {}
+    if refused or errors:
+        left = [f"`{k}` refused: {v}" for k, v in refused.items()]
+        left += [f"`{k}` failed: {v}" for k, v in errors.items()]
+        lines += ["", "Not in the run: " + "; ".join(left) + "."]
+    return "\n".join(lines)

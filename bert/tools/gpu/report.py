@@ -121,7 +121,9 @@ def throughput(payload: dict) -> dict:
     variants = {
         name: {
             "samples_per_s": round(v["samples_per_s"], 2),
+            "samples_per_s_per_round": [round(r, 1) for r in v.get("samples_per_s_per_round", [])],
             "mfu": round(v["mfu"], 4),
+            "mfu_executed": v.get("mfu_executed") and round(v["mfu_executed"], 4),
             "options": v.get("options"),
         }
         for name, v in payload.get("variants", {}).items()
@@ -137,6 +139,8 @@ def throughput(payload: dict) -> dict:
             if not k.endswith("_paired_median")
         },
         "fastest_selection": payload.get("fastest_selection", []),
+        "variants_refused": payload.get("variants_refused", {}),
+        "variant_errors": payload.get("variant_errors", {}),
     }
 
 
@@ -185,4 +189,22 @@ def probe_verdicts(probe: dict) -> list[str]:
             f"S={case['longest']} {case['dtype']}: {kernels}; padded_sdpa "
             f"{'ok' if case['padded_sdpa']['passed'] else 'WRONG'}"
         )
+    return lines
+
+
+def attention_verdicts(record: dict) -> list[str]:
+    """probe_attention.py's cases, one line per dtype: each path ok (with its training-step
+    time, else its forward and backward), WRONG, or - (unavailable)."""
+    lines = []
+    for dtype in dict.fromkeys(c["dtype"] for c in record.get("cases", [])):
+        parts = []
+        for case in (c for c in record["cases"] if c["dtype"] == dtype):
+            if not case["available"]:
+                parts.append(f"{case['path']} -")
+            elif not case["check"]["passed"]:
+                parts.append(f"{case['path']} WRONG")
+            else:
+                ms = case.get("train_ms", case.get("forward_backward_ms"))
+                parts.append(f"{case['path']} ok" + (f" {ms:.2f} ms" if ms is not None else ""))
+        lines.append(f"{dtype}: " + ", ".join(parts))
     return lines

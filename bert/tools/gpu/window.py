@@ -20,13 +20,17 @@ second call (timeout_s 300, budget CONTINUE_BUDGET_S). The steps, in this order:
     tests_<file>    then the GPU tests, one pytest process per file (fused model and attention
                     first), each test journaled: a test that kills its process is recorded as
                     crashed and the file goes on past it (Done when: 0 crashed, 0 failed)
+    attention_probe every varlen attention path torch offers, on the packed BERT-Large batch,
+                    timed and checked against fp64 (probe_attention.py), and the backend
+                    `pick` would choose on this GPU
     train_compare   the fused switches trained against the reference (300 steps, same data)
     bench_lamb      the fused LAMB step against the foreach one
-    throughput      ONE bench_throughput.py process with every variant (flash_varlen; +fused
-                    with each LAMB; +sharded; +sublayers) and both HF baselines, eager and
-                    compiled, so every ratio, the fused path against HF compiled included,
-                    comes from one run. HF compile's warm-up alone is 52-91 s: this is the long
-                    step, and the plan puts it in the --continue call.
+    throughput      ONE bench_throughput.py process with every variant (flash_varlen; each
+                    lever alone: +fused, +fused+fusedlamb, +fp8, +graphs; together:
+                    +fused+fp8(+graphs)) and both HF baselines, eager and compiled, so every
+                    ratio, the fused path against HF compiled included, comes from one run.
+                    HF compile's warm-up alone is 52-91 s: this is the long step, and the
+                    plan puts it in the --continue call.
 
 The plan spends time only where a step can finish. Each step has an expected duration
 (bert/tools/gpu/expected.py), read from the newest committed window record (each number names
@@ -50,6 +54,7 @@ from pathlib import Path
 from typing import Callable
 
 from bert.tools.gpu import carry
+from bert.tools.gpu.dry_run_checks import throughput_dry_run
 from bert.tools.gpu.expected import expectation
 from bert.tools.gpu import report as gpu_report
 
@@ -83,20 +88,26 @@ RECORD_FILES = (
     "bench_lamb.json",
     "throughput.json",
 )
-# The one throughput process's variants: ours (the validated fastest path, the fused switches
-# with the foreach and the fused LAMB, the flat LAMB without kernels, torch.compile's sublayer
-# fusion), then both HF baselines.
+# The one throughput process's variants, the ablation of the speed levers: the validated eager
+# path, each lever alone (the fused kernels, the fused LAMB on top of them, FP8 GEMMs, CUDA
+# graphs), the levers together (graphs cannot run with the sharded optimizer the fused LAMB
+# needs, so all together means fused + FP8 + graphs), and both HF baselines; the graphed ones
+# are built last, so a capture that fails (recorded in variant_errors) comes after every other
+# variant is built and warm. Not here any more, for the time they cost: +sharded (the flat
+# LAMB without its kernels, a step towards +fusedlamb, not a lever: one block each in
+# 2026-11-28's selection, 96.1 ms/step against the foreach 81.8) and +sublayers
+# (torch.compile's sublayer fusion, the fused kernels' competitor: 536 samples/s against the
+# fused 643 on the H100, 2026-11-26; its warm-up alone was 11.6 s).
 THROUGHPUT_VARIANTS = (
     "fastest",
     "flash_varlen+fused",
     "flash_varlen+fused+fusedlamb",
-    "flash_varlen+sharded",
-    "flash_varlen+sublayers",
-    # the FP8 lever, alone and with the fused kernels it combines with
     "flash_varlen+fp8",
     "flash_varlen+fused+fp8",
     "hf_eager",
     "hf_compile",
+    "flash_varlen+graphs",
+    "flash_varlen+fused+fp8+graphs",
 )
 
 
@@ -170,6 +181,20 @@ def sdpa_probe(h, step: Step) -> None:
             "pin": probe.get("pin"),
             "padded_sdpa_correct": probe.get("padded_sdpa_correct"),
             "verdicts": gpu_report.probe_verdicts(probe),
+        }
+
+
+def attention_probe(h, step: Step) -> None:
+    """Each varlen attention path timed and checked against fp64 (probe_attention.py); its
+    record travels in the tarball (RECORD_FILES is full), its verdicts and pick in the summary."""
+    out = h.work / "attention_probe.json"
+    argv = [h.py, "scripts/bench/probe_attention.py", "--out", str(out)]
+    h.check_or_run(step.name, argv, step.cap_s)
+    if out.is_file():  # partial too: rewritten after every case
+        probe = json.loads(out.read_text())
+        h.summary["attention_probe"] = {
+            "verdicts": gpu_report.attention_verdicts(probe),
+            "pick": probe.get("pick"),
         }
 
 
@@ -249,6 +274,9 @@ def throughput(h, step: Step) -> None:
     argv = [h.py, "scripts/bench_throughput.py", "--model", "large", "--fastest", "flash_varlen"]
     argv += ["--variants", ",".join(THROUGHPUT_VARIANTS), "--repeats", "2", "--steps", "10"]
     argv += ["--json", str(out)]
+    if h.dry_run:
+        throughput_dry_run(h, step, argv)
+        return
     h.check_or_run(step.name, argv, step.cap_s)
     if out.is_file():  # partial too: every round is written as it ends
         results = {step.name: gpu_report.throughput(json.loads(out.read_text()))}
@@ -297,6 +325,7 @@ STEPS = (
     Step("smoke", 100, smoke),
     Step("sdpa_probe", 40, sdpa_probe),
     Step("gpu_tests", TEST_FILE_CAP_S, gpu_tests),  # the cap of each file
+    Step("attention_probe", 60, attention_probe),
     Step("train_compare", 90, train_compare),
     Step("bench_lamb", 45, bench_lamb),
     Step("throughput", 240, throughput),
@@ -421,6 +450,7 @@ def run_window(h, previous: dict | None) -> None:
         for key in (
             "learning_proof",
             "sdpa_probe",
+            "attention_probe",
             "smoke",
             "throughput",
             "targets",

@@ -27,13 +27,24 @@ timing, in the same precision and from the same initial weights:
     ATTENTION[+FLAG...]  an option set named in --variants (--fastest's syntax), a variant of
                 its own: e.g. `--variants fastest,flash_varlen+fused,hf_eager,hf_compile`
                 times the fused path in every round beside both HF baselines, so its ratio to
-                each (JSON ratios: "flash_varlen+fused/hf_compile") comes from this process
+                each (JSON ratios: "flash_varlen+fused/hf_compile") comes from this process.
+                +graphs replays forward and backward as CUDA graphs (run.cuda_graphs; on the
+                CPU its eager emulation): a set graphs refuse (+sharded, +fusedlamb, +subset,
+                grouped_flash, +compile) is not built, its reason recorded (JSON:
+                variants_refused), and the others run
+
+`--dry-run` prints the variants the command would build (their options, or why one is refused)
+as JSON and builds nothing: the GPU window's dry run checks its command with it.
 
 Variants run in rounds: each round times `--steps` steps of every variant, in a rotated order,
 and each figure is the median over `--repeats` rounds, so drifting load on a shared machine
 hits all variants alike. Throughput counts real samples and tokens; MFU divides the useful
 FLOPs (bert/tools/throughput/workload.py: FLOP_FORMULA; padding is not credited) by the
-time and by a large matmul's rate measured in the same process. One JSON file per run.
+time and by a large matmul's rate measured in the same process; mfu_executed divides what the
+variant computes instead (HF's padding, padded_sdpa's, a CUDA graph's; workload.executed_flops),
+and the *_datasheet figures divide by the card's datasheet peak (measure.datasheet_peak). Every
+round's rate is in the JSON (samples_per_s_per_round), which is rewritten after each round.
+One JSON file per run.
 """
 
 from __future__ import annotations
@@ -41,18 +52,15 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import json
 import os
 import re
-import shlex
-import statistics
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from bert.tools.common import ROOT, git_commit, write_json
+from bert.tools.common import ROOT, write_json
 from bert.tools.throughput.measure import (
     MemoryMeter,
     device_name,
@@ -60,19 +68,19 @@ from bert.tools.throughput.measure import (
     synchronize,
     timed_block,
 )
-from bert.tools.throughput.settings import VARIANTS, Candidate, fastest_candidates, resolve
 from bert.tools.throughput.profiling import profile_step
-from bert.tools.throughput.variants import build_hf, build_ours, init_state
-from bert.tools.throughput.workload import (
-    FLOP_FORMULA,
-    MODEL_SIZES,
-    build_workload,
-    model_config,
-    train_flops,
+from bert.tools.throughput.record import build_payload, print_summary
+from bert.tools.throughput.settings import (
+    VARIANTS,
+    Candidate,
+    VariantRefused,
+    fastest_candidates,
+    graphs_refusal,
+    resolve,
+    variant_plan,
 )
-
-GB = 1e9
-HF_BASELINES = ("hf_eager", "hf_compile")
+from bert.tools.throughput.variants import build_hf, build_ours, init_state
+from bert.tools.throughput.workload import MODEL_SIZES, build_workload, model_config
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,10 +112,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--fastest",
         default="auto",
         help="auto, or ATTENTION[+compile][+fused]"
-        "[+subset][+sublayers][+sharded|+fusedlamb], e.g. per_sequence or "
+        "[+subset][+sublayers][+sharded|+fusedlamb][+fp8][+graphs], e.g. per_sequence or "
         "flash_varlen+compile+fused+subset (subset: model.last_layer_subset; "
         "sublayers: model.compile_sublayers, not with fused; sharded: the "
-        "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels); several, "
+        "ShardedOptimizer's flat LAMB; fusedlamb: its CUDA kernels; fp8: "
+        "model.fp8_linear; graphs: run.cuda_graphs); several, "
         "comma-separated, are each timed for one block in this process (JSON: "
         "fastest_selection) and the fastest is the variant",
     )
@@ -148,6 +157,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the variants this command would build (options, or why one is "
+        "refused) as JSON; build and write nothing",
+    )
+    p.add_argument(
         "--json",
         type=Path,
         help="output file (default: results/bench/..., "
@@ -183,12 +198,18 @@ class Bench:
         self.resident: dict[str, int] = {}
         self.selection: list[dict] = []
         self.errors: dict[str, str] = {}  # option-set variants that could not be built
+        self.refused: dict[str, str] = {}  # option sets not built by design, and why
 
     # -- building ------------------------------------------------------------------------------
 
     def build(self, name: str, options: Candidate = Candidate("padded_sdpa")):
-        """Build a variant, warm it up, and record the memory it keeps between steps."""
-        a, before = self.args, self._settled_memory()
+        """Build a variant, warm it up, and record the memory it keeps between steps.
+        VariantRefused (before anything is built): a combination the bench does not run."""
+        a = self.args
+        refusal = graphs_refusal(options, a.precision)
+        if refusal is not None:
+            raise VariantRefused(refusal)
+        before = self._settled_memory()
         if name.startswith("hf"):
             variant = build_hf(
                 a.model, options.compile, self.state, self.workload, self.device, a.precision, name
@@ -208,6 +229,7 @@ class Bench:
                 options.sublayers,
                 options.optimizer,
                 options.fp8,
+                options.graphs,
             )
         # Every variant sees every batch shape once before timing, so nothing a new shape costs
         # once lands inside a timed block: a compile, the caching allocator's new blocks, a
@@ -244,9 +266,14 @@ class Bench:
                 "last_layer_subset": candidate.subset,
                 "compile_sublayers": candidate.sublayers,
                 "optimizer": candidate.optimizer,
+                "fp8": candidate.fp8,
+                "graphs": candidate.graphs,
             }
             try:
                 variant = self.build("fastest", candidate)
+            except VariantRefused as why:
+                self.selection.append({**choice, "refused": str(why)})
+                continue
             except RuntimeError as err:  # e.g. an unbuilt extension: record it, try the rest
                 self.selection.append({**choice, "error": str(err).splitlines()[0]})
                 self._collect()
@@ -268,26 +295,29 @@ class Bench:
             torch.cuda.empty_cache()
 
     def build_all(self) -> None:
+        """Every variant named; one that cannot be built (an unbuilt extension, no memory
+        left) is recorded and left out, and so is one the bench refuses (VariantRefused), so
+        the others' figures still come back."""
         for name in self.args.variant_names:
-            if name == "fastest":
-                self.variants[name] = self.build_fastest()
-            elif name == "reference":
-                self.variants[name] = self.build(name, Candidate("padded_sdpa"))
-            elif name in self.args.spec_variants:
-                self.build_spec(name)
-            else:
-                self.variants[name] = self.build(
-                    name, Candidate("padded_sdpa", compile=name == "hf_compile")
-                )
+            try:
+                self.variants[name] = self._build_named(name)
+            except VariantRefused as why:
+                self.refused[name] = str(why)
+            except RuntimeError as err:  # torch.OutOfMemoryError is one
+                self.errors[name] = str(err).splitlines()[0]
+                self._collect()
 
-    def build_spec(self, name: str) -> None:
-        """An option set named in --variants; one that cannot be built (an unbuilt extension,
-        no memory left) is recorded and left out, so the others' figures still come back."""
-        try:
-            self.variants[name] = self.build(name, self.args.spec_variants[name])
-        except RuntimeError as err:
-            self.errors[name] = str(err).splitlines()[0]
-            self._collect()
+    def _build_named(self, name: str):
+        if name == "fastest":
+            fastest = self.build_fastest()
+            if fastest is None:
+                raise RuntimeError("no candidate could be built (fastest_selection)")
+            return fastest
+        if name == "reference":
+            return self.build(name, Candidate("padded_sdpa"))
+        if name in self.args.spec_variants:
+            return self.build(name, self.args.spec_variants[name])
+        return self.build(name, Candidate("padded_sdpa", compile=name == "hf_compile"))
 
     # -- measuring -----------------------------------------------------------------------------
 
@@ -300,15 +330,26 @@ class Bench:
         for r in range(self.args.repeats):
             peaks.append(matmul_peak_tflops(self.device, self.args.precision))
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                self._time_variant(name, timings[name])
+                if name in self.variants:
+                    self._time_variant(name, timings[name], r)
+            for name in set(timings) - set(self.variants):  # dropped in this round
+                del timings[name]
             if after_round is not None:
                 after_round(timings, peaks)
         return timings, peaks
 
-    def _time_variant(self, name: str, record: dict) -> None:
+    def _time_variant(self, name: str, record: dict, round_index: int) -> None:
         start = self._settled_memory()
         self.meter.reset_peak()
-        wall, cpu = timed_block(self.variants[name].step, 0, self.args.steps, self.device)
+        try:
+            wall, cpu = timed_block(self.variants[name].step, 0, self.args.steps, self.device)
+        except torch.OutOfMemoryError as err:
+            # Out of memory beside the others (the GPU is smaller than the one the list was
+            # made for): this variant is dropped from the run and the rest go on.
+            self.errors[name] = f"round {round_index + 1}: {str(err).splitlines()[0]}"
+            del self.variants[name]
+            self._collect()
+            return
         self.variants[name].release()
         # Memory above what every variant keeps resident, plus this variant's own resident part:
         # what the variant would need alone (input batches excluded).
@@ -316,61 +357,6 @@ class Bench:
         record["wall"].append(wall)
         record["cpu"].append(cpu)
         record["peak"] = max(record["peak"], peak)
-
-    # -- reporting -----------------------------------------------------------------------------
-
-    def block_flops(self) -> tuple[float, int, int]:
-        """Useful FLOPs, samples and real tokens of one timed block (batches 0..steps-1)."""
-        w, cfg = self.workload, model_config(self.args.model)
-        idx = [i % len(w.lengths) for i in range(self.args.steps)]
-        flops = sum(train_flops(cfg, w.lengths[i], w.masked[i]) for i in idx)
-        tokens = sum(int(w.lengths[i].sum()) for i in idx)
-        return flops, self.args.steps * self.args.batch, tokens
-
-    def hf_executed_flops_per_step(self) -> float:
-        """What the padded HF model computes per step: every padded position, MLM head included."""
-        w, cfg = self.workload, model_config(self.args.model)
-        total = 0.0
-        for padded in w.padded:
-            b, s = padded["input_ids"].shape
-            total += train_flops(cfg, np.full(b, s), b * s)
-        return total / len(w.padded)
-
-    def variant_record(self, name: str, record: dict, peak_tflops: float) -> dict:
-        flops, samples, tokens = self.block_flops()
-        wall = statistics.median(record["wall"])
-        return {
-            "samples_per_s": samples / wall,
-            "tokens_per_s": tokens / wall,
-            "seconds_per_step": wall / self.args.steps,
-            "useful_tflops_per_s": flops / wall / 1e12,
-            "mfu": flops / wall / (peak_tflops * 1e12),
-            "peak_mem_gb": record["peak"] / GB,
-            "resident_mem_gb": self.resident[name] / GB,
-            "cpu_seconds_per_step": statistics.median(record["cpu"]) / self.args.steps,
-            "samples_per_s_per_round": [samples / t for t in record["wall"]],
-            "options": self.variants[name].options,
-        }
-
-
-def ratios(variants: dict, timings: dict) -> dict:
-    """Speedups: ratio of median throughputs, and the median of per-round paired ratios."""
-    pairs = [
-        ("fastest", "hf_eager"),
-        ("fastest", "hf_compile"),
-        ("fastest", "reference"),
-        ("reference", "hf_eager"),
-        ("hf_compile", "hf_eager"),
-    ]
-    # every option-set variant against each HF baseline
-    pairs += [(name, hf) for name in variants if name not in VARIANTS for hf in HF_BASELINES]
-    out = {}
-    for a, b in pairs:
-        if a in variants and b in variants:
-            paired = [tb / ta for ta, tb in zip(timings[a]["wall"], timings[b]["wall"])]
-            out[f"{a}/{b}"] = variants[a]["samples_per_s"] / variants[b]["samples_per_s"]
-            out[f"{a}/{b}_paired_median"] = statistics.median(paired)
-    return out
 
 
 def default_path(device: str, model: str, date: dt.datetime) -> Path:
@@ -381,6 +367,10 @@ def default_path(device: str, model: str, date: dt.datetime) -> Path:
 
 def main(argv: list[str] | None = None) -> dict:
     args = resolve(parse_args(argv))
+    if args.dry_run:  # before anything touches the device
+        plan = variant_plan(args)
+        print(json.dumps(plan))  # one line, the last: what the window's dry run reads
+        return plan
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -405,71 +395,3 @@ def main(argv: list[str] | None = None) -> dict:
         write_json(path, payload)
     print_summary(payload, path)
     return payload
-
-
-def build_payload(
-    bench: Bench, timings: dict, peaks: list[dict], context: dict, partial: bool
-) -> dict:
-    """The JSON record from the rounds measured so far (`partial`: not all of them yet)."""
-    args, argv = bench.args, context["argv"]
-    peak = max(p["tflops"] for p in peaks)
-    variants = {n: bench.variant_record(n, timings[n], peak) for n in bench.variants}
-    return {
-        "device": context["device"],
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv])
-        if argv is None
-        else shlex.join(["bench_throughput.py", *argv]),
-        "date": context["date"].isoformat(timespec="seconds"),
-        "partial": partial,
-        "rounds_done": len(peaks),
-        "model": args.model,
-        "model_shape": {
-            **dict(zip(("hidden", "layers", "heads", "ffn"), MODEL_SIZES[args.model])),
-            "vocab": model_config(args.model).vocab_size,
-        },
-        "precision": args.precision,
-        "batch": args.batch,
-        "max_length": args.max_length,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "threads": torch.get_num_threads() if bench.device.type == "cpu" else None,
-        "load_average_1min": [context["load_before"], os.getloadavg()[0]],  # at start and end
-        "cpu_count": os.cpu_count(),
-        "matmul_peak_tflops": peak,
-        "matmul_peak": peaks,
-        "workload": {
-            **bench.workload.stats(),
-            "hf_executed_flops_per_step": bench.hf_executed_flops_per_step(),
-            "useful_flops_per_step": bench.block_flops()[0] / args.steps,
-        },
-        "flop_formula": FLOP_FORMULA,
-        "variants": variants,
-        "ratios": ratios(variants, timings),
-        "fastest_selection": bench.selection,
-        "variant_errors": bench.errors,
-        "memory_method": bench.meter.method + "; peak_mem_gb = peak during the variant's "
-        "timed steps minus what the other variants keep resident",
-        "method": f"{args.repeats} rounds x {args.steps} steps per variant, variant order "
-        "rotated each round, medians over rounds; batches prebuilt on the device, "
-        "data pipeline not timed; samples_per_s counts real samples; every variant warmed "
-        "on every batch first (warmup_steps), warmup_seconds (compilation included) apart",
-    }
-
-
-def print_summary(payload: dict, path: Path) -> None:
-    print(
-        f"{payload['device']} | {payload['model']} {payload['precision']} batch "
-        f"{payload['batch']} | matmul peak {payload['matmul_peak_tflops']:.3f} TFLOP/s"
-    )
-    for name, v in payload["variants"].items():
-        print(
-            f"  {name:11s} {v['samples_per_s']:9.2f} samples/s {v['tokens_per_s']:11.0f} "
-            f"tokens/s  MFU {v['mfu']:.3f}  peak {v['peak_mem_gb']:.2f} GB  {v['options']}"
-        )
-    for key, value in payload["ratios"].items():
-        print(f"  {key}: {value:.2f}x")
-    print(f"wrote {path}")

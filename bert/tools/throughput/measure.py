@@ -113,3 +113,27 @@ def matmul_peak_tflops(device: torch.device, precision: str) -> dict:
         "tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
         "median_tflops": 2.0 * n**3 / statistics.median(times) / 1e12,
     }
+
+
+# Dense bf16 Tensor Core peaks from NVIDIA's datasheets, TFLOP/s (the sheets print twice these,
+# "with sparsity"), matched in this order against the name PyTorch reports. MFU against them
+# says how far the step is from the card's nominal rate; against the matmul measured in the
+# same process (matmul_peak_tflops), how far from what the card delivers to a large GEMM.
+DATASHEET_BF16_TFLOPS = (
+    ("H100 NVL", 835.5),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.4),  # SXM5 (torch: "NVIDIA H100 80GB HBM3")
+    ("H200", 989.4),  # SXM; the same GH100 compute as the H100 SXM5
+    ("A100", 312.0),
+)
+
+
+def datasheet_peak(device: str, precision: str) -> dict | None:
+    """The datasheet's dense peak for this device and precision, None where the table has none
+    (fp32, which a GPU runs in TF32 or not by a setting; a CPU; a GPU not listed)."""
+    if precision != "bf16":
+        return None
+    for name, tflops in DATASHEET_BF16_TFLOPS:
+        if name in device:
+            return {"tflops": tflops, "entry": name, "dtype": "bf16 dense (NVIDIA datasheet)"}
+    return None

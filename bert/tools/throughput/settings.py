@@ -14,6 +14,7 @@ import torch
 
 from bert.model.attention import BACKENDS
 from bert.model.config import FUSED_HIDDEN_SIZE
+from bert.train.graphs.config import refused_setting
 from bert.tools.throughput.workload import model_config
 
 VARIANTS = ("fastest", "reference", "hf_eager", "hf_compile")
@@ -40,7 +41,7 @@ ATTENTION_CANDIDATES = {
     "cpu": ("per_sequence",),
     "cuda": ("padded_sdpa", "flash_varlen", "grouped_flash"),
 }
-FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb", "fp8")
+FLAGS = ("compile", "fused", "subset", "sublayers", "sharded", "fusedlamb", "fp8", "graphs")
 
 
 class Candidate(NamedTuple):
@@ -56,6 +57,9 @@ class Candidate(NamedTuple):
     # model.fp8_linear: the encoder's GEMMs in FP8 (with +fused, the fused kernels that do not
     # replace those GEMMs: fp8 and fused_dense are exclusive)
     fp8: bool = False
+    # run.cuda_graphs: forward and backward replayed as CUDA graphs over bucketed batch shapes
+    # (bert/train/graphs), the optimizer step eager; on the CPU the eager emulation
+    graphs: bool = False
 
 
 def validated(kind: str, attention: str) -> bool:
@@ -164,4 +168,72 @@ def named_candidate(spec: str, fusable: bool) -> Candidate:
         "sublayers" in flags,
         optimizer,
         "fp8" in flags,
+        "graphs" in flags,
     )
+
+
+class VariantRefused(RuntimeError):
+    """An option set the bench does not build (graphs_refusal): recorded, not an error."""
+
+
+# What the bench's flags turn on, in the words of the settings bert/train/graphs refuses
+_GRAPH_SETTINGS = {
+    "optim.sharded=true": "+sharded or +fusedlamb",
+    "model.attention=grouped_flash": "grouped_flash",
+    "model.last_layer_subset=true": "+subset",
+    "run.precision=fp16": "fp16",
+}
+
+
+def graphs_refusal(candidate: Candidate, precision: str) -> str | None:
+    """Why an option set with +graphs is not run: a combination CUDA graphs refuse
+    (bert/train/graphs/config.py, the same rule as run.cuda_graphs's config check), or one the
+    bench does not try; None when it runs (and for every set without +graphs). The bench
+    records the reason and goes on with the other variants."""
+    if not candidate.graphs:
+        return None
+    if candidate.compile:
+        return (
+            "+graphs with +compile: the whole torch.compile'd model is not captured here "
+            "(torch.compile has its own CUDA graphs, mode='reduce-overhead')"
+        )
+    setting = refused_setting(
+        precision=precision,
+        sharded=candidate.optimizer != "lamb",
+        attention=candidate.attention,
+        last_layer_subset=candidate.subset,
+    )
+    if setting is None:
+        return None
+    return (
+        f"+graphs with {_GRAPH_SETTINGS[setting]}: CUDA graphs cannot run with {setting} yet "
+        "(bert/train/graphs/config.py, docs/cuda_graphs.md)"
+    )
+
+
+def variant_plan(args: argparse.Namespace) -> dict[str, dict]:
+    """What each variant of a resolved command line would be, built from nothing (the bench's
+    --dry-run): its options, the `fastest` candidates, or why an option set is refused."""
+    kind = torch.device(args.device).type
+
+    def entry(candidate: Candidate) -> dict:
+        refusal = graphs_refusal(candidate, args.precision)
+        return {**candidate._asdict(), **({"refused": refusal} if refusal else {})}
+
+    plan = {}
+    for name in args.variant_names:
+        if name == "fastest":
+            plan[name] = {"candidates": [entry(c) for c in fastest_candidates(args, kind)]}
+        elif name == "reference":
+            plan[name] = entry(Candidate("padded_sdpa"))
+        elif name in args.spec_variants:
+            plan[name] = entry(args.spec_variants[name])
+        else:
+            plan[name] = {"model": "transformers BertForPreTraining", "compile": "compile" in name}
+    return {
+        "device": args.device,
+        "model": args.model,
+        "precision": args.precision,
+        "batch": args.batch,
+        "variants": plan,
+    }

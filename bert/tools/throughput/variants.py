@@ -7,7 +7,8 @@ model's random init, loaded into ours through bert/model/weights.py).
 
 - ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
          attention backend (bert/model/attention.py), whether every fused kernel valid for the model
-         (model.fused_*, `fused_flags`) is on, and whether the model is torch.compile'd.
+         (model.fused_*, `fused_flags`) is on, whether the model is torch.compile'd, and whether
+         forward and backward replay as CUDA graphs (run.cuda_graphs: graphed.py).
 - hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
          loss (logits over every padded position, as HF computes it), eager or compiled.
 
@@ -35,7 +36,8 @@ from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
 from bert.optim.registry import OPTIMIZERS, shard_math
 from bert.optim.sharded import ShardedOptimizer
-from bert.tools.throughput.workload import Workload, hf_config, model_config
+from bert.tools.throughput.graphed import backend_for, graph_buckets, graphed_training_step
+from bert.tools.throughput.workload import MAX_PREDICTIONS, Workload, hf_config, model_config
 
 LR = 1e-4  # any constant: the learning rate does not change the work of a step
 WEIGHT_DECAY = 0.01
@@ -53,13 +55,17 @@ class Variant:
     # window's one throughput process holds seven variants beside HF eager's ~39 GB transient
     # (2026-11-28 throughput_eager.json: peak 44.3 GB, resident 5.4 GB).
     release: Callable[[], None] = lambda: None
+    # Counts the variant keeps while it runs, reported with its figures (the graphed variants'
+    # graph_captures, graph_replays, graph_fallbacks); read when the JSON is written.
+    counters: Callable[[], dict] = dict
 
 
-def autocast_for(device: torch.device, precision: str):
-    """A context factory: autocast to bf16, or nothing for fp32."""
+def autocast_for(device: torch.device, precision: str, cache: bool = True):
+    """A context factory: autocast to bf16, or nothing for fp32. cache=False: without the
+    cast cache, which a CUDA graph would keep reading after the weights changed."""
     if precision == "fp32":
         return contextlib.nullcontext
-    return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return lambda: torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
 
 
 def init_state(size: str, seed: int) -> dict[str, torch.Tensor]:
@@ -140,12 +146,14 @@ def build_ours(
     sublayers: bool = False,
     optimizer: str = "lamb",
     fp8: bool = False,
+    graphs: bool = False,
 ) -> Variant:
     """The unpadded model with the given attention backend, optionally with every fused kernel
     valid for it (with fp8, those that do not replace its GEMMs), its encoder GEMMs in FP8
     (model.fp8_linear), the last layer on [CLS] and masked tokens only
-    (model.last_layer_subset), its sublayers torch.compile'd (model.compile_sublayers) and the
-    whole model torch.compile'd.
+    (model.last_layer_subset), its sublayers torch.compile'd (model.compile_sublayers), the
+    whole model torch.compile'd, and forward and backward replayed as CUDA graphs (graphed.py;
+    the combinations graphs refuse are never built: settings.graphs_refusal).
     A fused kernel that cannot be loaded raises here (RuntimeError)."""
     cfg = dataclasses.replace(
         model_config(size, attention), last_layer_subset=subset, compile_sublayers=sublayers
@@ -160,17 +168,33 @@ def build_ours(
     load_into_model(model, dict(state), source="benchmark init")
     model.to(device).train()
     runner = torch.compile(model) if compiled else model
-    autocast = autocast_for(device, precision)
+    autocast = autocast_for(device, precision, cache=not graphs)
     batches = workload.packed
 
-    def loss_of(i: int) -> torch.Tensor:
-        batch = batches[i % len(batches)]
+    def forward_loss(batch) -> torch.Tensor:
         with autocast():
             mlm_logits, nsp_logits = runner(batch)
         mlm, nsp = model.loss(mlm_logits, nsp_logits, batch)
         return mlm + nsp
 
-    step, release = training_step(model, loss_of, optimizer)
+    counters = dict
+    if graphs:
+        # the same tensors without the host layouts only other variants read (length groups,
+        # the query subset), which the static buffers do not pad
+        plain = [dataclasses.replace(b, groups=None, query_subset=None) for b in batches]
+        step, counters = graphed_training_step(
+            model,
+            forward_loss,
+            plain,
+            make_optimizer(model, optimizer, device),
+            graph_buckets(workload.batch_size, workload.max_length, MAX_PREDICTIONS),
+            backend_for(device),
+        )
+        release = keep_gradients
+    else:
+        step, release = training_step(
+            model, lambda i: forward_loss(batches[i % len(batches)]), optimizer
+        )
     options = {
         "model": "unpadded BertForPretraining",
         "attention": attention,
@@ -182,8 +206,23 @@ def build_ours(
         "fp8_linear": fp8,
         "optimizer": optimizer,
         "precision": precision,
+        "cuda_graphs": graphs_mode(graphs, device),
     }
-    return Variant(name, options, step, release)
+    return Variant(name, options, step, release, counters)
+
+
+def keep_gradients() -> None:
+    """A graphed variant's release: its graphs add into the gradients' fixed addresses, so
+    they stay allocated between timed blocks."""
+
+
+def graphs_mode(graphs: bool, device: torch.device) -> str | bool:
+    """What the JSON says of a variant's graphs: False, or how they ran."""
+    if not graphs:
+        return False
+    if device.type == "cuda":
+        return "captured (torch.cuda.CUDAGraph)"
+    return f"emulated: no CUDA graphs on {device.type}, every replay runs eagerly (EagerBackend)"
 
 
 def build_hf(

@@ -8,7 +8,7 @@ pipeline is not part of what is measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -128,6 +128,8 @@ class Workload:
     lengths: list[np.ndarray]  # (B,) real lengths per batch
     masked: list[int]  # masked tokens per batch
     padding: str  # "batch_max" or "max_length": what the padded layout pads to
+    max_length: int = MAX_LENGTH  # the longest a sequence may be (the length mix's bound)
+    masked_counts: list[np.ndarray] = field(default_factory=list)  # (B,) masked per sequence
 
     @property
     def batch_size(self) -> int:
@@ -159,7 +161,7 @@ def build_workload(
 
     max_length below 512 scales the length histogram down (only for quick tests)."""
     groups = make_samples(num_batches, batch, seed, max_length, vocab_size)
-    packed, padded, lengths, masked = [], [], [], []
+    packed, padded, lengths, masked, counts = [], [], [], [], []
     for samples in groups:
         lens = np.array([s.input_ids.shape[0] for s in samples], dtype=np.int64)
         pad_to = int(lens.max()) if padding == "batch_max" else max_length
@@ -167,8 +169,9 @@ def build_workload(
         packed.append(pack_samples(samples, attention_groups=True, query_subset=True).to(device))
         padded.append({k: v.to(device) for k, v in padded_inputs(samples, pad_to).items()})
         lengths.append(lens)
-        masked.append(int(sum(s.masked_positions.shape[0] for s in samples)))
-    return Workload(packed, padded, lengths, masked, padding)
+        counts.append(np.array([s.masked_positions.shape[0] for s in samples], dtype=np.int64))
+        masked.append(int(counts[-1].sum()))
+    return Workload(packed, padded, lengths, masked, padding, max_length, counts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,3 +203,40 @@ def train_flops(cfg: ModelConfig, lengths: np.ndarray, masked: int) -> float:
     mlm = 6.0 * masked * (h * h + h * V)
     nsp = 6.0 * lengths.shape[0] * (h * h + 2 * h)
     return encoder + attention + mlm + nsp
+
+
+def executed_flops(
+    cfg: ModelConfig,
+    lengths: np.ndarray,
+    masked: int,
+    attention_pad: int | None = None,
+    queries: np.ndarray | None = None,
+) -> float:
+    """What this project's model computes for one batch (forward + backward), counted as
+    train_flops counts: the same terms, on what actually runs.
+
+    lengths: (B,) the sequences the layers run on (a CUDA graph's padding sequences
+    included); masked: the MLM head's rows (a graph's padded count); attention_pad: the length
+    every sequence is padded to inside attention (padded_sdpa: the batch's longest, or a
+    graph's bound), None when the kernel runs the real lengths; queries: (B,) the last
+    layer's query rows per sequence (model.last_layer_subset: [CLS] and the masked tokens),
+    which then computes K and V for every token but Q, its output and its FFN for these only.
+    """
+    h, L, F, V = (cfg.hidden_size, cfg.num_hidden_layers, cfg.intermediate_size, cfg.vocab_size)
+    lengths = np.asarray(lengths, dtype=np.float64)
+    keys = np.full_like(lengths, attention_pad) if attention_pad else lengths
+    tokens = lengths.sum()
+    layer = 6.0 * (4 * h * h + 2 * h * F)  # per token: QKV, output, FFN
+
+    def attention(q: np.ndarray, k: np.ndarray) -> float:
+        return 12.0 * h * float((q * k).sum())
+
+    heads = 6.0 * masked * (h * h + h * V) + 6.0 * lengths.shape[0] * (h * h + 2 * h)
+    if queries is None:
+        return L * layer * tokens + L * attention(keys, keys) + heads
+    q = np.asarray(queries, dtype=np.float64)
+    q_keys = np.full_like(q, q.max()) if attention_pad else q
+    last = 6.0 * 2 * h * h * tokens + 6.0 * (2 * h * h + 2 * h * F) * q.sum()
+    return (
+        (L - 1) * (layer * tokens + attention(keys, keys)) + last + attention(q_keys, keys) + heads
+    )

@@ -45,10 +45,13 @@ class CudaGraphBackend:
     backward are one capture, so its activations are freed inside it, and graphs never
     replay concurrently; what stays allocated (each graph's loss) is never reused."""
 
-    def __init__(self, device: torch.device, warmup_iters: int = 3):
+    def __init__(self, device: torch.device, warmup_iters: int = 3, pool=None):
+        """pool: a memory pool to capture into (torch.cuda.graph_pool_handle()), e.g. one that
+        several models' graphs share because they never replay at once (the throughput
+        bench's +graphs variants); None: the first graph's, shared by the later ones."""
         self.device = device
         self.warmup_iters = warmup_iters
-        self.pool = None  # the first graph's, shared by the later ones
+        self.pool = pool
 
     def capture(self, shape: GraphShape, run: Replay, warm_up: Callable[[], None]) -> Replay:
         # Warm-up on a side stream (PyTorch's capture recipe): lazy initialization (cuBLAS

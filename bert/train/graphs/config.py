@@ -22,16 +22,30 @@ def graphs_config_error(cfg) -> str | None:
             f"run.cuda_graphs=true needs CUDA (torch.cuda.CUDAGraph), but run.device="
             f"{run.device} resolves to {device}: set run.cuda_graphs=false"
         )
-    refused = {
-        "run.precision=fp16": run.precision == "fp16",  # the loss scaler is not captured yet
-        "optim.sharded=true": cfg.optim.sharded,  # reduce-scatter hooks during backward
-        "model.attention=grouped_flash": model.attention == "grouped_flash",  # per-batch shapes
-        "model.last_layer_subset=true": model.last_layer_subset,  # query shapes not bucketed
-    }
-    for setting, on in refused.items():
-        if on:
-            return (
-                f"run.cuda_graphs=true cannot run with {setting} yet (docs/cuda_graphs.md); "
-                f"set run.cuda_graphs=false"
-            )
+    setting = refused_setting(
+        precision=run.precision,
+        sharded=cfg.optim.sharded,
+        attention=model.attention,
+        last_layer_subset=model.last_layer_subset,
+    )
+    if setting is not None:
+        return (
+            f"run.cuda_graphs=true cannot run with {setting} yet (docs/cuda_graphs.md); "
+            f"set run.cuda_graphs=false"
+        )
     return None
+
+
+def refused_setting(
+    *, precision: str, sharded: bool, attention: str, last_layer_subset: bool
+) -> str | None:
+    """The first setting CUDA graphs cannot run with yet, as `key=value`; None when none. Read
+    by the config check above and by the throughput bench's `+graphs` variants, so both refuse
+    the same combinations."""
+    refused = {
+        "run.precision=fp16": precision == "fp16",  # the loss scaler is not captured yet
+        "optim.sharded=true": sharded,  # reduce-scatter hooks during backward
+        "model.attention=grouped_flash": attention == "grouped_flash",  # per-batch shapes
+        "model.last_layer_subset=true": last_layer_subset,  # query shapes not bucketed
+    }
+    return next((setting for setting, on in refused.items() if on), None)
