@@ -183,7 +183,11 @@ def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions):
         )
     if not 0 < efficiency <= 1:
         raise PlanError(f"--efficiency {efficiency}: must be in (0, 1]")
-    return timing.Rates(cluster.kind.bf16_tflops, efficiency, cluster.link_gbs)
+    link = cluster.link_gbs
+    net = cluster_network_gbs(assumptions, cluster.gpus_per_node, cluster.kind)
+    if net is not None and cluster.nodes > 1:  # the FLOP model's ring crosses the given NICs
+        link = net
+    return timing.Rates(cluster.kind.bf16_tflops, efficiency, link)
 
 
 def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:

@@ -93,3 +93,10 @@ def test_nic_flags_and_sharp_change_the_reduction(capsys):
     shared = _step_s(capsys, "--nics-per-node", "2")  # the kind's 200 Gb/s NICs, 2 per node
     assert half > datasheet and half == pytest.approx(shared)
     assert _step_s(capsys, "--nics-per-node", "2", "--nic-gbps", "200", "--sharp") < half
+
+
+def test_nic_flags_reach_the_flop_model_too(capsys):
+    flop = ("--efficiency", "0.3")
+    assert _step_s(capsys, *flop, "--nics-per-node", "2", "--nic-gbps", "200") > _step_s(
+        capsys, *flop
+    )
