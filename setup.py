@@ -53,6 +53,11 @@ class StampedBuild(build_py):
 setup(
     packages=[*PACKAGES, "bert.configs"],
     package_dir={"bert.configs": "configs"},
-    package_data={"bert.configs": ["*.yaml"], "kernels": ["csrc/**/*", "*.md"]},
+    # the planner's published results and their networks: its default calibration reads them
+    package_data={
+        "bert.configs": ["*.yaml"],
+        "bert.plan": ["*.json"],
+        "kernels": ["csrc/**/*", "*.md"],
+    },
     cmdclass={"build_py": StampedBuild},
 )

@@ -68,6 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
         "count; local batch default 96); default: the kind's published 8-GPU result, named",
     )
     p.add_argument("--sharp", action="store_true", help="in-network reduction (SHARP)")
+    p.add_argument(
+        "--nics-per-node",
+        type=int_arg(),
+        help="network cards per node that carry the gradients (default: one per GPU)",
+    )
+    p.add_argument(
+        "--nic-gbps",
+        type=float_arg(0.0),
+        help="each NIC's rate in Gb/s, e.g. 400 for NDR (default: the kind's datasheet network)",
+    )
     p.add_argument("--precision", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--sharded", action="store_true", help="optim.sharded=true (ZeRO-2 LAMB)")
     p.add_argument("--batch", type=int_arg(), help="plan only this global batch")
@@ -127,6 +137,8 @@ def run(argv: list[str] | None = None) -> int:
         max_micro_batch=args.max_micro_batch,
         calibrate=parse_calibrate(args.calibrate),
         sharp=args.sharp,
+        nics_per_node=args.nics_per_node,
+        nic_gbps=args.nic_gbps,
     )
     candidates, rates = plan(cluster, ModelConfig(), assumptions, args.batch)
     if args.json:
@@ -179,7 +191,8 @@ def table(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions) 
         f"scale model: R {rates.peak:.0f} samples/s per GPU ({rates.source}); "
         f"overhead {scale.FITTED.overhead_samples:g} samples per step, "
         f"{'SHARP' if a.sharp else 'ring'} between NVLink domains of "
-        f"{rates.topology.nvlink_domain}; init {a.init_minutes:g} min (not scored)"
+        f"{rates.topology.nvlink_domain} over {rates.topology.network_gbs:g} GB/s of network per "
+        f"GPU; init {a.init_minutes:g} min (not scored)"
         if scaled
         else None
     )
@@ -289,7 +302,12 @@ def as_json(cluster: Cluster, candidates: list[Candidate], rates, a: Assumptions
             "precision": a.precision,
             "sharded": a.sharded,
             "efficiency": rates.efficiency,
-            "scale_model": {"peak_samples_per_s": rates.peak, "source": rates.source}
+            "scale_model": {
+                "peak_samples_per_s": rates.peak,
+                "source": rates.source,
+                "sharp": a.sharp,
+                "network_gbs_per_gpu": rates.topology.network_gbs,
+            }
             if hasattr(rates, "peak")
             else None,
             "efficiency_source": cluster.kind.throughput_basis()[1]

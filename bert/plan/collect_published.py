@@ -7,6 +7,8 @@ whose GPU kind the planner knows: the system's GPU count (systems/<system>.json:
 number_of_nodes x accelerators_per_node), the global batch and hyperparameters the logs print,
 every run's run_start..run_stop minutes, samples at its last eval (epoch_num) and its evals.
 A folder repeated unchanged in a later round (same minutes) is kept once, in its first round.
+Each multi-node result's network (NICs per node, SHARP) is not read here: it was entered by
+hand, with the file it comes from, in published_topology.json (bert/plan/network.py).
 """
 
 from __future__ import annotations

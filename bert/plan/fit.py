@@ -15,14 +15,15 @@ The split of bert/plan/published_results.json, fixed before any constant was fit
 - held out: every other result of v4.0 and later on 8 or more GPUs, scored by validate.py.
 
 The fit: for each training result, R of its GPU kind comes from the kind's calibration point
-exactly as the planner computes it (scale.calibrate_row), and the model predicts the result's
-training time (with the samples and evals it actually took, so the RCPs' convergence does not
-enter) and, where its logs time evals, its eval time. The residuals are logs of predicted over
-measured; the loss is soft-L1 on them (scale 0.05), because systems of one kind differ by up to
-40% at one scale (a 350 W power-capped PCIe H100, an older software stack) and plain least
-squares would follow those outliers. Levenberg-Marquardt in numpy with a forward-difference
-Jacobian, each constant kept inside its bounds: deterministic, so the test refits the same
-values.
+exactly as the planner computes it (scale.calibrate_row), each result on its own network as
+its submission records it (NICs and SHARP, bert/plan/network.py), and the model predicts the
+result's training time (with the samples and evals it actually took, so the RCPs'
+convergence does not enter) and, where its logs time evals, its eval time. The residuals are
+logs of predicted over measured; the loss is soft-L1 on them (scale 0.05), because systems of
+one kind differ by up to 40% at one scale (a 350 W power-capped PCIe H100, an older software
+stack) and plain least squares would follow those outliers. Levenberg-Marquardt in numpy with a
+forward-difference Jacobian, each constant kept inside its bounds: deterministic, so the test
+refits the same values.
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ def training_rows(rows: list[dict]) -> list[dict]:
 
 
 def _topology(row: dict) -> scale.Topology:
-    from bert.plan.planner import topology
+    from bert.plan.planner import row_topology
 
-    return topology(gpus.lookup(row["gpu"]), row["gpus"], row["gpus_per_node"])
+    return row_topology(gpus.lookup(row["gpu"]), row)
 
 
 def residuals(k: scale.Fitted, rows: list[dict], params: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from bert.core.inputs import check_float
 from bert.model.config import ModelConfig
 from bert.mlperf import rcp
 from bert.model import flops
-from bert.plan import memory, scale, timing
+from bert.plan import memory, network, scale, timing
 from bert.core.gpus import GPUKind
 from bert.train.config import mlperf_eval_interval
 
@@ -53,12 +53,18 @@ class Assumptions:
     max_micro_batch: int = 256
     calibrate: tuple | None = None  # (gpus, samples/s per GPU[, local batch]); None: published
     sharp: bool = False  # in-network reduction between NVLink domains
+    nics_per_node: int | None = None  # the network: NICs per node and their Gb/s (None: the
+    nic_gbps: float | None = None  # kind's datasheet value per GPU)
 
     def __post_init__(self) -> None:
         # the planner's own check, for callers other than the CLI (whose parser checks too)
         check_float(self.init_minutes, "--init-minutes", PlanError, low=0.0, inclusive=True)
         if self.efficiency is not None:
             check_float(self.efficiency, "--efficiency", PlanError, low=0.0)
+        if self.nic_gbps is not None:
+            check_float(self.nic_gbps, "--nic-gbps", PlanError, low=0.0)
+        if self.nics_per_node is not None and self.nics_per_node < 1:
+            raise PlanError(f"--nics-per-node {self.nics_per_node}: must be >= 1")
 
 
 @dataclass
@@ -94,16 +100,43 @@ class ScaleRates:
     link_gbs: float = 0.0
 
 
-def topology(kind: GPUKind, gpus: int, gpus_per_node: int, sharp: bool = False) -> scale.Topology:
+def topology(
+    kind: GPUKind,
+    gpus: int,
+    gpus_per_node: int,
+    sharp: bool = False,
+    network_gbs: float | None = None,
+) -> scale.Topology:
     """The scale model's topology of `gpus` GPUs of `kind`: its NVLink domain is the kind's (an
-    NVL72 rack) or else one node."""
+    NVL72 rack) or else one node; the network per GPU is `network_gbs` where the cluster's NICs
+    are known, else the kind's datasheet value."""
     domain = kind.nvlink_domain or gpus_per_node
-    return scale.Topology(gpus, domain, kind.nvlink_gbs, kind.network_gbs, sharp)
+    net = kind.network_gbs if network_gbs is None else network_gbs
+    return scale.Topology(gpus, domain, kind.nvlink_gbs, net, sharp)
+
+
+def row_topology(kind: GPUKind, row: dict) -> scale.Topology:
+    """The topology a published result ran on: its kind's NVLink, and its own NICs and SHARP
+    where its submission records them (bert/plan/network.py)."""
+    per_node = row["gpus_per_node"]
+    args = network.topology_args(scale.row_id(row), per_node)
+    return topology(kind, row["gpus"], per_node, **args)
+
+
+def cluster_network_gbs(a: Assumptions, gpus_per_node: int, kind: GPUKind) -> float | None:
+    """Per-GPU network GB/s from --nics-per-node and --nic-gbps (either alone: the other is one
+    NIC per GPU, or the kind's rate); None when neither is given."""
+    if a.nics_per_node is None and a.nic_gbps is None:
+        return None
+    nics = a.nics_per_node or gpus_per_node
+    rate = a.nic_gbps or kind.network_gbs * 8
+    return network.per_gpu_gbs(nics, rate, gpus_per_node)
 
 
 def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRates | None:
     kind = cluster.kind
     params = memory.parameter_count(cfg)
+    net = cluster_network_gbs(a, cluster.gpus_per_node, kind)
     try:
         if a.calibrate is not None:
             gpus, rate, *rest = a.calibrate
@@ -111,13 +144,13 @@ def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRate
             local = rest[0] if rest else 96.0
             point = scale.Point(gpus, rate, local, "given (--calibrate)")
             per_node = min(gpus, cluster.gpus_per_node)
-            topo = topology(kind, gpus, per_node, a.sharp)
+            topo = topology(kind, gpus, per_node, a.sharp, net)
             peak = scale.calibrate(point.samples_per_s, point.local_batch, params, topo)
         elif kind.calibration:
             point, peak, _ = scale.published_point(
                 kind.calibration,
                 params,
-                lambda row: topology(kind, row["gpus"], row["gpus_per_node"]),
+                lambda row: row_topology(kind, row),
             )
         else:
             return None
@@ -128,7 +161,7 @@ def scale_rates(cluster: Cluster, cfg: ModelConfig, a: Assumptions) -> ScaleRate
         f"calibrated at {point.gpus} GPUs, {point.samples_per_s:.1f} samples/s per GPU, "
         f"local batch {point.local_batch:g}: {point.source}"
     )
-    cluster_topo = topology(kind, cluster.gpus, cluster.gpus_per_node, a.sharp)
+    cluster_topo = topology(kind, cluster.gpus, cluster.gpus_per_node, a.sharp, net)
     return ScaleRates(peak, cluster_topo, source, link_gbs=cluster.link_gbs)
 
 
@@ -150,7 +183,11 @@ def default_rates(cluster: Cluster, cfg: ModelConfig, assumptions: Assumptions):
         )
     if not 0 < efficiency <= 1:
         raise PlanError(f"--efficiency {efficiency}: must be in (0, 1]")
-    return timing.Rates(cluster.kind.bf16_tflops, efficiency, cluster.link_gbs)
+    link = cluster.link_gbs
+    net = cluster_network_gbs(assumptions, cluster.gpus_per_node, cluster.kind)
+    if net is not None and cluster.nodes > 1:  # the FLOP model's ring crosses the given NICs
+        link = net
+    return timing.Rates(cluster.kind.bf16_tflops, efficiency, link)
 
 
 def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:

@@ -7,10 +7,13 @@ one measured point of that kind.
                 much as `overhead_samples` samples, so per-GPU throughput R b / (b + b0) falls
                 at small per-GPU batches b
     gradients = GRAD_BYTES x parameters reduced over a two-level topology: inside an NVLink
-                domain a reduce-scatter plus all-gather, 2 (n-1)/n x bytes over the NVLink
-                bandwidth; between domains each GPU's 1/n shard over its own NIC, a ring
-                all-reduce (2 (D-1)/D x bytes / n) or, with in-network reduction (SHARP), the
-                shard sent once (bytes / n)
+                domain of n GPUs a reduce-scatter plus all-gather, 2 (n-1)/n x bytes over the
+                NVLink bandwidth; between the D domains each GPU's 1/n shard all-reduced over
+                its share of the network (the node's NICs x their rate / GPUs per node, as the
+                result's system description or --nics-per-node/--nic-gbps state; else the
+                datasheet): by ring, 2 (D-1)/D x bytes / n, or with in-network reduction
+                (SHARP) SHARP_TRAFFIC x bytes / n, about half the ring's at large D; the two
+                levels run one after the other (no overlap between them is assumed)
     exposed   = max(0, gradients - hidden x backward), backward = BACKWARD_SHARE x compute of
                 the batch: the part of the reduction the backward pass does not hide
     step      = compute + exposed
@@ -23,7 +26,13 @@ Constants and their sources:
 - BACKWARD_SHARE = 2/3: the backward pass is two thirds of a step's FLOPs (forward : backward =
   1 : 2, bert/model/flops.py).
 - EVAL_SAMPLES = 10,000: the MLPerf BERT eval set (every published log prints eval_samples 10000).
-- Bandwidths and domain sizes: vendor datasheets (bert/core/gpus.py).
+- Bandwidths and domain sizes: vendor datasheets (bert/core/gpus.py); per result, its NICs from
+  its submission's system description (bert/plan/network.py).
+- The ring's 2 (n-1)/n: the bytes each rank sends (and receives) in a ring all-reduce, NCCL's
+  bus-bandwidth factor for all-reduce (nccl-tests, doc/PERFORMANCE.md).
+- SHARP_TRAFFIC = 1: with SHARP the switches reduce: each rank sends its data up the
+  aggregation tree once and receives the result once (NVIDIA SHARP documentation,
+  Introduction; NCCL uses it through the NCCL-SHARP plugin), against the ring's 2 (D-1)/D.
 - FITTED (overhead_samples, eval_speed, hidden): fitted on the training subset by
   `bert.plan.fit` (rounds v3.0 and v3.1, calibration points left out), never on the results the
   validation scores; tests/tools/test_plan_scale.py refits them and fails when they drift.
@@ -39,6 +48,7 @@ from pathlib import Path
 GRAD_BYTES = 2
 BACKWARD_SHARE = 2 / 3
 EVAL_SAMPLES = 10_000
+SHARP_TRAFFIC = 1.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class Fitted:
 
 # python -m bert.plan.fit (three significant figures; `hidden` reaches its bound 0: on the
 # training subset the reduction is best modelled as not overlapping the backward at all)
-FITTED = Fitted(overhead_samples=13.6, eval_speed=0.815, hidden=0.0)
+FITTED = Fitted(overhead_samples=15.9, eval_speed=0.799, hidden=0.0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def gradient_seconds(params: int, topo: Topology) -> float:
     intra = 2 * (n - 1) / n * size / (topo.nvlink_gbs * 1e9) if n > 1 else 0.0
     inter = 0.0
     if domains > 1:
-        factor = 1.0 if topo.sharp else 2 * (domains - 1) / domains
+        factor = SHARP_TRAFFIC if topo.sharp else 2 * (domains - 1) / domains
         inter = factor * size / n / (topo.network_gbs * 1e9)
     return intra + inter
 

@@ -6,10 +6,12 @@
 Scored: every result of bert/plan/published_results.json on 8 or more GPUs that is neither in
 the training subset (`fit.training_rows`: rounds v3.0 and v3.1) nor a calibration point (the
 kind's default, bert/core/gpus.py). Each is predicted through the CLI as a user runs it,
-`open-bert-plan --gpus G --gpus-per-node n --gpu KIND --batch B --json`, with the default
-calibration (one published 8-GPU result per kind), so the prediction includes the RCPs'
-samples to converge at that batch, not the samples the result took. The score is within 15%
-of the olympic mean of the result's run_start..run_stop minutes.
+`open-bert-plan --gpus G --gpus-per-node n --gpu KIND --batch B [--sharp]
+[--nics-per-node N --nic-gbps RATE] --json`, the network flags as the result's submission
+records them (bert/plan/network.py), with the default calibration (one published 8-GPU
+result per kind), so the prediction includes the RCPs' samples to converge at that batch, not
+the samples the result took. The score is within 15% of the olympic mean of the result's
+run_start..run_stop minutes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from bert.core import gpus
 from bert.core.inputs import Parser
-from bert.plan import fit, scale
+from bert.plan import fit, network, scale
 
 BANDS = (("8 GPUs", 8, 8), ("16-256 GPUs", 16, 256), ("512+ GPUs", 512, 10**9))
 BEGIN = "<!-- held-out table: python -m bert.plan.validate --write docs/plan.md -->"
@@ -55,6 +57,7 @@ def argv_for(row: dict) -> list[str]:
         row["gpu"],
         "--batch",
         str(row["global_batch_size"]),
+        *network.cli_args(scale.row_id(row)),
         "--json",
     ]
 
@@ -77,9 +80,9 @@ def own_samples_error(row: dict, peak: float) -> float:
     took instead of the RCP's (so the RCPs' convergence is not in it)."""
     from bert.model.config import ModelConfig
     from bert.plan.memory import parameter_count
-    from bert.plan.planner import topology
+    from bert.plan.planner import row_topology
 
-    topo = topology(gpus.lookup(row["gpu"]), row["gpus"], row["gpus_per_node"])
+    topo = row_topology(gpus.lookup(row["gpu"]), row)
     train, evals = scale.predicted_seconds(row, parameter_count(ModelConfig()), topo, peak)
     return (train + evals) / (row["olympic_mean_minutes"] * 60) - 1
 
@@ -165,18 +168,19 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|",
         *(f"| {name} | {ok} | {n} |" for name, (ok, n) in s.items()),
         "",
-        "| submitter, system | round | GPU | GPUs | batch | published min | predicted min | "
-        "error | error, own samples | source |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| submitter, system | round | GPU | GPUs | batch | NICs per node | SHARP | published min "
+        "| predicted min | error | error, own samples | source |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         pred = "refused" if r["predicted_minutes"] is None else f"{r['predicted_minutes']:.3f}"
         err = "-" if r["error"] is None else f"{r['error']:+.1%}"
         own = "-" if r["own_error"] is None else f"{r['own_error']:+.1%}"
+        nics, sharp = network.labels(scale.row_id(r))
         lines.append(
             f"| {r['submitter']}, {r['system']} | {r['round']} | {r['gpu']} | {r['gpus']} | "
-            f"{r['global_batch_size']} | {r['olympic_mean_minutes']:.3f} | {pred} | {err} | "
-            f"{own} | `{r['source']}` |"
+            f"{r['global_batch_size']} | {nics} | {sharp} | {r['olympic_mean_minutes']:.3f} | "
+            f"{pred} | {err} | {own} | `{r['source']}` |"
         )
     return "\n".join([*lines, "", END])
 

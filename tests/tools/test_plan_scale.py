@@ -206,9 +206,14 @@ def test_calibrate_flag(capsys):
         (["--calibrate", ""], "want GPUS:SAMPLES_PER_S_PER_GPU"),
         (["--calibrate", "8:1e12"], "no throughput per GPU explains it"),
         (["--gpu", "mygpu", "--memory-gib", "48", "--tflops", "300"], "give --calibrate"),
+        (["--nics-per-node", "0"], "--nics-per-node 0: must be >= 1"),
+        (["--nics-per-node", "2.5"], "--nics-per-node"),
+        (["--nic-gbps", "nan"], "--nic-gbps"),
+        (["--nic-gbps", "inf"], "--nic-gbps"),
+        (["--nic-gbps", "0"], "--nic-gbps"),
     ],
 )
-def test_bad_gpu_kind_and_calibrate_are_one_error_line(extra, fragment, capsys):
+def test_bad_gpu_kind_calibrate_and_network_are_one_error_line(extra, fragment, capsys):
     args = ["--gpus", "8", "--gpu", "h100", *extra]
     assert main(args) == 2
     captured = capsys.readouterr()
