@@ -26,6 +26,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from bert.core.errors import install_hint
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
 from bert.mlperf.reader import LogError, parse_log
 from bert.obs.figures import save_figure
@@ -116,9 +117,6 @@ def draw(logs: list[Path], out: Path) -> None:
     save_figure(fig, out)
 
 
-EXTRA = "open-bert-mlperf[plot]"
-
-
 def default_out(logs: list[Path]) -> Path:
     """Beside the first input, named for what is drawn."""
     metrics = all(path.suffix == ".jsonl" for path in logs)
@@ -146,7 +144,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
-        print(f"error: open-bert-plot needs matplotlib: pip install '{EXTRA}'", file=sys.stderr)
+        print(f"error: open-bert-plot needs matplotlib: {install_hint('plot')}", file=sys.stderr)
         return 2
     try:
         args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]

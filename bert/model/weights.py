@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 import torch
 
-from bert.core.errors import CheckpointError  # noqa: F401 - re-exported (its users)
+from bert.core.errors import CheckpointError, install_hint
 
 if TYPE_CHECKING:  # the model imports nothing from here; only the annotations name it
     from bert.model.modeling import BertForPretraining
@@ -204,7 +204,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
     except ImportError:
         raise CheckpointError(
-            f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)"
+            f"{path}: reading .safetensors needs the safetensors package: {install_hint('hf')}"
         ) from None
     try:
         return load_file(str(path))

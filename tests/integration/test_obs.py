@@ -264,7 +264,7 @@ def test_tensorboard_without_the_package_is_a_config_error(monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "tensorboard" else real(name, *a),
     )
-    with pytest.raises(ConfigError, match="log.tensorboard=true needs the tensorboard"):
+    with pytest.raises(ConfigError, match=r"tensorboard package: pip install .*\[track\]"):
         LogConfig(tensorboard=True)
     LogConfig(tensorboard=False)
 
