@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> None:
     check_out(args)
     if args.command == "tf":
         arrays = read_tf_checkpoint(args.src)
-        state, _ = tf_to_hf_state_dict(arrays)
+        state, _ = tf_to_hf_state_dict(arrays, source=args.src)
         save_ours(state, model_config(args), out, source=args.src)
     elif args.command == "nvidia":
         save_ours(read_torch_state(src, args.unsafe_load), model_config(args), out, str(src))
