@@ -56,6 +56,7 @@ from pathlib import Path
 
 from bert.core.errors import BadInputError
 from bert.core.files import safe_name
+from bert.core.readers import read_json
 from bert.mlperf import system_desc
 from bert.mlperf.compliance import Verdict, run_checker
 from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
@@ -126,9 +127,9 @@ def check_system_json(out: Path, system: str, desc: dict, force: bool) -> None:
     path = out / "systems" / f"{system}.json"
     if force or not path.exists():
         return
-    try:
-        same = json.loads(path.read_text()) == json.loads(json.dumps(desc))  # as written
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # unreadable, not JSON, a key given twice: not the same description either
+        same = read_json(path, "system description") == json.loads(json.dumps(desc))
+    except BadInputError:
         same = False
     if not same:
         raise PackageError(

@@ -25,12 +25,14 @@ is asked): TOPOLOGY_KEYS, each named after its system-description field.
 from __future__ import annotations
 
 import importlib
-import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.readers import parse_json
 from bert.mlperf.constants import (
     MAX_JSON_DEPTH,
     MAX_LINE_CHARS,
@@ -44,7 +46,12 @@ from bert.mlperf.constants import (
 )
 
 
-class LogError(Exception):
+# a log's size: a BERT run's log is a few hundred KB; a file far beyond it is no log, and reading
+# it line by line would take minutes
+MAX_LOG_BYTES = 256 << 20
+
+
+class LogError(BadInputError):
     """A log that cannot be packaged (bad input: exit status 2)."""
 
 
@@ -113,6 +120,9 @@ def checked_lines(path: Path) -> list[str]:
     kept = []
     try:
         with open(path, encoding="latin-1") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_LOG_BYTES:
+                raise LogError(f"{path}: {size:,} bytes, more than {MAX_LOG_BYTES:,}: not a log")
             for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_CHARS + 1), ""), 1):
                 if len(line) > MAX_LINE_CHARS:
                     raise LogError(
@@ -127,17 +137,17 @@ def checked_lines(path: Path) -> list[str]:
     return kept
 
 
-def _check_record(line: str, where: str) -> None:
+def _check_record(line: str, where: str) -> dict:
+    """The record of an MLLOG line, checked (LogError naming `where` otherwise)."""
     if line.count(MLLOG_MARKER) != 1:
         raise LogError(f"{where}: holds {line.count(MLLOG_MARKER)} {MLLOG_MARKER} markers")
     text = line.split(MLLOG_MARKER, 1)[1].strip()
     depth = json_depth(text)
     if depth > MAX_JSON_DEPTH:
         raise LogError(f"{where}: JSON nested {depth} deep (at most {MAX_JSON_DEPTH})")
-    try:
-        record = json.loads(text)
-    except ValueError as err:
-        raise LogError(f"{where}: not JSON after {MLLOG_MARKER} ({err})") from None
+    # a key given twice (a second "key" or "status") would be read one way here and the other
+    # by a reader that keeps the first
+    record = parse_json(text, f"{where} (after {MLLOG_MARKER})", LogError)
     if not isinstance(record, dict):
         raise LogError(f"{where}: the record is not a JSON object")
     missing = [k for k in ("time_ms", "key", "value", "metadata") if k not in record]
@@ -147,6 +157,7 @@ def _check_record(line: str, where: str) -> None:
         raise LogError(f"{where}: key must be a string and metadata a JSON object")
     if not _is_number(record["time_ms"]):
         raise LogError(f"{where}: time_ms {record['time_ms']!r} is not a finite number")
+    return record
 
 
 def json_depth(text: str) -> int:
@@ -179,8 +190,7 @@ def mllog_records(text: str) -> list[dict]:
             continue
         if len(line) > MAX_LINE_CHARS:
             raise LogError(f"line {number} is longer than {MAX_LINE_CHARS} characters")
-        _check_record(line, f"line {number}")
-        records.append(json.loads(line.split(MLLOG_MARKER, 1)[1]))
+        records.append(_check_record(line, f"line {number}"))
     return records
 
 
@@ -275,9 +285,14 @@ def _result_index(path: Path) -> int:
 
 
 def has_mllog_lines(path: Path) -> bool:
-    """Whether `path` holds MLLOG lines (a run's plain stdout log holds none)."""
+    """Whether `path` holds MLLOG lines (a run's plain stdout log holds none) in its first
+    MAX_LOG_BYTES, read in bounded pieces (a file of one endless line is not read whole)."""
     with open(path, encoding="latin-1") as f:
-        return any(MLLOG_MARKER in line for line in f)
+        pieces = iter(lambda: f.readline(MAX_LINE_CHARS), "")
+        return any(
+            MLLOG_MARKER in piece
+            for _, piece in zip(range(MAX_LOG_BYTES // MAX_LINE_CHARS), pieces)
+        )
 
 
 def pick_from_output_dir(folder: Path, allow_aborted: bool) -> tuple[Run, str]:

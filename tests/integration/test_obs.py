@@ -373,7 +373,11 @@ def test_plot_run_draws_metrics_jsonl(run_dir, tmp_path, capsys):
     broken.write_text('{"kind": "train", "samples": 8}\nnot json\n')
     capsys.readouterr()
     assert plot.main([str(broken), "--out", str(tmp_path / "x.png")]) == 2
-    assert capsys.readouterr().err == f"error: {broken}: line 2 is not JSON (Expecting value)\n"
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"error: {broken}: line 2: not valid JSON (Expecting value: line 1 column 1 (char 0))\n"
+    )
     assert not (tmp_path / "x.png").exists()
 
 
