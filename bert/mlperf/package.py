@@ -56,6 +56,7 @@ from pathlib import Path
 
 from bert.core.errors import BadInputError
 from bert.core.files import safe_name
+from bert.core.inputs import Parser, check_output_path, check_regular, int_arg
 from bert.core.readers import read_json
 from bert.mlperf import system_desc
 from bert.mlperf.compliance import Verdict, run_checker
@@ -79,8 +80,12 @@ def rcp_batch_sizes() -> list[int]:
     return sorted({entry.global_batch_size for entry in rcp.table()})
 
 
-class PackageError(Exception):
+class PackageError(BadInputError):
     """Bad arguments (exit status 2)."""
+
+
+MAX_NODES = 100_000  # beyond any system: the number a description may state
+MAX_PER_NODE = 1024
 
 
 # -- score ------------------------------------------------------------------------------------
@@ -378,8 +383,10 @@ def package(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="open-bert-package",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs", nargs="+", metavar="RUNS")
     parser.add_argument("--system", required=True, help="system name: folder and json name")
@@ -388,10 +395,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--division", choices=("closed", "open"), help="default: the logs' submission_division"
     )
-    parser.add_argument("--nodes", type=int, help="default: the logs' number_of_nodes, else 1")
+    parser.add_argument(
+        "--nodes",
+        type=int_arg(1, MAX_NODES),
+        help="default: the logs' number_of_nodes, else 1",
+    )
     parser.add_argument(
         "--accelerators-per-node",
-        type=int,
+        type=int_arg(0, MAX_PER_NODE),
         help="default: the logs' accelerators_per_node, else this host's CUDA "
         "devices (0 without CUDA: a CPU run)",
     )
@@ -427,10 +438,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="layout and score only, no checker (quick look; not a submission)",
     )
     args = parser.parse_args(argv)
-    for name in ("nodes", "accelerators_per_node"):
-        value = getattr(args, name)
-        if value is not None and value < (1 if name == "nodes" else 0):
-            parser.error(f"--{name.replace('_', '-')} {value}: out of range")
+    try:  # before any log is read: the folder the package goes to, and the inputs' kind
+        check_output_path(args.out, "--out", PackageError, folder=True)
+        if args.system_json:
+            check_regular(args.system_json, "--system-json", PackageError)
+    except PackageError as err:
+        parser.error(str(err))
     return args
 
 

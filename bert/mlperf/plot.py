@@ -28,13 +28,12 @@ from pathlib import Path
 
 from bert.core.errors import install_hint
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
+from bert.core.inputs import Parser, check_output_path
 from bert.mlperf.reader import LogError, parse_log
 from bert.obs.figures import save_figure
 
 
 def read_lines(path: Path) -> list:
-    if not path.is_file():
-        raise ValueError(f"{path}: no such log")
     try:
         lines, errors = parse_log(path)
     except (LogError, OSError) as err:
@@ -124,8 +123,10 @@ def default_out(logs: list[Path]) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="open-bert-plot",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "logs",
@@ -149,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]
         args.out = args.out or default_out(args.logs)
+        check_output_path(args.out, "--out", folder=False)  # before a log is read
         if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams (issue 27)
             from bert.obs.metrics_plot import draw_metrics
 
             draw_metrics(args.logs, curve_labels(args.logs), args.out, TARGET)
         else:
             draw(args.logs, args.out)
-    except ValueError as err:
+    except (ValueError, OSError) as err:  # bad input (LogError too), or the image unwritable
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}")

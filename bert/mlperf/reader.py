@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.core.errors import BadInputError
+from bert.core.inputs import check_regular
 from bert.core.readers import parse_json
 from bert.mlperf.constants import (
     MAX_JSON_DEPTH,
@@ -118,11 +118,9 @@ def checked_lines(path: Path) -> list[str]:
     json.loads recurses without bound, and a record missing `metadata` is a KeyError there: a
     bad line must be one error line here, not minutes of CPU or a traceback."""
     kept = []
+    check_regular(path, "log", LogError, MAX_LOG_BYTES)  # a FIFO is named, not opened
     try:
         with open(path, encoding="latin-1") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_LOG_BYTES:
-                raise LogError(f"{path}: {size:,} bytes, more than {MAX_LOG_BYTES:,}: not a log")
             for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_CHARS + 1), ""), 1):
                 if len(line) > MAX_LINE_CHARS:
                     raise LogError(
@@ -286,7 +284,10 @@ def _result_index(path: Path) -> int:
 
 def has_mllog_lines(path: Path) -> bool:
     """Whether `path` holds MLLOG lines (a run's plain stdout log holds none) in its first
-    MAX_LOG_BYTES, read in bounded pieces (a file of one endless line is not read whole)."""
+    MAX_LOG_BYTES, read in bounded pieces (a file of one endless line is not read whole); a
+    FIFO or a device holds none (its open could block)."""
+    if not path.is_file():
+        return False
     with open(path, encoding="latin-1") as f:
         pieces = iter(lambda: f.readline(MAX_LINE_CHARS), "")
         return any(
@@ -328,16 +329,14 @@ def collect(paths: list[str], allow_aborted: bool) -> tuple[list[Run], list[str]
     notes: list[str] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_file():
-            found = [read_run(path)]
-        elif path.is_dir() and any(path.glob("result_*.txt")):
+        if path.is_dir() and any(path.glob("result_*.txt")):
             found = [read_run(p) for p in sorted(path.glob("result_*.txt"), key=_result_index)]
         elif path.is_dir():
             run, why = pick_from_output_dir(path, allow_aborted)
             found = [run]
             notes.append(why)
-        else:
-            raise LogError(f"{path}: no such file or folder")
+        else:  # missing, a FIFO, a device: named as such (checked_lines) before it is opened
+            found = [read_run(path)]
         for run in found:
             why = run.refusal(allow_aborted)
             if why:
