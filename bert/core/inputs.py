@@ -180,13 +180,17 @@ def float_arg(
 class Parser(argparse.ArgumentParser):
     """Every command's argument parser: an argument holding a NUL character (possible through
     main(argv), a wrapper or a response file, never through a shell) is refused before any option
-    is read, since each path option would otherwise fail deep inside a file call. Long refused
-    values are cut, so the `error:` line stays one short line."""
+    is read, since each path option would otherwise fail deep inside a file call; so is
+    `--option=--`, which argparse turns into an empty list. Long refused values are cut, so the
+    `error:` line stays one short line."""
 
     def parse_known_args(self, args=None, namespace=None):
         for arg in args if args is not None else sys.argv[1:]:
             if isinstance(arg, str) and "\x00" in arg:
                 self.error(f"argument {shown_text(arg)}: cannot hold a NUL character")
+            # argparse drops a "--" given as `--option=--` and hands the option an empty list
+            if isinstance(arg, str) and arg.startswith("-") and arg.endswith("=--"):
+                self.error(f"argument {shown_text(arg)}: '--' is not a value")
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
@@ -278,11 +282,14 @@ def check_output_path(
     folder: bool,
 ) -> None:
     """Before anything is written: `error` when `path` (a folder when `folder`, else a file)
-    holds a NUL, exists as the other kind, or lies where this user cannot create it (its
-    nearest existing parent is a file, or a folder without write permission)."""
+    holds a NUL, exists as the other kind (or, for a file, as a symlink: what it points to is
+    not ours to replace), or lies where this user cannot create it (its nearest existing parent
+    is a file, or a folder without write permission)."""
     check_path(path, what, error)
     target = Path(os.path.abspath(path))
     if os.path.lexists(target):
+        if not folder and target.is_symlink():  # writing would replace what it points to
+            raise error(f"{what} {str(path)!r}: is a symlink; name the file itself")
         if target.is_dir() != folder:
             kind = "a folder" if folder else "a file"
             raise error(f"{what} {str(path)!r}: exists and is not {kind}")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.core.inputs import Parser, check_regular
-from bert.mlperf.constants import CHECKER_REPORT_NAME, RULESET, USAGE
+from bert.mlperf.constants import CHECKER_REPORT_NAME, MLLOG_MARKER, RULESET, USAGE
 from bert.mlperf.reader import (
     MAX_LOG_BYTES,
     LogError,
@@ -127,7 +127,8 @@ def unreadable(files: list[Path]) -> list[str]:
     problems = []
     for path in files:
         try:
-            checked_lines(path)
+            if not checked_lines(path):  # empty, or text: no log, not a failed one
+                problems.append(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
         except (LogError, OSError) as err:
             problems.append(str(err))
     return problems

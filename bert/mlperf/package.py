@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bert.core.errors import BadInputError
-from bert.core.files import safe_name
+from bert.core.files import real_path, safe_name
 from bert.core.inputs import Parser, check_output_path, check_regular, int_arg
 from bert.core.readers import read_json
 from bert.mlperf import system_desc
@@ -302,8 +302,8 @@ def check_paths(args: argparse.Namespace, out: Path) -> None:
     system = safe_name(args.system, "--system")
     replaced = [out / "results" / system / BENCHMARK, out / "systems" / f"{system}.json"]
     for given in [*args.runs, *([args.system_json] if args.system_json else [])]:
-        path = Path(given).resolve()
-        for target in map(Path.resolve, replaced):
+        path = real_path(given)
+        for target in map(real_path, replaced):
             if path == target or target in path.parents:
                 raise PackageError(
                     f"--out {out}: would replace the input {given}; choose "

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from bert.core.errors import install_hint
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
+from bert.core.files import real_path
 from bert.core.inputs import Parser, check_output_path
 from bert.mlperf.reader import LogError, parse_log
 from bert.obs.figures import save_figure
@@ -79,7 +80,7 @@ def _number(line, found) -> float:
 
 def curve_labels(logs: list[Path]) -> list[str]:
     """One label per log naming its run folder; the shallowest that tells them apart."""
-    resolved = [path.resolve() for path in logs]
+    resolved = [real_path(path) for path in logs]
     for depth in range(1, max(len(path.parts) for path in resolved)):
         labels = [_folder_label(path, depth) for path in resolved]
         if len(set(labels)) == len(labels):

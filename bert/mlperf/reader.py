@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bert.core.errors import BadInputError
+from bert.core.files import real_path
 from bert.core.inputs import check_regular
 from bert.core.readers import parse_json
 from bert.mlperf.constants import (
@@ -344,7 +345,7 @@ def collect(paths: list[str], allow_aborted: bool) -> tuple[list[Run], list[str]
         runs += found
     seen: dict[Path, Path] = {}
     for run in runs:
-        real = run.path.resolve()
+        real = real_path(run.path)
         if real in seen:
             raise LogError(f"{run.path}: given twice (also as {seen[real]})")
         seen[real] = run.path

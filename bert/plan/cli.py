@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from bert.core.inputs import Parser as InputParser, float_arg, int_arg
+from bert.core.inputs import Parser as InputParser, float_arg, int_arg, parse_float, parse_int
 from bert.plan import gpus, scale
 from bert.plan.planner import GIB, Assumptions, Candidate, Cluster, PlanError, plan
 
@@ -91,13 +91,17 @@ def parse_calibrate(text: str | None) -> tuple | None:
     if text is None:
         return None
     parts = text.split(":")
-    try:
-        values = (int(parts[0]), *(float(p) for p in parts[1:]))
-    except ValueError:
+    try:  # the input rule: bounded before conversion, finite (an inf rate plans nonsense)
+        values = (
+            parse_int(parts[0], "--calibrate", PlanError),
+            *(parse_float(p, "--calibrate", PlanError) for p in parts[1:]),
+        )
+    except PlanError:
         values = ()
     if len(values) not in (2, 3) or values[0] < 1 or not all(v > 0 for v in values[1:]):
         raise PlanError(
-            f"--calibrate {text!r}: want GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH], all > 0"
+            f"--calibrate {text!r}: want GPUS:SAMPLES_PER_S_PER_GPU[:LOCAL_BATCH], "
+            "all finite and > 0"
         )
     return values
 
@@ -113,8 +117,10 @@ def kind_from(args) -> gpus.GPUKind:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from bert.model.config import ModelConfig
-    from bert.plan.configfile import write_config
+    from bert.plan.configfile import check_target, write_config
 
+    if args.write_config:
+        check_target(args.write_config)
     per_node = args.gpus_per_node or max(1, min(8, args.gpus))
     cluster = Cluster(args.gpus, per_node, kind_from(args))
     if args.max_micro_batch < 1:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bert.core.errors import install_hint
-from bert.core.inputs import Parser, float_arg, int_arg
+from bert.core.inputs import Parser, check_output_path, float_arg, int_arg
 from data.download import published
 from data.download.datasets import download_dataset
 from data.download.errors import DownloadError
@@ -97,7 +97,9 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    for url in args.metadata:  # every URL checked before the first byte is fetched
+    # OUT and every URL checked before the first byte is fetched
+    check_output_path(args.out, "OUT", DownloadError, folder=True)
+    for url in args.metadata:
         dataset_name(url)
     transfer = Transfer(args.timeout, args.retries, args.retry_wait)  # checks them, as argparse did
     out = Path(args.out)

@@ -139,6 +139,7 @@ def _download_rows() -> list[Row]:
         ("retry_wait_nan", ["--retry-wait", "nan"], "--retry-wait"),
         ("retry_wait_inf", ["--retry-wait", "inf"], "--retry-wait"),
         ("retries_huge_exponent", ["--retries", "1e999999999"], "--retries"),
+        ("retries_double_dash", ["--retries=--"], "'--' is not a value"),  # argparse gave []
     ]
     out = [
         Row(f"download_{name}", [*base, *args], [frag], "data.download", "{rows}/dl")
