@@ -101,11 +101,14 @@ def draw(logs: list[Path], out: Path) -> None:
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 
-    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for path, label in zip(logs, curve_labels(logs)):
+    curves = []
+    for path in logs:  # every log read before a figure opens: a bad one leaves none behind
         lines = read_lines(path)
-        acc_ax.plot(*eval_curve(lines), marker="o", label=label)
-        rate_ax.plot(*block_throughput(lines), marker=".", label=label)
+        curves.append((eval_curve(lines), block_throughput(lines)))
+    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (accuracy, rate), label in zip(curves, curve_labels(logs)):
+        acc_ax.plot(*accuracy, marker="o", label=label)
+        rate_ax.plot(*rate, marker=".", label=label)
     acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
     acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
     rate_ax.set(
