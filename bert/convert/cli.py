@@ -75,15 +75,15 @@ def run(args: argparse.Namespace) -> None:
     src, out = Path(args.src), Path(args.out)
     check_out(args)
     if args.command == "tf":
-        arrays = read_tf_checkpoint(args.src)
-        state, _ = tf_to_hf_state_dict(arrays)
-        save_ours(state, model_config(args), out, source=args.src)
-    elif args.command == "nvidia":
-        save_ours(read_torch_state(src, args.unsafe_load), model_config(args), out, str(src))
+        cfg = model_config(args)
+        state, _ = tf_to_hf_state_dict(read_tf_checkpoint(args.src), source=args.src)
+        save_ours(state, cfg, out, source=args.src)
+    elif args.command == "nvidia":  # the small config first: a bad one fails before GBs are read
+        cfg = model_config(args)
+        save_ours(read_torch_state(src, args.unsafe_load), cfg, out, str(src))
     elif args.command == "hf-import":
-        save_ours(
-            read_hf_source(src), model_config(args, src if src.is_dir() else None), out, str(src)
-        )
+        cfg = model_config(args, src if src.is_dir() else None)
+        save_ours(read_hf_source(src), cfg, out, str(src))
     else:
         run_hf_export(args, src, out)
 

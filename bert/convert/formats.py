@@ -97,12 +97,18 @@ def read_tf_checkpoint(prefix: str) -> dict:
             "reading a TF1 checkpoint needs TensorFlow, used only by this "
             "conversion: pip install 'open-bert-mlperf[tf]' (tensorflow-cpu)"
         ) from None
-    reader = tf.train.load_checkpoint(prefix)
-    return {
-        name: reader.get_tensor(name)
-        for name in reader.get_variable_to_shape_map()
-        if tf_to_hf_name(name) is not None
-    }
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        return {
+            name: reader.get_tensor(name)
+            for name in reader.get_variable_to_shape_map()
+            if tf_to_hf_name(name) is not None
+        }
+    except Exception as err:  # noqa: BLE001 - TensorFlow's errors (DataLoss, NotFound, ...)
+        first = " ".join(str(err).split())[:200] or type(err).__name__
+        raise CheckpointError(
+            f"{prefix}: cannot read as a TF1 checkpoint ({type(err).__name__}: {first})"
+        ) from None
 
 
 def read_torch_state(path: Path, unsafe: bool = False) -> dict:
@@ -115,11 +121,7 @@ def read_torch_state(path: Path, unsafe: bool = False) -> dict:
             raise CheckpointError(
                 f"{err}; if you trust the file and it holds more than tensors, pass --unsafe-load"
             ) from None
-    blob = torch.load(path, map_location="cpu", weights_only=False)
-    state = blob.get("model", blob) if isinstance(blob, dict) else None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: expected a state dict or a dict with a 'model' key")
-    return dict(state)
+    return read_checkpoint_file(path, weights_only=False)
 
 
 def read_hf_source(src: Path) -> dict:

@@ -6,6 +6,14 @@ from __future__ import annotations
 
 
 MAX_MESSAGE = 500  # characters: one line a terminal shows, whatever the user typed into it
+PACKAGE = "open-bert-mlperf"  # pyproject's name: what `pip install` takes, with an extra
+
+
+def install_hint(extra: str) -> str:
+    """The pip line that installs the project's `extra` (pyproject's optional-dependencies):
+    what an error about a missing optional package tells the user to run. Naming the extra,
+    not the bare package, installs the version range the project was tested with."""
+    return f"pip install '{PACKAGE}[{extra}]'"
 
 
 class BadInputError(ValueError):

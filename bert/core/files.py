@@ -71,6 +71,13 @@ def remove_stale_temps(folder: str | os.PathLike) -> list[Path]:
 # -- outputs: never touch what is not ours ------------------------------------------------------
 
 
+def real_path(path: str | os.PathLike) -> Path:
+    """`path` with its symlinks resolved as far as they go: Path.resolve raises RuntimeError on
+    a symlink loop (before Python 3.13), which a bad input must not turn into a traceback; the
+    loop itself is refused where the path is opened."""
+    return Path(os.path.realpath(path))
+
+
 def _overlap(a: Path, b: Path) -> bool:
     """`a` and `b` are one path, or one holds the other."""
     return a == b or a in b.parents or b in a.parents
@@ -83,15 +90,16 @@ def check_output(
     unless `force`; an existing folder holding an entry `folder_ok(name)` does not accept
     (None: every entry is accepted, the command resumes into its own folder) unless `force`.
     Checked before anything is written."""
-    final = Path(out).resolve()
+    final = real_path(out)
     for given in inputs:
-        if _overlap(final, Path(given).resolve()):
+        if _overlap(final, real_path(given)):
             raise ConfigError(
                 f"{what} {out}: is or overlaps the input {given}; choose another output path"
             )
-    if force or not os.path.lexists(final):
+    # the path as given: a symlink there (dangling too) is the user's, not replaced unasked
+    if force or not os.path.lexists(out) and not os.path.lexists(final):
         return
-    if not final.is_dir():
+    if not final.is_dir():  # a file, or a symlink to one or to nothing
         raise ConfigError(f"{what} {out}: already exists; pass --force to replace it")
     if folder_ok is not None:
         foreign = sorted(p.name for p in final.iterdir() if not folder_ok(p.name))

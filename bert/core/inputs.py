@@ -5,6 +5,8 @@
     p.add_argument("--timeout", type=float_arg(low=0.0))         # argparse names the option
     parser = Parser(prog="open-bert-plan")                       # no NUL in any argument
     data = read_regular(path, "config file", ConfigError)        # bytes, bounded, never blocks
+    check_regular(log, "log", LogError)                          # stat only: an input named
+    check_output_path(out, "--out", folder=True)                 # before anything is written
 
 Every command's argument and config parsing goes through these (bert/config.py, the readers in
 bert/core/readers.py, the planner, the downloader, the data and checkpoint tools), so a bad
@@ -17,7 +19,11 @@ value is one bad-input error (`error:` line, exit status 2) whichever command me
 - a path holds no NUL character (every file call fails on it: "embedded null byte");
 - an input file (a config, a manifest) is a regular file of at most MAX_INPUT_BYTES, checked on
   the open descriptor before a byte is read: /dev/zero would be read forever and a FIFO would
-  block the open itself past SIGTERM.
+  block the open itself past SIGTERM; an input read by a library that opens it itself (a log,
+  a checkpoint) is judged the same way by its stat before the library sees it;
+- an output path is of the kind the command writes (a folder, or a file) where it exists, and
+  otherwise lies under a folder the user may write in (a path under a file, or under a folder
+  without write permission, is refused before anything starts rather than after half a run).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import math
 import os
 import stat
 import sys
+from pathlib import Path
 from typing import Callable
 
 from bert.core.errors import BadInputError, ConfigError
@@ -173,13 +180,17 @@ def float_arg(
 class Parser(argparse.ArgumentParser):
     """Every command's argument parser: an argument holding a NUL character (possible through
     main(argv), a wrapper or a response file, never through a shell) is refused before any option
-    is read, since each path option would otherwise fail deep inside a file call. Long refused
-    values are cut, so the `error:` line stays one short line."""
+    is read, since each path option would otherwise fail deep inside a file call; so is
+    `--option=--`, which argparse turns into an empty list. Long refused values are cut, so the
+    `error:` line stays one short line."""
 
     def parse_known_args(self, args=None, namespace=None):
         for arg in args if args is not None else sys.argv[1:]:
             if isinstance(arg, str) and "\x00" in arg:
                 self.error(f"argument {shown_text(arg)}: cannot hold a NUL character")
+            # argparse drops a "--" given as `--option=--` and hands the option an empty list
+            if isinstance(arg, str) and arg.startswith("-") and arg.endswith("=--"):
+                self.error(f"argument {shown_text(arg)}: '--' is not a value")
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
@@ -243,6 +254,52 @@ def _check_regular(
         raise error(f"{what} {name!r}: is {_kind(mode)}, not a regular file")
     if size > max_bytes:
         raise error(f"{what} {name!r}: {size:,} bytes, more than {max_bytes:,}")
+
+
+def check_regular(
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    max_bytes: int | None = None,
+) -> None:
+    """`error` unless `path` (through its symlinks) is a regular file, of at most `max_bytes`
+    when given; judged by its stat, without opening it (a FIFO's open would block), for an
+    input a library then opens itself."""
+    check_path(path, what, error)
+    try:
+        found = os.stat(path)
+    except OSError as err:  # missing, a symlink loop, a path through a file
+        raise error(f"{what} {str(path)!r}: {err.strerror or type(err).__name__}") from None
+    limit = sys.maxsize if max_bytes is None else max_bytes
+    _check_regular(found.st_mode, found.st_size, what, str(path), error, limit)
+
+
+def check_output_path(
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    *,
+    folder: bool,
+) -> None:
+    """Before anything is written: `error` when `path` (a folder when `folder`, else a file)
+    holds a NUL, exists as the other kind (or, for a file, as a symlink: what it points to is
+    not ours to replace), or lies where this user cannot create it (its nearest existing parent
+    is a file, or a folder without write permission)."""
+    check_path(path, what, error)
+    target = Path(os.path.abspath(path))
+    if os.path.lexists(target):
+        if not folder and target.is_symlink():  # writing would replace what it points to
+            raise error(f"{what} {str(path)!r}: is a symlink; name the file itself")
+        if target.is_dir() != folder:
+            kind = "a folder" if folder else "a file"
+            raise error(f"{what} {str(path)!r}: exists and is not {kind}")
+        where = target if folder else target.parent
+    else:
+        where = next(p for p in target.parents if os.path.lexists(p))
+        if not where.is_dir():
+            raise error(f"{what} {str(path)!r}: {where} is not a folder")
+    if not os.access(where, os.W_OK | os.X_OK):  # root passes; its refusals come at the write
+        raise error(f"{what} {str(path)!r}: cannot write in {where} (permission denied)")
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

@@ -2,6 +2,7 @@
 
     tree = read_yaml(path, "config file")                       # ConfigError on any failure
     manifest = read_json(folder / "manifest.json", "checkpoint manifest", CheckpointError)
+    record = parse_json(line, f"{path}: line {n}", LogError)    # one record of a .jsonl or log
     state = read_torch(folder / "trainer.pt", "training state", CheckpointError)
     require_keys(state, ("model", "optimizer"), path, "training state", CheckpointError)
 
@@ -17,6 +18,11 @@ a key given twice in one mapping (PyYAML keeps the last; 1.2 forbids it), an int
 leading zero (1.1 octal: 010 is 8; 1.2: 10) and a sexagesimal number (1.1 base 60: 1:30 is 90;
 1.2: a string). An integer longer than bert/core/inputs.MAX_INT_DIGITS is refused before it is
 converted. (1.1's yes/no/on/off booleans are left to the typed fields that read them.)
+
+JSON is read the same way, whole files (`read_json`) and one record of a line-per-record file
+alike (`parse_json`: an MLPerf log line, a metrics record): a key given twice in one object is
+refused with the key (Python's json keeps the last one silently, so a hand-edited manifest or
+a forged log record could say two things, and each reader would believe a different one).
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from typing import Any, Iterable
 import yaml
 
 from bert.core.errors import BadInputError, ConfigError
-from bert.core.inputs import MAX_INT_DIGITS, check_path, read_regular, shown_text
+from bert.core.inputs import (
+    MAX_INPUT_BYTES,
+    MAX_INT_DIGITS,
+    check_path,
+    read_regular,
+    shown_text,
+)
 
 MAX_YAML_VALUES = 100_000  # expanded nodes of a config: real ones have a few hundred
 MAX_SHOWN_ERROR = 160  # characters of a library's own error message kept in ours
@@ -40,8 +52,13 @@ def _short(err: BaseException) -> str:
     return text if len(text) <= MAX_SHOWN_ERROR else text[:MAX_SHOWN_ERROR] + "..."
 
 
-def read_text(path: str | os.PathLike, what: str, error: type[BadInputError] = ConfigError) -> str:
-    data = read_regular(path, what, error)
+def read_text(
+    path: str | os.PathLike,
+    what: str,
+    error: type[BadInputError] = ConfigError,
+    max_bytes: int = MAX_INPUT_BYTES,
+) -> str:
+    data = read_regular(path, what, error, max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -164,6 +181,34 @@ def read_yaml(path: str | os.PathLike, what: str, error: type[BadInputError] = C
         raise error(f"{what} {str(path)!r}: {_short(err)}") from None
 
 
+class _KeyTwice(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise _KeyTwice(key)
+        found[key] = value
+    return found
+
+
+def parse_json(text: str, where: str, error: type[BadInputError] = ConfigError) -> Any:
+    """The JSON value `text` holds; `error` starting with `where` (the file, and the line for a
+    record of a line-per-record file) when it is no JSON, nests beyond Python's recursion
+    limit, or gives a key twice in one object."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _KeyTwice as err:
+        raise error(
+            f"{where}: key {shown_text(str(err.args[0]))} given twice in one object "
+            "(JSON readers would keep only the last)"
+        ) from None
+    except (json.JSONDecodeError, RecursionError, ValueError) as err:
+        raise error(f"{where}: not valid JSON ({_short(err)})") from None
+
+
 def read_json(
     path: str | os.PathLike,
     what: str,
@@ -171,11 +216,7 @@ def read_json(
     expect: type = dict,
 ) -> Any:
     """The JSON value in `path`, which must be an `expect` (an object by default)."""
-    text = read_text(path, what, error)
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError, ValueError) as err:
-        raise error(f"{what} {str(path)!r}: not valid JSON ({_short(err)})") from None
+    value = parse_json(read_text(path, what, error), f"{what} {str(path)!r}", error)
     if not isinstance(value, expect):
         raise error(
             f"{what} {str(path)!r}: expected a JSON {_json_name(expect)}, got "

@@ -9,6 +9,10 @@ files or HF `.safetensors` files (read with the safetensors package when it is i
 Google's TF1 `gamma`/`beta` LayerNorm names are accepted too. The vocabulary is padded (or
 trimmed of its padding) to the model's padded size; anything unmatched is an error that names it.
 
+A file that is no such checkpoint (random bytes, a truncated archive, a FIFO, tensors of the
+wrong shape, a dtype that is not floating point, sparse or meta tensors, NaN or infinite
+weights, missing or extra names) is one CheckpointError naming the file: bad input, exit 2.
+
 HF `BertForPreTraining` names are the hub: HF (and NVIDIA) names map to ours for import
 (`convert_hf_state_dict`), ours back to HF for export (`to_hf_state_dict`), and TF1 names to HF
 (`tf_to_hf_state_dict`), so the same loader takes them (scripts/convert_checkpoint.py).
@@ -27,13 +31,16 @@ already [2, hidden]. Optimizer slots (.../adam_m, .../adam_v, LAMB state) and co
 from __future__ import annotations
 
 import re
+import warnings
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import torch
 
-from bert.core.errors import CheckpointError  # noqa: F401 - re-exported (its users)
+from bert.core.errors import CheckpointError, install_hint
+from bert.core.inputs import check_path, read_regular
 
 if TYPE_CHECKING:  # the model imports nothing from here; only the annotations name it
     from bert.model.modeling import BertForPretraining
@@ -62,6 +69,8 @@ _GLOBAL_MAP = {
     "cls.seq_relationship.weight": "heads.nsp.weight",
     "cls.seq_relationship.bias": "heads.nsp.bias",
 }
+# what a checkpoint's weights may be stored as; each is copied into the model's own dtype
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 # Entries that carry no information of their own (tied decoder, buffers).
 _IGNORED = re.compile(r"(cls\.predictions\.decoder\.(weight|bias)|.*position_ids)$")
 _LAYER_KEY = re.compile(r"bert\.encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
@@ -100,6 +109,9 @@ def convert_hf_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.
         missing = [m for m in _QKV if m not in parts]
         if missing:
             raise CheckpointError(f"layer {layer}: missing {missing} {kind}")
+        shapes = {m: tuple(parts[m].shape) for m in _QKV}
+        if len(set(shapes.values())) > 1 or len(shapes[_QKV[0]]) != (2 if kind == "weight" else 1):
+            raise CheckpointError(f"layer {layer}: query, key and value {kind} shapes {shapes}")
         ours[f"layers.{layer}.attention.qkv.{kind}"] = torch.cat([parts[m] for m in _QKV])
     return ours
 
@@ -116,8 +128,12 @@ def load_into_model(
     model: "BertForPretraining", state: dict[str, torch.Tensor], source: str = "state dict"
 ) -> None:
     """Copy `state` (any accepted naming) into `model`; every model tensor must be covered."""
+    check_tensors(state, source)
     if any(k.startswith(("bert.", "cls.", "module.bert.")) for k in state):
-        state = convert_hf_state_dict(state)
+        try:
+            state = convert_hf_state_dict(state)
+        except CheckpointError as err:
+            raise CheckpointError(f"{source}: {err}") from None
     rows = model.config.padded_vocab_size
     for name in ("embeddings.word_embeddings.weight", "heads.decoder_bias"):
         if name in state:
@@ -139,26 +155,63 @@ def load_into_model(
             expected[name].copy_(tensor)
 
 
+def check_tensors(state: Mapping[str, object], source: str) -> None:
+    """CheckpointError naming `source` and the tensor unless every value is a dense,
+    floating-point tensor with data, of at least one dimension, and finite: anything else would
+    fail deep inside the copy, or be cast without a word (integers, booleans, complex) and
+    train from garbage (NaN, infinity). (8-bit floats are no checkpoint's weights here.)
+    Entries the import skips (HF's int64 position_ids buffer) are not weights: not checked."""
+    for name, tensor in state.items():
+        if _IGNORED.match(_normalize(name)):
+            continue
+        where = f"{source}: {name}"
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"{where} is a {type(tensor).__name__}, not a tensor")
+        if tensor.layout != torch.strided:
+            raise CheckpointError(f"{where} is a {tensor.layout} tensor, not a dense one")
+        if tensor.is_meta:
+            raise CheckpointError(f"{where} is a meta tensor: a shape without data")
+        if tensor.dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(
+                f"{where} has dtype {tensor.dtype}; weights are float32, float16, bfloat16 "
+                "or float64"
+            )
+        if tensor.dim() == 0:
+            raise CheckpointError(f"{where} is a scalar; weights have at least one dimension")
+        if not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{where} holds NaN or infinite values")
+
+
 def load_checkpoint_file(model: "BertForPretraining", path: str) -> None:
     """Load a checkpoint file (`read_checkpoint_file`) into `model`."""
     load_into_model(model, read_checkpoint_file(path), source=path)
 
 
-def read_checkpoint_file(path: str | Path) -> dict[str, torch.Tensor]:
+def read_checkpoint_file(path: str | Path, weights_only: bool = True) -> dict[str, torch.Tensor]:
     """The state dict of a `.pt`/`.bin` file (a bare state dict, or one under a `model` key:
     NVIDIA, ours, a training checkpoint's trainer.pt) or of a `.safetensors` file (HF).
-    Anything else is a CheckpointError that says what the path is."""
-    path = Path(path)
+    Anything else is a CheckpointError that says what the path is. `weights_only=False`
+    unpickles any object (a trusted file that holds more than tensors)."""
+    path = Path(check_path(path, "checkpoint file", CheckpointError))
     if path.is_dir():
         raise CheckpointError(_folder_hint(path))
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path}: checkpoint file does not exist")
-    blob = _read_safetensors(path) if path.suffix == ".safetensors" else _read_torch(path)
+    if not path.is_file():
+        read_regular(path, "checkpoint file", CheckpointError)  # the reason: a FIFO, a device
+    if path.suffix == ".safetensors":
+        blob = _read_safetensors(path)
+    else:
+        blob = _read_torch(path, weights_only)
+    # the state dict is the file itself or under its 'model' key; checked before any use
     state = blob.get("model", blob) if isinstance(blob, dict) else None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(
             f"{path}: expected a state dict of tensors, or a dict with one under a 'model' key"
         )
+    if not state:
+        raise CheckpointError(f"{path}: holds no tensors")
+    check_tensors(state, str(path))
     return dict(state)
 
 
@@ -181,7 +234,7 @@ def _first_line(err: Exception) -> str:
     return re.split(r"(?<=\.)\s", text.splitlines()[0])[0] if text else type(err).__name__
 
 
-def _read_torch(path: Path):
+def _read_torch(path: Path, weights_only: bool):
     with open(path, "rb") as f:
         head = f.read(4)
     # torch.save writes a zip archive (or, before 1.6, a pickle): anything else (a text file,
@@ -191,8 +244,16 @@ def _read_torch(path: Path):
             f"{path}: not a PyTorch checkpoint (neither a zip archive nor a "
             f"pickle; starts with {head!r})"
         )
+    # a zip whose directory is missing (a truncated copy) would be retried as a pickle, whose
+    # "Weights only load failed" says nothing of the real damage
+    if head[:2] == b"PK" and not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path}: cannot read as a PyTorch checkpoint (a damaged or truncated zip archive)"
+        )
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # the unpickler warns of what it then refuses
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=weights_only)
     except Exception as err:  # noqa: BLE001 - the unpickler's and zip reader's errors share no base
         raise CheckpointError(
             f"{path}: cannot read as a PyTorch checkpoint ({_first_line(err)})"
@@ -204,7 +265,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
     except ImportError:
         raise CheckpointError(
-            f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)"
+            f"{path}: reading .safetensors needs the safetensors package: {install_hint('hf')}"
         ) from None
     try:
         return load_file(str(path))
@@ -242,15 +303,21 @@ def tf_to_hf_name(tf_name: str) -> tuple[str, bool] | None:
 
 
 def tf_to_hf_state_dict(
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, np.ndarray], source: str = "TF checkpoint"
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """TF1 variables (name -> numpy array) -> (HF-named tensors, skipped TF names)."""
+    """TF1 variables (name -> numpy array) of `source` -> (HF-named tensors, skipped TF
+    names)."""
     state, skipped = {}, []
     for name, value in arrays.items():
         mapped = tf_to_hf_name(name)
         if mapped is None:
             skipped.append(name)
             continue
+        if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+            kind = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
+            raise CheckpointError(
+                f"{source}: variable {name} is {kind}, not floating-point weights"
+            )
         hf_name, transpose = mapped
         tensor = torch.from_numpy(np.ascontiguousarray(value.T if transpose else value))
         state[hf_name] = tensor.float()

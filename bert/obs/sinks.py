@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.readers import parse_json
 from bert.mlperf.logfile import LogFile
 
 # not plotted: bookkeeping fields of a record
@@ -73,7 +75,7 @@ def read_records(path: str | Path) -> list[dict]:
     """The records of a metrics.jsonl (a partial file's complete lines too)."""
     records = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             if line.endswith("\n"):  # a line being written is not complete yet
-                records.append(json.loads(line))
+                records.append(parse_json(line, f"{path}: line {number}", BadInputError))
     return records

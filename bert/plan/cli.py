@@ -123,8 +123,10 @@ def kind_from(args) -> gpus.GPUKind:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from bert.model.config import ModelConfig
-    from bert.plan.configfile import write_config
+    from bert.plan.configfile import check_target, write_config
 
+    if args.write_config:
+        check_target(args.write_config)
     per_node = args.gpus_per_node or max(1, min(8, args.gpus))
     cluster = Cluster(args.gpus, per_node, kind_from(args))
     if args.max_micro_batch < 1:

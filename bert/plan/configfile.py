@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from bert.core.inputs import check_path
 from bert.plan.planner import Assumptions, Candidate, Cluster, PlanError
 
 PLATFORM_NAMES = {
@@ -82,6 +83,19 @@ def header(cluster: Cluster, candidate: Candidate) -> str:
             "",
         ]
     )
+
+
+def check_target(path: str) -> None:
+    """Before planning: PlanError when `path` could not take the config (an existing file, a
+    symlink, a path under a file or in no folder), so a bad --write-config costs no plan."""
+    check_path(path, "--write-config", PlanError)
+    target = Path(path)
+    if target.is_dir():
+        return
+    if os.path.lexists(target):
+        raise PlanError(f"--write-config {path!r}: the file exists; it is left as it is")
+    if not target.parent.is_dir():
+        raise PlanError(f"--write-config {path!r}: folder {str(target.parent)!r} does not exist")
 
 
 def write_config(path: str, cluster: Cluster, candidate: Candidate, a: Assumptions) -> Path:

@@ -15,16 +15,19 @@ One-node results need neither fact: their gradients never leave the node.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
+
+from bert.core.readers import read_json
 
 DATA = Path(__file__).with_name("published_topology.json")
 
 
 @lru_cache(maxsize=1)
 def _entries() -> dict[str, dict]:
-    return {e["id"]: e for e in json.loads(DATA.read_text())}
+    return {
+        e["id"]: e for e in read_json(DATA, "the published results' network facts", expect=list)
+    }
 
 
 def facts(row_id: str) -> dict | None:

@@ -9,7 +9,8 @@ How the checker signals its verdict (mlperf_logging/compliance_checker/__main__.
 and an `ERROR - FAILED` line on failure; exit status 0 and an `INFO - SUCCESS` line on success;
 the reasons are `WARNING - ...` blocks before the verdict. A file passes here only when both say
 so: exit status 0 and SUCCESS present and FAILED absent, so a crashed or silent checker fails.
-Exit status: 0 every file passed, 1 a file failed, 2 a path that names no log, or a log the
+Exit status: 0 every file passed, 1 a file failed, 2 bad arguments (rules the installed
+checker does not have, a NUL in an argument), a path that names no log, or a log the
 official checker must not see (a line over MAX_LINE_CHARS, JSON nested over MAX_JSON_DEPTH, a
 record without its key, time_ms or metadata object): one `error:` line, nothing checked.
 
@@ -21,15 +22,24 @@ package.py refuses it).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bert.mlperf.constants import CHECKER_REPORT_NAME, RULESET, USAGE
-from bert.submission.reader import LogError, checked_lines, has_mllog_lines, resumed_log
+from bert.core.inputs import Parser, check_regular
+from bert.mlperf.constants import CHECKER_REPORT_NAME, MLLOG_MARKER, RULESET, USAGE
+from bert.submission.reader import (
+    MAX_LOG_BYTES,
+    LogError,
+    checked_lines,
+    has_mllog_lines,
+    resumed_log,
+)
 
 # The verdict lines __main__.py logs through its "%(levelname)s - %(message)s" formatter.
 SUCCESS_LINE = "INFO - SUCCESS"
@@ -44,7 +54,7 @@ class Verdict:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="open-bert-check", description=__doc__.splitlines()[0])
     parser.add_argument(
         "paths",
         nargs="+",
@@ -60,7 +70,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "same value) as failures",
     )
     parser.add_argument("--quiet", action="store_true", help="print only the PASS/FAIL lines")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = ruleset_problem(args.usage, args.ruleset)
+    if problem:
+        parser.error(problem)
+    return args
+
+
+def ruleset_problem(usage: str, ruleset: str) -> str | None:
+    """Why the installed checker has no `usage` rules of version `ruleset`, or None: its own
+    argparse would refuse them in the subprocess, and every log would read as FAILED."""
+    if not re.fullmatch(r"[a-z]+", usage) or not re.fullmatch(r"\d+\.\d+\.\d+", ruleset):
+        return f"--usage {usage!r} --ruleset {ruleset!r}: expected a word and a version (5.0.0)"
+    spec = importlib.util.find_spec("mlperf_logging.compliance_checker")
+    rules = Path(spec.origin).parent if spec and spec.origin else None
+    if rules is not None and not (rules / f"{usage}_{ruleset}").is_dir():
+        known = sorted(p.name for p in rules.glob(f"{usage}_*") if p.is_dir())
+        return (
+            f"--usage {usage} --ruleset {ruleset}: the installed mlperf-logging has no such "
+            f"rules (has: {', '.join(known) or 'none for this usage'})"
+        )
+    return None
 
 
 def logs_in_dir(folder: Path) -> list[Path]:
@@ -82,10 +112,12 @@ def collect(paths: list[str]) -> tuple[list[Path], list[str]]:
             if not found:
                 problems.append(f"{path}: no result_*.txt or MLLOG *.log files")
             files += found
-        elif path.is_file():
-            files.append(path)
         else:
-            problems.append(f"{path}: no such file or directory")
+            try:  # a regular file under the log cap; a FIFO or a device is named as such
+                check_regular(path, "log", LogError, MAX_LOG_BYTES)
+                files.append(path)
+            except LogError as err:
+                problems.append(str(err))
     return files, problems
 
 
@@ -95,7 +127,8 @@ def unreadable(files: list[Path]) -> list[str]:
     problems = []
     for path in files:
         try:
-            checked_lines(path)
+            if not checked_lines(path):  # empty, or text: no log, not a failed one
+                problems.append(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
         except (LogError, OSError) as err:
             problems.append(str(err))
     return problems

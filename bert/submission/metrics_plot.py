@@ -4,10 +4,15 @@ inputs; matplotlib is imported only here, when drawing."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.readers import parse_json, read_text
 from bert.submission.figures import save_figure
+
+# a run's metrics.jsonl: a few hundred bytes a record, one per progress point (days of a run
+# are tens of MB); beyond this it is no metrics file
+MAX_METRICS_BYTES = 256 << 20
 
 PANELS = (  # (record kind, field, axis label)
     ("train", "loss", "training loss"),
@@ -22,11 +27,9 @@ def read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         raise ValueError(f"{path}: no such metrics file")
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from None
+    text = read_text(path, "metrics file", BadInputError, max_bytes=MAX_METRICS_BYTES)
+    for number, line in enumerate(text.splitlines(), 1):
+        record = parse_json(line, f"{path}: line {number}", BadInputError)
         if not isinstance(record, dict) or "kind" not in record or "samples" not in record:
             raise ValueError(f"{path}: line {number} is not a metrics record")
         records.append(record)

@@ -55,7 +55,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bert.core.errors import BadInputError
-from bert.core.files import safe_name
+from bert.core.files import real_path, safe_name
+from bert.core.inputs import Parser, check_output_path, check_regular, int_arg
+from bert.core.readers import read_json
 from bert.submission import system_desc
 from bert.submission.compliance import Verdict, run_checker
 from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
@@ -78,8 +80,12 @@ def rcp_batch_sizes() -> list[int]:
     return sorted({entry.global_batch_size for entry in rcp.table()})
 
 
-class PackageError(Exception):
+class PackageError(BadInputError):
     """Bad arguments (exit status 2)."""
+
+
+MAX_NODES = 100_000  # beyond any system: the number a description may state
+MAX_PER_NODE = 1024
 
 
 # -- score ------------------------------------------------------------------------------------
@@ -126,9 +132,9 @@ def check_system_json(out: Path, system: str, desc: dict, force: bool) -> None:
     path = out / "systems" / f"{system}.json"
     if force or not path.exists():
         return
-    try:
-        same = json.loads(path.read_text()) == json.loads(json.dumps(desc))  # as written
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # unreadable, not JSON, a key given twice: not the same description either
+        same = read_json(path, "system description") == json.loads(json.dumps(desc))
+    except BadInputError:
         same = False
     if not same:
         raise PackageError(
@@ -296,8 +302,8 @@ def check_paths(args: argparse.Namespace, out: Path) -> None:
     system = safe_name(args.system, "--system")
     replaced = [out / "results" / system / BENCHMARK, out / "systems" / f"{system}.json"]
     for given in [*args.runs, *([args.system_json] if args.system_json else [])]:
-        path = Path(given).resolve()
-        for target in map(Path.resolve, replaced):
+        path = real_path(given)
+        for target in map(real_path, replaced):
             if path == target or target in path.parents:
                 raise PackageError(
                     f"--out {out}: would replace the input {given}; choose "
@@ -377,8 +383,10 @@ def package(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="open-bert-package",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("runs", nargs="+", metavar="RUNS")
     parser.add_argument("--system", required=True, help="system name: folder and json name")
@@ -387,10 +395,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--division", choices=("closed", "open"), help="default: the logs' submission_division"
     )
-    parser.add_argument("--nodes", type=int, help="default: the logs' number_of_nodes, else 1")
+    parser.add_argument(
+        "--nodes",
+        type=int_arg(1, MAX_NODES),
+        help="default: the logs' number_of_nodes, else 1",
+    )
     parser.add_argument(
         "--accelerators-per-node",
-        type=int,
+        type=int_arg(0, MAX_PER_NODE),
         help="default: the logs' accelerators_per_node, else this host's CUDA "
         "devices (0 without CUDA: a CPU run)",
     )
@@ -426,10 +438,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="layout and score only, no checker (quick look; not a submission)",
     )
     args = parser.parse_args(argv)
-    for name in ("nodes", "accelerators_per_node"):
-        value = getattr(args, name)
-        if value is not None and value < (1 if name == "nodes" else 0):
-            parser.error(f"--{name.replace('_', '-')} {value}: out of range")
+    try:  # before any log is read: the folder the package goes to, and the inputs' kind
+        check_output_path(args.out, "--out", PackageError, folder=True)
+        if args.system_json:
+            check_regular(args.system_json, "--system-json", PackageError)
+    except PackageError as err:
+        parser.error(str(err))
     return args
 
 

@@ -26,14 +26,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from bert.core.errors import install_hint
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
+from bert.core.files import real_path
+from bert.core.inputs import Parser, check_output_path
 from bert.submission.reader import LogError, parse_log
 from bert.submission.figures import save_figure
 
 
 def read_lines(path: Path) -> list:
-    if not path.is_file():
-        raise ValueError(f"{path}: no such log")
     try:
         lines, errors = parse_log(path)
     except (LogError, OSError) as err:
@@ -79,7 +80,7 @@ def _number(line, found) -> float:
 
 def curve_labels(logs: list[Path]) -> list[str]:
     """One label per log naming its run folder; the shallowest that tells them apart."""
-    resolved = [path.resolve() for path in logs]
+    resolved = [real_path(path) for path in logs]
     for depth in range(1, max(len(path.parts) for path in resolved)):
         labels = [_folder_label(path, depth) for path in resolved]
         if len(set(labels)) == len(labels):
@@ -100,11 +101,14 @@ def draw(logs: list[Path], out: Path) -> None:
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
 
-    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for path, label in zip(logs, curve_labels(logs)):
+    curves = []
+    for path in logs:  # every log read before a figure opens: a bad one leaves none behind
         lines = read_lines(path)
-        acc_ax.plot(*eval_curve(lines), marker="o", label=label)
-        rate_ax.plot(*block_throughput(lines), marker=".", label=label)
+        curves.append((eval_curve(lines), block_throughput(lines)))
+    fig, (acc_ax, rate_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (accuracy, rate), label in zip(curves, curve_labels(logs)):
+        acc_ax.plot(*accuracy, marker="o", label=label)
+        rate_ax.plot(*rate, marker=".", label=label)
     acc_ax.axhline(TARGET, color="gray", linestyle="--", label=f"target {TARGET}")
     acc_ax.set(xlabel="samples trained", ylabel="masked-LM accuracy", title="eval accuracy")
     rate_ax.set(
@@ -116,9 +120,6 @@ def draw(logs: list[Path], out: Path) -> None:
     save_figure(fig, out)
 
 
-EXTRA = "open-bert-mlperf[plot]"
-
-
 def default_out(logs: list[Path]) -> Path:
     """Beside the first input, named for what is drawn."""
     metrics = all(path.suffix == ".jsonl" for path in logs)
@@ -126,8 +127,10 @@ def default_out(logs: list[Path]) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="open-bert-plot",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "logs",
@@ -146,18 +149,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if importlib.util.find_spec("matplotlib") is None:
-        print(f"error: open-bert-plot needs matplotlib: pip install '{EXTRA}'", file=sys.stderr)
+        print(f"error: open-bert-plot needs matplotlib: {install_hint('plot')}", file=sys.stderr)
         return 2
     try:
         args.logs = [path / LOG_NAME if path.is_dir() else path for path in args.logs]
         args.out = args.out or default_out(args.logs)
+        check_output_path(args.out, "--out", folder=False)  # before a log is read
         if all(path.suffix == ".jsonl" for path in args.logs):  # metrics streams
             from bert.submission.metrics_plot import draw_metrics
 
             draw_metrics(args.logs, curve_labels(args.logs), args.out, TARGET)
         else:
             draw(args.logs, args.out)
-    except ValueError as err:
+    except (ValueError, OSError) as err:  # bad input (LogError too), or the image unwritable
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.out}")

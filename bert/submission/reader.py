@@ -25,12 +25,15 @@ is asked): TOPOLOGY_KEYS, each named after its system-description field.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.files import real_path
+from bert.core.inputs import check_regular
+from bert.core.readers import parse_json
 from bert.mlperf.constants import (
     MAX_JSON_DEPTH,
     MAX_LINE_CHARS,
@@ -44,7 +47,12 @@ from bert.mlperf.constants import (
 )
 
 
-class LogError(Exception):
+# a log's size: a BERT run's log is a few hundred KB; a file far beyond it is no log, and reading
+# it line by line would take minutes
+MAX_LOG_BYTES = 256 << 20
+
+
+class LogError(BadInputError):
     """A log that cannot be packaged (bad input: exit status 2)."""
 
 
@@ -111,6 +119,7 @@ def checked_lines(path: Path) -> list[str]:
     json.loads recurses without bound, and a record missing `metadata` is a KeyError there: a
     bad line must be one error line here, not minutes of CPU or a traceback."""
     kept = []
+    check_regular(path, "log", LogError, MAX_LOG_BYTES)  # a FIFO is named, not opened
     try:
         with open(path, encoding="latin-1") as f:
             for number, line in enumerate(iter(lambda: f.readline(MAX_LINE_CHARS + 1), ""), 1):
@@ -127,17 +136,17 @@ def checked_lines(path: Path) -> list[str]:
     return kept
 
 
-def _check_record(line: str, where: str) -> None:
+def _check_record(line: str, where: str) -> dict:
+    """The record of an MLLOG line, checked (LogError naming `where` otherwise)."""
     if line.count(MLLOG_MARKER) != 1:
         raise LogError(f"{where}: holds {line.count(MLLOG_MARKER)} {MLLOG_MARKER} markers")
     text = line.split(MLLOG_MARKER, 1)[1].strip()
     depth = json_depth(text)
     if depth > MAX_JSON_DEPTH:
         raise LogError(f"{where}: JSON nested {depth} deep (at most {MAX_JSON_DEPTH})")
-    try:
-        record = json.loads(text)
-    except ValueError as err:
-        raise LogError(f"{where}: not JSON after {MLLOG_MARKER} ({err})") from None
+    # a key given twice (a second "key" or "status") would be read one way here and the other
+    # by a reader that keeps the first
+    record = parse_json(text, f"{where} (after {MLLOG_MARKER})", LogError)
     if not isinstance(record, dict):
         raise LogError(f"{where}: the record is not a JSON object")
     missing = [k for k in ("time_ms", "key", "value", "metadata") if k not in record]
@@ -147,6 +156,7 @@ def _check_record(line: str, where: str) -> None:
         raise LogError(f"{where}: key must be a string and metadata a JSON object")
     if not _is_number(record["time_ms"]):
         raise LogError(f"{where}: time_ms {record['time_ms']!r} is not a finite number")
+    return record
 
 
 def json_depth(text: str) -> int:
@@ -179,8 +189,7 @@ def mllog_records(text: str) -> list[dict]:
             continue
         if len(line) > MAX_LINE_CHARS:
             raise LogError(f"line {number} is longer than {MAX_LINE_CHARS} characters")
-        _check_record(line, f"line {number}")
-        records.append(json.loads(line.split(MLLOG_MARKER, 1)[1]))
+        records.append(_check_record(line, f"line {number}"))
     return records
 
 
@@ -275,9 +284,17 @@ def _result_index(path: Path) -> int:
 
 
 def has_mllog_lines(path: Path) -> bool:
-    """Whether `path` holds MLLOG lines (a run's plain stdout log holds none)."""
+    """Whether `path` holds MLLOG lines (a run's plain stdout log holds none) in its first
+    MAX_LOG_BYTES, read in bounded pieces (a file of one endless line is not read whole); a
+    FIFO or a device holds none (its open could block)."""
+    if not path.is_file():
+        return False
     with open(path, encoding="latin-1") as f:
-        return any(MLLOG_MARKER in line for line in f)
+        pieces = iter(lambda: f.readline(MAX_LINE_CHARS), "")
+        return any(
+            MLLOG_MARKER in piece
+            for _, piece in zip(range(MAX_LOG_BYTES // MAX_LINE_CHARS), pieces)
+        )
 
 
 def pick_from_output_dir(folder: Path, allow_aborted: bool) -> tuple[Run, str]:
@@ -313,16 +330,14 @@ def collect(paths: list[str], allow_aborted: bool) -> tuple[list[Run], list[str]
     notes: list[str] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_file():
-            found = [read_run(path)]
-        elif path.is_dir() and any(path.glob("result_*.txt")):
+        if path.is_dir() and any(path.glob("result_*.txt")):
             found = [read_run(p) for p in sorted(path.glob("result_*.txt"), key=_result_index)]
         elif path.is_dir():
             run, why = pick_from_output_dir(path, allow_aborted)
             found = [run]
             notes.append(why)
-        else:
-            raise LogError(f"{path}: no such file or folder")
+        else:  # missing, a FIFO, a device: named as such (checked_lines) before it is opened
+            found = [read_run(path)]
         for run in found:
             why = run.refusal(allow_aborted)
             if why:
@@ -330,7 +345,7 @@ def collect(paths: list[str], allow_aborted: bool) -> tuple[list[Run], list[str]
         runs += found
     seen: dict[Path, Path] = {}
     for run in runs:
-        real = run.path.resolve()
+        real = real_path(run.path)
         if real in seen:
             raise LogError(f"{run.path}: given twice (also as {seen[real]})")
         seen[real] = run.path

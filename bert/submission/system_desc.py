@@ -21,12 +21,13 @@ flags, --field and --system-json override any of them.
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 from importlib import metadata
 from pathlib import Path
 
+from bert.core.errors import BadInputError
+from bert.core.readers import read_json
 from bert.mlperf.constants import ACCELERATOR_MODEL_NAME, ACCELERATORS_PER_NODE, NUMBER_OF_NODES
 
 UNKNOWN = "unknown"
@@ -85,7 +86,7 @@ ACCELERATOR_FIELDS = (
 )
 
 
-class DescriptionError(Exception):
+class DescriptionError(BadInputError):
     """Arguments or logs that give no consistent description (bad input)."""
 
 
@@ -362,12 +363,7 @@ def describe(args, runs: list, cuda) -> tuple[dict, str]:
             raise DescriptionError(f"--field {item!r}: expected key=value")
         desc[key] = value
     if args.system_json:
-        try:
-            desc.update(json.loads(Path(args.system_json).read_text()))
-        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
-            raise DescriptionError(
-                f"--system-json {args.system_json}: not a JSON object ({err})"
-            ) from None
+        desc.update(read_json(args.system_json, "--system-json", DescriptionError))
     desc = {**{k: desc[k] for k in FIELDS if k in desc}, **desc}  # the checker's order
     # the checker joins fields as strings
     desc = {k: str(v) if isinstance(v, (int, float)) else v for k, v in desc.items()}

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bert.build_info import stamped_commit
+from bert.core.errors import install_hint
 from bert.core.files import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,5 +58,5 @@ def import_pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("--plot needs matplotlib, which is not installed: pip install matplotlib")
+        sys.exit(f"--plot needs matplotlib, which is not installed: {install_hint('plot')}")
     return plt

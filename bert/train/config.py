@@ -9,7 +9,7 @@ import importlib.util
 import math
 from typing import Literal
 
-from bert.core.errors import check
+from bert.core.errors import check, install_hint
 from bert.core.settings import ExpandedPath, F, section
 
 SEED_MAX = 2**63 - 1  # torch.manual_seed takes a 64-bit seed
@@ -137,8 +137,7 @@ class LogConfig:
     def __post_init__(self) -> None:
         check(
             not self.tensorboard or importlib.util.find_spec("tensorboard") is not None,
-            "log.tensorboard=true needs the tensorboard package: pip install tensorboard "
-            "(or the project's [track] extra)",
+            f"log.tensorboard=true needs the tensorboard package: {install_hint('track')}",
         )
 
 

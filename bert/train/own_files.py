@@ -15,11 +15,11 @@ Recognised as ours, from what the writers put in them:
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from bert.core.errors import ConfigError
+from bert.core.errors import BadInputError, ConfigError
+from bert.core.readers import parse_json
 from bert.mlperf.constants import MLLOG_MARKER
 
 WRITER = "open-bert-train"  # run.json's "written_by"
@@ -33,9 +33,11 @@ def _first_line(path: Path) -> str:
 
 
 def _json_object(text: str) -> dict | None:
+    """The object `text` holds; None for anything else, a key given twice included (a record
+    that says two things was not written by this program)."""
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = parse_json(text, "record")
+    except BadInputError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import sys
 
-from bert.core.errors import BadInputError
+from bert.core.errors import BadInputError, install_hint
 
 # Variables set by MPI launchers: Open MPI (mpirun/mpiexec/prterun), MPICH/Hydra and Slurm's
 # srun --mpi=pmi2 (PMI_*), and PMIx launchers including srun --mpi=pmix (PMIX_RANK).
 MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
-INSTALL_HINT = "pip install 'open-bert-mlperf[mpi]'"
+INSTALL_HINT = install_hint("mpi")
 
 
 class MPIMissingError(BadInputError):

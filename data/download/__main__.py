@@ -15,14 +15,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from bert.core.inputs import Parser, float_arg, int_arg
+from bert.core.errors import install_hint
+from bert.core.inputs import Parser, check_output_path, float_arg, int_arg
 from data.download import published
 from data.download.datasets import download_dataset
 from data.download.errors import DownloadError
 from data.download.fetch import MAX_RETRIES, MAX_WAIT_S, Transfer
 from data.download.metadata import dataset_name
-
-PACKAGE = "open-bert-mlperf"  # pyproject's name, for `pip install 'open-bert-mlperf[tf]'`
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,7 +88,7 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
             f"      --eval-text {q(str(results / 'eval.txt'))} --vocab "
             f"{q(str(inputs / 'vocab.txt'))} \\",
             f"      --out {q(str(out))} --num-shards 4320 --workers $(nproc)",
-            f"  pip install '{PACKAGE}[tf]'   # only for the one-time checkpoint conversion",
+            f"  {install_hint('tf')}   # only for the one-time checkpoint conversion",
             f"  open-bert-convert tf {q(str(ckpt))} \\",
             f"      --bert-config {q(str(inputs / 'bert_config.json'))} \\",
             f"      --out {q(str(out / 'phase1' / 'model.ckpt-28252.pt'))}",
@@ -98,7 +97,9 @@ def next_steps(out: Path, folders: dict[str, Path]) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    for url in args.metadata:  # every URL checked before the first byte is fetched
+    # OUT and every URL checked before the first byte is fetched
+    check_output_path(args.out, "OUT", DownloadError, folder=True)
+    for url in args.metadata:
         dataset_name(url)
     transfer = Transfer(args.timeout, args.retries, args.retry_wait)  # checks them, as argparse did
     out = Path(args.out)

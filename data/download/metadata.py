@@ -36,11 +36,26 @@ class Metadata:
 
 
 def dataset_name(uri_url: str) -> str:
-    path = urllib.parse.urlsplit(uri_url).path
-    if not path.endswith(".uri") or len(posixpath.basename(path)) <= len(".uri"):
+    """The dataset a metadata URL names (bert-input-files for .../bert-input-files.uri);
+    DownloadError, before anything is fetched, for any other URL: another scheme than the
+    fetcher's (http, https, file), no host, no NAME.uri, or one urllib cannot split."""
+    try:
+        parts = urllib.parse.urlsplit(uri_url)
+        port_ok = parts.port is None or parts.port > 0  # .port raises on a bad one
+    except ValueError:
+        parts, port_ok = None, False
+    path = parts.path if parts else ""
+    if (
+        not port_ok
+        or parts.scheme not in ("http", "https", "file")
+        or parts.scheme != "file"
+        and not parts.hostname
+        or not path.endswith(".uri")
+        or len(posixpath.basename(path)) <= len(".uri")
+    ):
         raise DownloadError(
-            f"{uri_url}: not an MLC R2 metadata URL (it must name a NAME.uri "
-            f"file, e.g. https://training.mlcommons-storage.org/metadata/"
+            f"{uri_url}: not an MLC R2 metadata URL (an http(s) or file URL naming a "
+            f"NAME.uri file, e.g. https://training.mlcommons-storage.org/metadata/"
             f"bert-input-files.uri)"
         )
     return posixpath.basename(path)[: -len(".uri")]

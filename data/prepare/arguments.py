@@ -74,12 +74,12 @@ def shape_args() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--max-seq-length",
-        type=int_arg(),
+        type=int_arg(1),
         help="tokens per sample (default: --config's data.max_seq_length, else 512)",
     )
     p.add_argument(
         "--max-predictions",
-        type=int_arg(),
+        type=int_arg(1),
         help="masked tokens per sample at most (default: --config's "
         "data.max_predictions_per_seq, else 76)",
     )
@@ -90,7 +90,7 @@ def workers_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
         "--workers",
-        type=int_arg(),
+        type=int_arg(1),
         default=1,
         help="processes, one file each (default %(default)s)",
     )
@@ -142,7 +142,7 @@ def example_args() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--dupe-factor",
-        type=int_arg(),
+        type=int_arg(1),
         default=d.dupe_factor,
         help="passes over the text, each masked anew (default %(default)s)",
     )
@@ -153,14 +153,14 @@ def reshard_args() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument(
         "--num-shards",
-        type=int_arg(),
+        type=int_arg(1),
         required=True,
         help="training shards written: 4320 or 2048 for MLPerf; at least the number of "
         "training processes",
     )
     p.add_argument(
         "--shards-per-bucket",
-        type=int_arg(),
+        type=int_arg(1),
         default=32,
         help="outputs assembled together; a worker holds about this many shards "
         "(MLPerf: 36k samples, ~45 MB in memory each; default %(default)s)",

@@ -34,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from bert.core.inputs import Parser, int_arg
+from bert.core.inputs import Parser, check_regular, int_arg
 from bert.core.errors import ConfigError
 from bert.core.files import check_output
 from data.prepare.arguments import (
@@ -82,10 +82,9 @@ def expand(paths: list[str], pattern: str = "*") -> list[Path]:
             files += sorted(
                 p for p in path.glob(pattern) if p.is_file() and not p.name.startswith(".")
             )
-        elif path.is_file():
+        else:  # missing, a FIFO, a device, a symlink loop: named as such, never opened
+            check_regular(path, "input", DataError)
             files.append(path)
-        else:
-            raise DataError(f"{path}: no such file or folder")
     if not files:
         raise DataError(f"no input files in {', '.join(paths)}")
     return files
@@ -387,7 +386,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="the eval HDF5 file to write")
     p.add_argument(
         "--count",
-        type=int_arg(),
+        type=int_arg(1),
         help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
     )
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -410,7 +409,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     first_k = argparse.ArgumentParser(add_help=False)
     first_k.add_argument(
         "--first-k",
-        type=int_arg(),
+        type=int_arg(1),
         default=16,
         help="leading samples compared between shards (default %(default)s)",
     )
@@ -429,7 +428,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help=out_folder)
     p.add_argument(
         "--eval-samples",
-        type=int_arg(),
+        type=int_arg(1),
         help=f"eval samples picked (default: --config's eval.samples, else {EVAL_SAMPLES})",
     )
     p.set_defaults(func=cmd_all)

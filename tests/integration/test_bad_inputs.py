@@ -264,6 +264,16 @@ ROWS = [
         S("run.init_checkpoint", "{inputs}/bad.safetensors"),
         ["bad.safetensors", "safetensors"],
     ),
+    Row(  # the right format, the wrong dtype: integers would be cast without a word
+        "init_checkpoint_integer_weights",
+        S("run.init_checkpoint", "{inputs}/integer_weights.pt"),
+        ["integer_weights.pt", "dtype torch.int64"],
+    ),
+    Row(
+        "init_checkpoint_nan_weights",
+        S("run.init_checkpoint", "{inputs}/nan_weights.pt"),
+        ["nan_weights.pt", "NaN or infinite"],
+    ),
     Row(
         "init_checkpoint_is_step_folder",
         S("run.init_checkpoint", CKPT),
@@ -485,6 +495,7 @@ def _make_inputs(inputs: Path, data: Path, trainer_pt: Path) -> None:
     (inputs / "text.pt").write_text("not a checkpoint\n")
     (inputs / "bad.safetensors").write_text("not safetensors either\n")
     (inputs / "truncated.pt").write_bytes(trainer_pt.read_bytes()[:4000])
+    _make_garbage_weights(inputs, trainer_pt)
     # a training checkpoint's weights without the config.json beside them
     (inputs / "lone").mkdir()
     (inputs / "lone" / "trainer.pt").write_bytes(trainer_pt.read_bytes())
@@ -496,6 +507,16 @@ def _make_inputs(inputs: Path, data: Path, trainer_pt: Path) -> None:
         _edit_first_value(inputs / name, field_name, 500)
     _make_config_inputs(inputs)
     _make_damaged_checkpoints(inputs, trainer_pt.parent)
+
+
+def _make_garbage_weights(inputs: Path, trainer_pt: Path) -> None:
+    """The earlier run's weights as integers, and as NaN: readable files, unusable weights."""
+    import torch
+
+    weights = torch.load(trainer_pt, map_location="cpu", weights_only=False)["model"]
+    torch.save({"model": {k: v.long() for k, v in weights.items()}}, inputs / "integer_weights.pt")
+    nan = {k: torch.full_like(v, float("nan")) for k, v in weights.items()}
+    torch.save({"model": nan}, inputs / "nan_weights.pt")
 
 
 def _make_config_inputs(inputs: Path) -> None:

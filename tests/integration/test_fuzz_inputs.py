@@ -12,9 +12,9 @@ bert_config.json, each file of a training checkpoint, a data shard). The invaria
 
 Budget: the default profile keeps this file within about a minute on a loaded 2-core machine
 (examples per test below, `derandomize`: the same examples every run). The nightly profile
-runs NIGHTLY_FACTOR times as many, with fresh random examples:
+runs NIGHTLY_FACTOR times as many, with fresh random examples (tests/fuzz_support.py):
 
-    BERT_FUZZ_PROFILE=nightly python -m pytest tests/integration/test_fuzz_inputs.py
+    HYPOTHESIS_PROFILE=nightly python -m pytest tests/integration/test_fuzz_inputs.py
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import re
 import shutil
 import sys
@@ -32,38 +31,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bert.config import describe_fields, load_config
 from bert.core.errors import BadInputError
 
 from cli_rows import changed_paths, snapshot
+from fuzz_support import examples, working_folder
 from tiny_run import make_tiny_data
 from bert.tools.common import set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import run_pretraining  # noqa: E402
-
-NIGHTLY_FACTOR = 40
-PROFILE = os.environ.get("BERT_FUZZ_PROFILE", "default")
-settings.register_profile(
-    "default",
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
-settings.register_profile(
-    "nightly", database=None, deadline=None, suppress_health_check=list(HealthCheck)
-)
-settings.load_profile("nightly" if PROFILE == "nightly" else "default")
-
-
-def examples(default: int) -> int:
-    return default * (NIGHTLY_FACTOR if PROFILE == "nightly" else 1)
-
 
 ERROR_LINE = re.compile(r"(^|: )error: ")
 KEYS = [line.split(" ")[0] for line in describe_fields()]
@@ -253,17 +234,6 @@ def world(tmp_path_factory) -> dict[str, Path]:
         "ckpt": earlier / "checkpoints" / "step_00000002",
         "runs": root / "runs",
     }
-
-
-@contextlib.contextmanager
-def working_folder(folder: Path):
-    """contextlib.chdir, which needs Python 3.11."""
-    previous = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
 
 
 def run_main(data: Path, out: Path, changed: dict, cli: tuple[str, ...] = ()) -> tuple:

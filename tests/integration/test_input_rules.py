@@ -4,7 +4,9 @@ Each class of bad input a tester found, for each command it applies to: an integ
 exponent or 5,000 digits (it hung, or escaped as Python's own ValueError), a YAML key given
 twice, a YAML 1.1 octal or base-60 number, inf/NaN/negative planner and downloader numbers,
 a config or manifest that is a device or a FIFO (read forever, or blocked past SIGTERM), a NUL
-in a path argument. The promise, as in test_bad_inputs.py: exit status 2, exactly one `error:`
+in a path argument; for open-bert-package, -check and -plot (which parsed with plain argparse)
+also an output path that is a file, or lies under one, and rules the installed checker lacks.
+The promise, as in test_bad_inputs.py: exit status 2, exactly one `error:`
 line holding the row's fragments, no traceback, nothing of the user's touched, no hang.
 
 The rows run in one interpreter (tests/cli_rows.py) with a timeout: a row that hangs fails
@@ -140,6 +142,7 @@ def _download_rows() -> list[Row]:
         ("retry_wait_nan", ["--retry-wait", "nan"], "--retry-wait"),
         ("retry_wait_inf", ["--retry-wait", "inf"], "--retry-wait"),
         ("retries_huge_exponent", ["--retries", "1e999999999"], "--retries"),
+        ("retries_double_dash", ["--retries=--"], "'--' is not a value"),  # argparse gave []
     ]
     out = [
         Row(f"download_{name}", [*base, *args], [frag], "data.download", "{rows}/dl")
@@ -222,7 +225,61 @@ def _tool_rows() -> list[Row]:
     ]
 
 
-ROWS = [*_config_rows(), *_plan_rows(), *_download_rows(), *_tool_rows()]
+def _mlperf_rows() -> list[Row]:
+    """open-bert-package, -check and -plot: the same parser (inputs.Parser) and path checks."""
+    package, check, plot = (
+        "scripts/package_results.py",
+        "scripts/check_compliance.py",
+        "scripts/plot_run.py",
+    )
+    log = "{inputs}/text.txt"
+    pkg = [log, "--system", "s", "--out", "{rows}/pkg", "--skip-checks"]
+    rows = [
+        ("package_nodes_huge_exponent", [*pkg, "--nodes", "1e999999999"], ["--nodes", "digits"]),
+        ("package_nodes_5000_digits", [*pkg, "--nodes", HUGE], ["--nodes", "at most"]),
+        ("package_nodes_nan", [*pkg, "--nodes", "nan"], ["--nodes", "'nan'"]),
+        (
+            "package_accelerators_negative",
+            [*pkg, "--accelerators-per-node", "-1"],
+            ["--accelerators-per-node", ">= 0"],
+        ),
+        ("package_nul_in_run", [f"{{rows}}/r{NUL}x", *pkg[1:]], ["NUL"]),
+        (
+            "package_out_is_a_file",
+            [log, "--system", "s", "--out", log],
+            ["--out", "text.txt", "not a folder"],
+        ),
+        (
+            "package_out_under_a_file",
+            [log, "--system", "s", "--out", f"{log}/pkg"],
+            ["--out", "text.txt is not a folder"],
+        ),
+        (
+            "package_system_json_is_a_fifo",
+            [*pkg, "--system-json", "{inputs}/fifo.yaml"],
+            ["--system-json", "a FIFO"],
+        ),
+        ("package_log_is_dev_zero", ["/dev/zero", *pkg[1:]], ["/dev/zero", "a device"]),
+    ]
+    out = [Row(n, a, f, target=package, must_not_exist="{rows}/pkg") for n, a, f in rows]
+    out += [
+        Row("check_log_is_a_fifo", ["{inputs}/fifo.yaml"], ["fifo.yaml", "a FIFO"], check),
+        Row("check_nul_in_path", [f"{{rows}}/l{NUL}og"], ["NUL"], check),
+        Row(
+            "check_unknown_ruleset", [log, "--ruleset", "9.9.9"], ["9.9.9", "no such rules"], check
+        ),
+        Row("check_ruleset_is_a_path", [log, "--ruleset", "../../x"], ["a version"], check),
+        Row(
+            "plot_log_is_a_fifo", ["{inputs}/fifo.yaml", "--out", "{rows}/p.png"], ["a FIFO"], plot
+        ),
+        Row("plot_out_is_a_folder", [log, "--out", "{inputs}"], ["--out", "not a file"], plot),
+        Row("plot_out_under_a_file", [log, "--out", f"{log}/p.png"], ["not a folder"], plot),
+        Row("plot_nul_in_out", [log, "--out", f"{{rows}}/p{NUL}.png"], ["NUL"], plot),
+    ]
+    return out
+
+
+ROWS = [*_config_rows(), *_plan_rows(), *_download_rows(), *_tool_rows(), *_mlperf_rows()]
 
 
 def _make_inputs(inputs: Path) -> None:
@@ -385,3 +442,30 @@ def test_input_files_are_regular_and_capped(tmp_path):
     assert read_regular(big, "config file", max_bytes=101) == b"x" * 101
     with pytest.raises(BadInputError, match="NUL"):
         read_regular(f"{tmp_path}/a{NUL}b", "config file")
+
+
+def test_output_and_input_paths_are_judged_before_use(tmp_path):
+    from bert.core.inputs import check_output_path, check_regular
+
+    fifo, text = tmp_path / "fifo", tmp_path / "text"
+    os.mkfifo(fifo)
+    text.write_text("x")
+    for path, fragment in ((fifo, "a FIFO"), ("/dev/zero", "a device"), (tmp_path, "a folder")):
+        with pytest.raises(BadInputError, match=fragment):
+            check_regular(path, "log")
+    with pytest.raises(BadInputError, match="No such file"):
+        check_regular(tmp_path / "nope", "log")
+    with pytest.raises(BadInputError, match="more than 0"):
+        check_regular(text, "log", max_bytes=0)
+    check_regular(text, "log")
+    cases = (
+        (text, True, "not a folder"),
+        (tmp_path, False, "not a file"),
+        (text / "sub" / "deeper", True, "text is not a folder"),
+        (f"{tmp_path}/a{NUL}b", True, "NUL"),
+    )
+    for path, folder, fragment in cases:
+        with pytest.raises(BadInputError, match=fragment):
+            check_output_path(path, "--out", folder=folder)
+    check_output_path(tmp_path / "new" / "deeper", "--out", folder=True)
+    check_output_path(text, "--out", folder=False)  # a file the command replaces

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -323,5 +324,5 @@ def test_safetensors_without_the_package_says_how_to_install(tmp_path, monkeypat
 
     (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
     monkeypatch.setattr(builtins, "__import__", no_safetensors)
-    with pytest.raises(CheckpointError, match="pip install safetensors"):
+    with pytest.raises(CheckpointError, match=re.escape("pip install 'open-bert-mlperf[hf]'")):
         load_checkpoint_file(ours(), str(tmp_path / "model.safetensors"))

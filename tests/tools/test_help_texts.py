@@ -74,3 +74,46 @@ def test_download_next_steps_name_the_commands_and_the_extra(tmp_path):
     assert "open-bert-prepare all" in steps and "open-bert-convert tf" in steps
     assert f"pip install '{PACKAGE}[tf]'" in steps
     assert str(tmp_path / "in" / "vocab.txt") in steps  # MLPerf's vocabulary, named
+
+
+# the one bare install a hint may name: mpi4py alone, for a system with its own MPI (the `mpi`
+# extra would bring a second MPI; data/comm/mpi.py names the extra first)
+BARE_INSTALLS = {"mpi4py"}
+HINT = re.compile(r"pip install ('[^'\n]*'|[^\s'\"(),`]+)")
+HINT_CALL = re.compile(r"install_hint\(\s*['\"]([^'\"]*)['\"]")
+
+
+def extras() -> set[str]:
+    section = PYPROJECT.split("[project.optional-dependencies]")[1].split("\n[")[0]
+    return set(re.findall(r"^([a-z][a-z0-9-]*) = \[", section, re.M))
+
+
+def install_hints(text: str) -> list[str]:
+    """What each `pip install` in `text` installs: a literal's argument, or the extra an
+    install_hint() call names (as the `'PACKAGE[extra]'` it prints)."""
+    found = [m.group(1).strip("'") for m in HINT.finditer(text)]
+    found += [f"{PACKAGE}[{name}]" for name in HINT_CALL.findall(text)]
+    return found
+
+
+def test_install_hints_name_the_package_and_an_extra():
+    """A missing optional package is named with the extra that installs it (`pip install
+    'open-bert-mlperf[hf]'`), in every message of the program, never a bare `pip install NAME`
+    that an installed copy would get in an untested version."""
+    known, wrong = extras(), []
+    sources = [p for part in ("bert", "data", "kernels") for p in (ROOT / part).rglob("*.py")]
+    for path in sources:
+        for hint in install_hints(path.read_text()):
+            name = hint.split("[")[1].rstrip("]") if hint.startswith(f"{PACKAGE}[") else None
+            if hint in BARE_INSTALLS or hint.startswith("{") or name in known:
+                continue  # "{PACKAGE}[...]" is install_hint's own body
+            wrong.append(f"{path.relative_to(ROOT)}: pip install {hint}")
+    assert not wrong, wrong
+
+
+def test_the_hint_check_finds_a_bare_install():
+    assert install_hints("raise X('needs safetensors (pip install safetensors)')") == [
+        "safetensors"
+    ]
+    assert install_hints("f'{install_hint(\"hf\")}'") == [f"{PACKAGE}[hf]"]
+    assert {"hf", "tf", "plot", "mpi", "track"} <= extras()

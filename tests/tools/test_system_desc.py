@@ -422,5 +422,5 @@ def test_describe_refuses(arguments, topologies, fragment):
 def test_describe_refuses_a_bad_system_json(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(sd.DescriptionError, match="not a JSON object"):
+    with pytest.raises(sd.DescriptionError, match="bad.json'.*expected a JSON object"):
         sd.describe(args(system_json=str(bad)), runs(), None)

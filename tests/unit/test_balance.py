@@ -322,7 +322,7 @@ def test_script_plot_needs_matplotlib(tmp_path):
         text=True,
         timeout=60,
     )
-    assert proc.returncode != 0 and "pip install matplotlib" in proc.stderr
+    assert proc.returncode != 0 and "pip install 'open-bert-mlperf[plot]'" in proc.stderr
 
 
 def test_script_plot_renders_png(tmp_path):

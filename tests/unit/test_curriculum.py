@@ -417,7 +417,7 @@ def test_experiment_plot_without_matplotlib_fails_before_training(tmp_path):
         timeout=120,
     )
     assert proc.returncode != 0
-    assert "pip install matplotlib" in proc.stderr
+    assert "pip install 'open-bert-mlperf[plot]'" in proc.stderr
     assert not out.exists()
 
 
