@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         if args.print_config:
             print(format_config(cfg, config_sources(cfg, origin)), end="")
             return 0
-        from bert.train.resume import resolve_resume
+        from bert.train.checkpoint.layout import resolve_resume
         from data.sample_record import check_record_dir
 
         # `--resume auto` with no checkpoint yet starts fresh: it would overwrite them too

@@ -52,7 +52,7 @@ from bert.train.run_shape import RunShape
 from bert.mlperf.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
-from bert.train.checkpointer import Checkpointer
+from bert.train.checkpoint.checkpointer import Checkpointer
 from bert.train.preflight import preflight_data
 from bert.train.peer_failure import explain
 from bert.train.run_lock import hold_run_folders

@@ -32,8 +32,8 @@ import torch
 
 from bert.config import load_config
 from bert.core.errors import CheckpointError
-from bert.train import resume
-from bert.train.resume import complete_checkpoints, remove_folder, step_dir
+from bert.train.checkpoint import layout as resume
+from bert.train.checkpoint.layout import complete_checkpoints, remove_folder, step_dir
 from bert.train.run_lock import LOCK_NAME, RunLock
 from bert.train.trainer import Callback, Trainer
 

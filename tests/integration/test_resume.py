@@ -16,7 +16,7 @@ import torch
 
 from bert.config import load_config
 from bert.model.weights import CheckpointError
-from bert.train.resume import (
+from bert.train.checkpoint.layout import (
     MANIFEST,
     Manifest,
     complete_checkpoints,
@@ -24,7 +24,7 @@ from bert.train.resume import (
     resolve_resume,
     step_dir,
 )
-from bert.train.resume_settings import CONFIG_FILE
+from bert.train.checkpoint.settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
 

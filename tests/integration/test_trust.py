@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from bert.submission import reader as run_logs
-from bert.train.resume import rank_file, step_dir
+from bert.train.checkpoint.layout import rank_file, step_dir
 
 from tiny_run import make_tiny_data, tiny_settings
 from bert.tools.common import set_args

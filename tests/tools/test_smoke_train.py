@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 from bert.tools.gpu import smoke_train  # noqa: E402
 
 from bert.optim.sharded import STATE_KEYS, ShardedOptimizer  # noqa: E402
-from bert.train import checkpointer  # noqa: E402
+from bert.train.checkpoint import checkpointer  # noqa: E402
 
 CHECKS = {
     "full_run",

@@ -39,7 +39,7 @@ import torch.distributed as dist
 from bert.core.errors import CheckpointError, DamagedCheckpoint
 from bert.core.files import atomic_path, write_text_atomic
 from bert.core.readers import read_json, read_torch, require_keys
-from bert.train.resume_settings import write_config
+from bert.train.checkpoint.settings import write_config
 
 FORMAT = "open-bert-train-state"
 # 2: the optimizer state follows the fp16 skip rule (bert/optim/registry.py): a v1 replicated

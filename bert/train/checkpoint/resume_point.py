@@ -20,7 +20,7 @@ import torch
 
 from bert.core.errors import CheckpointError, DamagedCheckpoint
 from bert.train.distributed import DistContext, all_reduce_sum
-from bert.train.resume import (
+from bert.train.checkpoint.layout import (
     Manifest,
     check_compatible,
     checkpoint_root,
@@ -29,7 +29,7 @@ from bert.train.resume import (
     load_trainer_state,
     resolve_resume,
 )
-from bert.train.resume_settings import check_resume_settings
+from bert.train.checkpoint.settings import check_resume_settings
 
 
 @dataclass

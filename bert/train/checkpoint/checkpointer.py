@@ -16,7 +16,7 @@ import torch
 
 from bert.config import Config
 from bert.train.distributed import DistContext
-from bert.train.resume import (
+from bert.train.checkpoint.layout import (
     TRAINER_FILE,
     Manifest,
     checkpoint_fit,
@@ -26,7 +26,7 @@ from bert.train.resume import (
     save_checkpoint,
     set_rng_state,
 )
-from bert.train.resume_pick import pick_resume_point
+from bert.train.checkpoint.resume_point import pick_resume_point
 
 
 class Checkpointer:

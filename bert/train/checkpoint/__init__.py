@@ -1,0 +1,1 @@
+"""Training checkpoints: save, load, the resume point and pruning, behind one front door."""
