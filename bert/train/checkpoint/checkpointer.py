@@ -1,32 +1,34 @@
 """A run's checkpoints as the trainer uses them: the point it resumes from, restoring it, and
-saving at the configured step interval (the files and their checks: bert/train/resume.py).
+saving at the configured step interval.
 
-The resume point is read whole when the Checkpointer is made, before the MLPerf log opens, so a
-refused or damaged checkpoint writes nothing. Restoring happens in two parts: the init phase
-loads weights, optimizer and RNG (`restore`); the data position waits for the run phase, when
-the pipeline exists (`restore_pipeline`).
+The resume point is resolved once, here, and read whole when the Checkpointer is made, before
+the MLPerf log opens, so a refused or damaged checkpoint writes nothing; whatever else depends
+on whether the run resumes reads `resuming`. The checkpoint moves as the run's state dict
+(`state_dict()` / `load_state_dict()` of the object the trainer hands over,
+bert/train/train_state.py): this code splits it into the files and joins it back, without
+knowing what the trainer keeps in it beyond its progress.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
-
-import torch
+from typing import Callable, ContextManager, Protocol
 
 from bert.config import Config
-from bert.train.distributed import DistContext
-from bert.train.checkpoint.layout import (
-    TRAINER_FILE,
-    Manifest,
-    checkpoint_fit,
-    checkpoint_root,
-    rank_file,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from bert.train.checkpoint.layout import RANK, Manifest, checkpoint_fit, checkpoint_root
 from bert.train.checkpoint.resume_point import pick_resume_point
+from bert.train.checkpoint.save import save_checkpoint
+from bert.train.distributed import DistContext
+
+
+class Stateful(Protocol):
+    """What a checkpoint saves and restores: "progress" ({"step", "samples", ...}) and RANK
+    (this rank's own part) among its entries; the rest is the same on every rank."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 class Checkpointer:
@@ -41,27 +43,39 @@ class Checkpointer:
         # the checkpoint this run resumes from, read whole before the log opens; None: fresh
         self.resume_from: Path | None = self._point.folder if self._point else None
         self.resume_manifest: Manifest | None = self._point.manifest if self._point else None
-        self.last_step: int | None = None  # the step of the last checkpoint saved or resumed
+        # the step of the last checkpoint saved or resumed (a fresh run's start needs none)
+        self.last_step = self.resume_manifest.step if self._point else 0
+        self.seed: int | None = None  # the run's seed, written in each manifest (run_seed)
 
-    def restore(self, raw_model: torch.nn.Module, optim) -> tuple[dict, dict]:
-        """Weights, optimizer, schedule and loss scale; then this rank's RNG (last, so nothing
-        after it draws). Returns (progress: step, samples, accuracy; the pipeline's state)."""
-        point, self._point = self._point, None  # the states are not kept
-        with checkpoint_fit(point.folder / TRAINER_FILE):
-            raw_model.load_state_dict(point.trainer_state["model"])
-            optim.load_state_dict(point.trainer_state["optimizer"])
-        with checkpoint_fit(point.folder / rank_file(self.ctx.rank)):
-            set_rng_state(point.rank_state["rng"], self.ctx.device)
-        progress = point.trainer_state["progress"]
+    @property
+    def resuming(self) -> bool:
+        return self.resume_from is not None
+
+    def run_seed(self, fresh: Callable[[], int]) -> int:
+        """The seed the run trains with: the checkpoint's when resuming (the data order depends
+        on it), else `fresh()`."""
+        self.seed = self.resume_manifest.seed if self.resuming else fresh()
+        return self.seed
+
+    def restore(self, state: Stateful) -> None:
+        """Hands the checkpoint's state dict to `state` (nothing on a fresh start); the states
+        are not kept here."""
+        point, self._point = self._point, None
+        if point is None:
+            return
+        with self.fit():
+            state.load_state_dict(point.state)
+        progress = point.state["progress"]
         self.say(
             f"resumed from {point.folder}: step {progress['step']}, "
             f"{progress['samples']} samples trained"
         )
-        return progress, point.rank_state["pipeline"]
 
-    def restore_pipeline(self, pipeline, state: dict) -> None:
-        with checkpoint_fit(self.resume_from / rank_file(self.ctx.rank)):
-            pipeline.load_state_dict(state)
+    def fit(self) -> ContextManager[None]:
+        """Around loading the resumed state into what this config builds (the data position
+        waits for the pipeline, which opens at run_start): a state that does not fit is a
+        DamagedCheckpoint naming the checkpoint."""
+        return checkpoint_fit(self.resume_from) if self.resuming else nullcontext()
 
     def due(self, step: int) -> bool:
         interval = self.cfg.checkpoint.interval_steps
@@ -76,34 +90,18 @@ class Checkpointer:
         """The run's end is saved: checkpoint.final, or an interval's checkpoints."""
         return self.cfg.checkpoint.final or self.cfg.checkpoint.interval_steps > 0
 
-    def save(
-        self,
-        step: int,
-        samples: int,
-        accuracy: float,
-        raw_model: torch.nn.Module,
-        optim,
-        pipeline,
-        seed: int,
-    ) -> None:
-        """Collective. A host sync (state copies): at checkpoint points only."""
+    def save(self, state: Stateful) -> None:
+        """Collective (the state dict may gather shards). A host sync: checkpoint points only."""
         cfg, ctx = self.cfg, self.ctx
-        optim_state = optim.state_dict()  # collective for the sharded optimizer
-        trainer_state = None
-        if ctx.is_main:
-            trainer_state = {
-                "model": raw_model.state_dict(),
-                "optimizer": optim_state,
-                "progress": {"step": step, "samples": samples, "accuracy": accuracy},
-                "config": cfg.to_dict(),
-            }
-        rank_state = {"rng": rng_state(ctx.device), "pipeline": pipeline.state_dict()}
-        manifest = Manifest(step, samples, ctx.world_size, self.global_batch_size, seed)
+        shared = state.state_dict()
+        rank_state = shared.pop(RANK)
+        step, samples = shared["progress"]["step"], shared["progress"]["samples"]
+        manifest = Manifest(step, samples, ctx.world_size, self.global_batch_size, self.seed)
         folder = save_checkpoint(
             checkpoint_root(cfg.run.output_dir),
             manifest,
             ctx.rank,
-            trainer_state,
+            {**shared, "config": cfg.to_dict()} if ctx.is_main else None,
             rank_state,
             cfg.checkpoint.keep,
         )
