@@ -39,7 +39,7 @@ MODEL_KEYS = (
     "initializer_range",
     "layer_norm_eps",
 )
-TRAINER_FILE = "trainer.pt"  # a training checkpoint's weights (bert/train/resume.py)
+TRAINER_FILE = "trainer.pt"  # a training checkpoint's weights (bert/train/checkpoint/layout.py)
 # a run's model keys that fix the tensors' shapes (its kernel and backend choices do not)
 SHAPE_KEYS = (*MODEL_KEYS, "hidden_act", "pad_vocab_to_multiple_of")
 

@@ -43,7 +43,8 @@ class CheckpointError(BadInputError):
 
 class DamagedCheckpoint(CheckpointError):
     """A training checkpoint whose files cannot be read as written (truncated, overwritten, a
-    key missing): `--resume auto` falls back to an older one (bert/train/resume_pick.py)."""
+    key missing): `--resume auto` falls back to an older one
+    (bert/train/checkpoint/resume_point.py)."""
 
 
 class JobError(RuntimeError):

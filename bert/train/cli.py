@@ -116,12 +116,8 @@ def main(argv: list[str] | None = None, callbacks=()) -> int:
         if args.print_config:
             print(format_config(cfg, config_sources(cfg, origin)), end="")
             return 0
-        from bert.train.resume import resolve_resume
-        from data.sample_record import check_record_dir
-
-        # `--resume auto` with no checkpoint yet starts fresh: it would overwrite them too
-        resuming = resolve_resume(cfg.checkpoint.resume, cfg.run.output_dir) is not None
-        check_record_dir(cfg.log.record_samples_dir, resuming)
+        # a --record-samples folder holding an earlier trail: refused by the Trainer, once its
+        # Checkpointer has resolved whether the run resumes (one answer, before any write)
         warn_at_start(cfg)  # a closed-division run whose hyperparameters match no RCP
         from data.synthetic import ensure_synthetic_data
 

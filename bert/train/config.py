@@ -92,7 +92,7 @@ class EvalConfig:
 
 @section("checkpoint")
 class CheckpointConfig:
-    """Training checkpoints (bert/train/resume.py) under run.output_dir/checkpoints."""
+    """Training checkpoints (bert/train/checkpoint/) under run.output_dir/checkpoints."""
 
     interval_steps: int = F(
         0,

@@ -7,7 +7,7 @@
 No training or eval data is opened before run_start. Losses and accuracy sums stay on the device
 and are read only at progress and eval points.
 
-Resume (`checkpoint.resume`, bert/train/resume.py): the init phase restores model, optimizer,
+Resume (`checkpoint.resume`, bert/train/checkpoint/): the init phase restores model, optimizer,
 schedule, loss scale and RNG; the run phase restores the data position and continues the block
 and eval schedule of the interrupted run, so the weights come out as if it had never stopped. A
 resumed run writes its own log (bert/mlperf/logfile.py: log_name): a recovery, not a timed MLPerf
@@ -52,15 +52,17 @@ from bert.train.run_shape import RunShape
 from bert.mlperf.logfile import LogFile, log_name
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.progress import Progress
-from bert.train.checkpointer import Checkpointer
+from bert.train.checkpoint import Checkpointer
 from bert.train.preflight import preflight_data
 from bert.train.peer_failure import explain
 from bert.train.run_lock import hold_run_folders
 from bert.train.step_guard import StepGuard
 from bert.train.stop_signals import RunInterrupted, stop_reason
+from bert.train.train_state import TrainState
 from data.comm.host import make_host_comm
 from data.packing import PackedBatch, pack_samples
 from data.pipeline import TrainPipeline
+from data.sample_record import check_record_dir
 from data.sources.shards import read_eval_samples
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -113,16 +115,15 @@ class Trainer:
             interval_s=cfg.log.interval_s,
             quiet=cfg.log.quiet,
         )
-        # read whole before the log opens: a refused or damaged resume writes nothing
+        # the resume point, resolved once and read whole before the log opens: a refused or
+        # damaged resume writes nothing; a fresh run must not overwrite an earlier audit trail
         self.ckpt = Checkpointer(cfg, self.ctx, self.geometry.global_batch_size, self.progress.line)
+        check_record_dir(cfg.log.record_samples_dir, self.ckpt.resuming)
         # read (not yet loaded into the model, which init builds): a file that is no checkpoint
         # fails here; not needed when resuming, whose state replaces it
-        self._init_state = (
-            read_checkpoint_file(cfg.run.init_checkpoint)
-            if cfg.run.init_checkpoint and not self.ckpt.resume_from
-            else None
-        )
-        resumed = self.ckpt.resume_manifest.step if self.ckpt.resume_from else None
+        init = cfg.run.init_checkpoint if not self.ckpt.resuming else ""
+        self._init_state = read_checkpoint_file(init) if init else None
+        resumed = self.ckpt.resume_manifest.step if self.ckpt.resuming else None
         self.log_file = LogFile(mlperf_log or self.out_dir / log_name(cfg.run.eval_only, resumed))
         # one run per folder and --record-samples folder, till train ends; files it did not
         # write under the names it publishes are refused unless force (bert/train/own_files.py)
@@ -160,7 +161,7 @@ class Trainer:
         log.cache_clear(cfg.run.cache_cleared)
         log.init_start()
         log.submission_info(sub.org, sub.platform, sub.division, sub.status)
-        self.seed = self.ckpt.resume_manifest.seed if self.ckpt.resume_from else self._run_seed()
+        self.seed = self.ckpt.run_seed(self._run_seed)  # a resumed run keeps its checkpoint's
         log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples, seed=self.seed)
         self._log_run_facts()
         if cfg.run.threads and self.ctx.device.type == "cpu":
@@ -175,10 +176,10 @@ class Trainer:
         self.model = self.optim.model  # DDP-wrapped for the replicated optimizer
         # run.cuda_graphs: a GraphCache (bert/train/graphs/), forward and backward replayed
         self.graphs = build_graphs(self) if cfg.run.cuda_graphs else None
-        self.start_point = {"step": 0, "samples": 0, "accuracy": 0.0}
-        self._resume_data: dict | None = None  # the data position, restored at run_start
-        if self.ckpt.resume_from:
-            self.start_point, self._resume_data = self.ckpt.restore(self.raw_model, self.optim)
+        # what a checkpoint keeps of the run (bert/train/train_state.py), restored if resuming
+        self.state = TrainState(self.raw_model, self.optim, self.ctx.device)
+        self.ckpt.restore(self.state)
+        self.start_point = dict(self.state.progress)
         self.progress.line(
             f"model: {num_parameters(self.model) / 1e6:.1f}M parameters, device "
             f"{self.ctx.device}, {self.ctx.world_size} rank(s), global batch "
@@ -199,10 +200,9 @@ class Trainer:
             accelerators_per_node=ctx.local_world_size if on_gpu else 0,
             accelerator_model=torch.cuda.get_device_name(ctx.device) if on_gpu else "N/A",
         )
-        if self.ckpt.resume_from:
-            self.mllog.resumed_from(
-                self.ckpt.resume_manifest.step, self.ckpt.resume_manifest.samples
-            )
+        if self.ckpt.resuming:
+            manifest = self.ckpt.resume_manifest
+            self.mllog.resumed_from(manifest.step, manifest.samples)
         unvalidated = gpu_status.warning(self.cfg) if on_gpu else None
         if unvalidated:
             self.progress.result(unvalidated)
@@ -214,8 +214,8 @@ class Trainer:
         return broadcast_int(seed, self.ctx)  # every rank must shuffle the data alike
 
     def _save_checkpoint(self, step: int, samples: int, accuracy: float) -> None:
-        state = (self.raw_model, self.optim, self.pipeline, self.seed)
-        self.ckpt.save(step, samples, accuracy, *state)
+        self.state.progress = {"step": step, "samples": samples, "accuracy": accuracy}
+        self.ckpt.save(self.state)
 
     def _interrupt(
         self, signum: int, step: int, samples: int, accuracy: float, block_samples: int
@@ -303,7 +303,6 @@ class Trainer:
         steps_per_block = run_shape.steps_per_eval_block  # whole global batches (REFERENCE 1)
         step, samples = self.start_point["step"], self.start_point["samples"]
         accuracy, status = self.start_point["accuracy"], "aborted"
-        self.ckpt.last_step = step
         for callback in self.callbacks:
             callback.on_train_start(self)
         max_steps = run_shape.max_steps
@@ -372,8 +371,8 @@ class Trainer:
             pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size,
         )
-        if self._resume_data is not None:
-            self.ckpt.restore_pipeline(self.pipeline, self._resume_data)
+        with self.ckpt.fit():  # a resumed run's data position, restored into the pipeline
+            self.state.attach_pipeline(self.pipeline)
         return self.pipeline, self._read_eval_set()
 
     def _read_eval_set(self):

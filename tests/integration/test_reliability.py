@@ -32,8 +32,9 @@ import torch
 
 from bert.config import load_config
 from bert.core.errors import CheckpointError
-from bert.train import resume
-from bert.train.resume import complete_checkpoints, remove_folder, step_dir
+from bert.train.checkpoint import save
+from bert.train.checkpoint.layout import complete_checkpoints, step_dir
+from bert.train.checkpoint.save import remove_folder
 from bert.train.run_lock import LOCK_NAME, RunLock
 from bert.train.trainer import Callback, Trainer
 
@@ -401,7 +402,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_keeps_mlperf_log(
     def full(obj, path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(resume, "atomic_torch_save", full)
+    monkeypatch.setattr(save, "atomic_torch_save", full)
     values = settings(data_dir, finished, **{"run.max_steps": 4, "checkpoint.interval_steps": 1})
     code, out, err = run_main(capsys, values)
     assert code == 1
@@ -506,11 +507,11 @@ def test_an_interrupted_prune_leaves_no_half_deleted_checkpoint(data_dir, tmp_pa
             next(victim.iterdir()).unlink()  # one file gone, then the "kill"
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(resume.shutil, "rmtree", killed_half_way)
+    monkeypatch.setattr(save.shutil, "rmtree", killed_half_way)
     with pytest.raises(KeyboardInterrupt):
         remove_folder(step_dir(root, 2))
-    monkeypatch.setattr(resume.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(save.shutil, "rmtree", real_rmtree)
     assert not step_dir(root, 2).exists()  # never half there under a checkpoint's name
     assert [p.name for p in complete_checkpoints(root)] == ["step_00000004"]
-    resume._prune(root, keep=2)  # the next save's prune clears the leftover
+    save.prune(root, keep=2)  # the next save's prune clears the leftover
     assert sorted(p.name for p in root.iterdir()) == ["step_00000004"]

@@ -16,15 +16,15 @@ import torch
 
 from bert.config import load_config
 from bert.model.weights import CheckpointError
-from bert.train.resume import (
+from bert.train.checkpoint.layout import (
     MANIFEST,
     Manifest,
     complete_checkpoints,
     load_trainer_state,
-    resolve_resume,
     step_dir,
 )
-from bert.train.resume_settings import CONFIG_FILE
+from bert.train.checkpoint.resume_point import resume_candidates
+from bert.train.checkpoint.settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
 
@@ -127,7 +127,7 @@ def test_checkpoints_pruned_and_partial_ignored(data_dir, tmp_path):
     # a save killed half-way: its folder has no manifest and is not resumed from
     shutil.copytree(root / "step_00000006", root / "step_00000008.partial")
     (root / "step_00000008.partial" / MANIFEST).unlink()
-    assert resolve_resume("auto", out) == root / "step_00000006"
+    assert resume_candidates("auto", out) == [root / "step_00000006", root / "step_00000004"]
     manifest = Manifest.read(root / "step_00000006")
     assert (manifest.step, manifest.samples, manifest.world_size) == (6, 48, 1)
 
@@ -140,7 +140,7 @@ def test_resume_auto_without_checkpoint_starts_fresh(data_dir, tmp_path):
 
 def test_resume_errors(data_dir, tmp_path):
     with pytest.raises(CheckpointError, match="not a complete training checkpoint"):
-        resolve_resume(str(tmp_path), tmp_path)
+        resume_candidates(str(tmp_path), tmp_path)
     out = tmp_path / "run"
     train(data_dir, out, 2, **{"checkpoint.interval_steps": 2})
     folder = step_dir(out / "checkpoints", 2)
@@ -207,6 +207,56 @@ def test_resume_refuses_a_trainer_state_at_another_step_than_its_manifest(data_d
     shutil.copy(step_dir(root, 2) / "trainer.pt", step_dir(root, 4) / "trainer.pt")
     with pytest.raises(CheckpointError, match="trainer.pt is at step 2 .* its manifest at step 4"):
         train(data_dir, out, 6, **{"checkpoint.resume": str(step_dir(root, 4))})
+
+
+def test_the_resume_point_is_resolved_once(data_dir, tmp_path, monkeypatch):
+    """`--resume auto` over a damaged newest checkpoint and an intact older one, with the first
+    run's --record-samples trail: whether the run resumes (so the trail may grow) and the step
+    it restores are one answer, the Checkpointer's, resolved once; the cli resolves nothing."""
+    sys.path.insert(0, str(ROOT))
+    import run_pretraining
+    from bert.train.checkpoint import resume_point
+
+    resolved = []
+    real = resume_point.resume_candidates
+    monkeypatch.setattr(
+        resume_point, "resume_candidates", lambda *args: resolved.append(args) or real(*args)
+    )
+    out, records = tmp_path / "run", tmp_path / "records"
+
+    def main(steps: int, *cli: str) -> int:
+        settings = tiny_settings(data_dir, out, steps, **{"checkpoint.interval_steps": 2})
+        return run_pretraining.main(["--record-samples", str(records), *cli, *set_args(settings)])
+
+    assert main(4) == 0
+    (step_dir(out / "checkpoints", 4) / "trainer.pt").write_bytes(b"not a pickle")
+    resolved.clear()
+    assert main(6, "--resume", "auto") == 0
+    assert len(resolved) == 1
+    assert (out / "mlperf_resumed_step_2.log").is_file()
+    steps = [step for step, _, _ in read_records(records / "rank0.txt")]
+    assert [s for i, s in enumerate(steps) if i == 0 or steps[i - 1] != s] == [
+        0,
+        1,
+        2,
+        3,
+        2,
+        3,
+        4,
+        5,
+    ]
+
+
+def test_a_data_position_that_does_not_fit_is_refused_naming_the_checkpoint(data_dir, tmp_path):
+    """Restored when the pipeline opens at run_start, after the rest: still one DamagedCheckpoint
+    naming the checkpoint, not a KeyError from inside the pipeline."""
+    out = tmp_path / "run"
+    train(data_dir, out, 2, **{"checkpoint.interval_steps": 2})
+    folder = step_dir(out / "checkpoints", 2)
+    rank_state = torch.load(folder / "rank_00000.pt", weights_only=False)
+    torch.save({**rank_state, "pipeline": {"step": 2}}, folder / "rank_00000.pt")
+    with pytest.raises(CheckpointError, match=f"{folder}: does not fit .*'source'"):
+        train(data_dir, out, 4, **{"checkpoint.resume": "auto"})
 
 
 def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from bert.submission import reader as run_logs
-from bert.train.resume import rank_file, step_dir
+from bert.train.checkpoint.layout import rank_file, step_dir
 
 from tiny_run import make_tiny_data, tiny_settings
 from bert.tools.common import set_args
@@ -168,7 +168,7 @@ def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished
     code, _, err = run(capsys, data_dir, finished, "--resume", str(ckpt))
     assert code == 2 and str(ckpt) in one_error(err)
     assert resumed.read_bytes() == before
-    # the damage is found before the log opens (bert/train/resume_pick.py): no log at all
+    # found before the log opens (bert/train/checkpoint/resume_point.py): no log at all
     assert not [n for n in names(finished) if ".partial" in n or n.endswith(".failed")]
 
 

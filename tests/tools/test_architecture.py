@@ -40,6 +40,9 @@ FLOORS = (
     ("entry point", ("run_pretraining",)),
 )
 ROOMS_APART = (("kernels", "data"),)  # one floor, but neither imports the other
+# Rooms with one front door: code outside them imports the package (its __init__), never a file
+# behind it, so the room can rearrange its files without its users changing.
+FRONT_DOORS = ("bert.train.checkpoint",)
 # The data-prep benchmarks time the reference algorithm through the tests' own oracles
 # (tests/tokenization_oracle.py, reference_instances.py, reference_writer.py: the project keeps the
 # oracle in the tests, not in the package), so they put tests/ on sys.path; the only three.
@@ -273,6 +276,43 @@ def test_the_checker_sees_lazy_relative_and_dynamic_imports(tmp_path):
         "kernels/probe.py imports data.packing (apart)",
     ]
     assert "kernels._loader" in runtime_imports(files[-1], tmp_path)  # relative: its package
+
+
+def front_door_violations(files: list[Path], root: Path = ROOT) -> list[str]:
+    """Every import, from outside a FRONT_DOORS room, of a module inside it but its __init__."""
+    modules = {module_name(p, root): p for p in files}
+    bad = []
+    for name, path in sorted(modules.items()):
+        for module in sorted(runtime_imports(path, root)):
+            target = _owner(module, modules) or ""
+            bad += [
+                f"{path.relative_to(root).as_posix()} imports {target} (behind {door})"
+                for door in FRONT_DOORS
+                if target.startswith(door + ".") and not (name + ".").startswith(door + ".")
+            ]
+    return bad
+
+
+def test_rooms_are_entered_by_their_front_door():
+    assert front_door_violations(package_files()) == []
+
+
+def test_the_front_door_check_finds_a_side_entrance(tmp_path):
+    files = _tree(
+        tmp_path,
+        {
+            "bert/train/checkpoint/__init__.py": "from bert.train.checkpoint.save import save\n",
+            "bert/train/checkpoint/save.py": "from bert.train.checkpoint import layout\n",
+            "bert/train/checkpoint/layout.py": "",
+            "bert/train/trainer.py": (
+                "from bert.train.checkpoint import Checkpointer\n"
+                "def f():\n    from bert.train.checkpoint.layout import step_dir\n"
+            ),
+        },
+    )
+    assert front_door_violations(files, tmp_path) == [
+        "bert/train/trainer.py imports bert.train.checkpoint.layout (behind bert.train.checkpoint)"
+    ]
 
 
 def test_no_file_over_500_lines_outside_tests():

@@ -59,7 +59,7 @@ from bert.obs.observer import file_suffix
 from bert.obs.sinks import read_records
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.learn import CUDA_SHAPE, LEARN
-from bert.train.resume import checkpoint_root, step_dir
+from bert.train.checkpoint import checkpoint_root, step_dir
 from bert.train.cli import main as train_main  # run_pretraining.py's and open-bert-train's
 from data.synthetic_language import FIRST_WORD_ID
 

@@ -11,6 +11,7 @@ that is refused as the user's error, whichever checkpoint it is.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,25 +20,46 @@ from typing import Callable
 import torch
 
 from bert.core.errors import CheckpointError, DamagedCheckpoint
-from bert.train.distributed import DistContext, all_reduce_sum
-from bert.train.resume import (
+from bert.train.checkpoint.layout import (
+    MANIFEST,
+    RANK,
     Manifest,
-    check_compatible,
     checkpoint_root,
     complete_checkpoints,
     load_rank_state,
     load_trainer_state,
-    resolve_resume,
 )
-from bert.train.resume_settings import check_resume_settings
+from bert.train.checkpoint.settings import check_resume_settings
+from bert.train.distributed import DistContext, all_reduce_sum
 
 
 @dataclass
 class ResumePoint:
     folder: Path
     manifest: Manifest
-    trainer_state: dict  # model, optimizer, progress (and the config)
-    rank_state: dict  # this rank's RNG and data position
+    state: dict  # the run's state dict as saved: trainer.pt's, and this rank's under RANK
+
+
+def resume_candidates(spec: str, output_dir: str | os.PathLike) -> list[Path]:
+    """The checkpoint folders `checkpoint.resume` names, in the order they are tried: "" none,
+    "auto" every complete one under the run's output dir, newest first (none yet: a fresh
+    start), or an explicit folder (already expanded by the config), used or refused."""
+    if not spec:
+        return []
+    if spec == "auto":
+        return complete_checkpoints(checkpoint_root(output_dir))[::-1]
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint.resume={spec!r}: no such folder (pass a "
+            f"checkpoints/step_N folder of an earlier run, or 'auto')"
+        )
+    if not (folder / MANIFEST).is_file():
+        raise CheckpointError(
+            f"checkpoint.resume={spec!r}: no {MANIFEST} there (not a complete "
+            f"training checkpoint; use a step_N folder, or 'auto')"
+        )
+    return [folder]
 
 
 def pick_resume_point(
@@ -49,10 +71,9 @@ def pick_resume_point(
     say: Callable[[str], None],
 ) -> ResumePoint | None:
     """The checkpoint `spec` ("", "auto" or a folder) names, read; None for a fresh start."""
+    candidates = resume_candidates(spec, output_dir)
     if spec != "auto":
-        folder = resolve_resume(spec, output_dir)
-        return None if folder is None else _read_agreed(folder, ctx, global_batch_size, config)
-    candidates = complete_checkpoints(checkpoint_root(output_dir))[::-1]
+        return _read_agreed(candidates[0], ctx, global_batch_size, config) if candidates else None
     if not candidates:
         say("resume auto: no complete checkpoint yet, starting fresh")
         return None
@@ -75,6 +96,22 @@ def pick_resume_point(
         f"resume auto: no intact checkpoint under "
         f"{checkpoint_root(output_dir)}: {'; '.join(skipped)}"
     )
+
+
+def check_compatible(
+    manifest: Manifest, folder: Path, world_size: int, global_batch_size: int
+) -> None:
+    if manifest.world_size != world_size:
+        raise CheckpointError(
+            f"{folder}: saved by {manifest.world_size} ranks, this job has "
+            f"{world_size}; resume with the same world size (each rank's "
+            f"data position is saved separately)"
+        )
+    if manifest.global_batch_size != global_batch_size:
+        raise CheckpointError(
+            f"{folder}: saved with run.global_batch_size="
+            f"{manifest.global_batch_size}, this run has {global_batch_size}"
+        )
 
 
 def _check_progress(folder: Path, manifest: Manifest, progress: dict) -> None:
@@ -104,9 +141,10 @@ def _read_agreed(
         manifest = Manifest.read(folder)
         check_compatible(manifest, folder, ctx.world_size, global_batch_size)
         check_resume_settings(folder, manifest.seed, config)  # before the large files
-        trainer_state = load_trainer_state(folder)
-        _check_progress(folder, manifest, trainer_state["progress"])
-        point = ResumePoint(folder, manifest, trainer_state, load_rank_state(folder, ctx.rank))
+        state = load_trainer_state(folder)
+        _check_progress(folder, manifest, state["progress"])
+        state.pop("config", None)  # the run's own config stands (checked just above)
+        point = ResumePoint(folder, manifest, {**state, RANK: load_rank_state(folder, ctx.rank)})
     except DamagedCheckpoint as err:
         damage = err
     if ctx.is_distributed:
