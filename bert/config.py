@@ -33,7 +33,6 @@ import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from bert.model.attention_backends import BACKENDS
 from bert.model.config import ModelConfig
 from bert.model.fused import enabled
 from bert.optim.config import OptimConfig, ScheduleConfig
@@ -51,11 +50,10 @@ from bert.train.graphs.config import graphs_config_error
 from bert.core.errors import ConfigError, check
 from bert.core.inputs import parse_float, parse_int
 from bert.core.readers import read_yaml
-from bert.core.settings import F, expected, section, shown
+from bert.core.settings import F, choices_of, expected, section, shown
 from bert.obs.config import ProfileConfig
 from data.config import BatchGeometry, DataConfig
-from data.order.curricula import CURRICULA, division_error
-from data.order.strategies import STRATEGIES
+from data.order.curricula import division_error
 
 __all__ = [
     "BatchGeometry",
@@ -134,17 +132,6 @@ def device_combination_error(model: ModelConfig, run: RunConfig) -> str | None:
             f"takes 16-bit activations), got run.precision=fp32 with {where}"
         )
     return None
-
-
-# String keys checked against a registry (not a Literal, so that a new entry needs no edit here):
-# --help-config lists the names each accepts, read from the registry itself.
-STRING_CHOICES = {
-    "model.attention": lambda: tuple(BACKENDS),
-    "data.balance": lambda: tuple(STRATEGIES),
-    "data.curriculum.name": lambda: ("none", *CURRICULA),
-    "data.curriculum.reward": lambda: ("visit_gain",),  # the one the trainer supports
-    "optim.name": lambda: tuple(OPTIMIZERS),
-}
 
 
 # Keys that moved to the section of their concern: old -> new. Still read (with a warning).
@@ -363,8 +350,9 @@ def describe_fields(cls: type = Config, prefix: str = "", values: Any = None) ->
             lines += describe_fields(typ, f"{prefix}{name}.", value)
             continue
         key = f"{prefix}{name}"
-        kind = "|".join(STRING_CHOICES[key]()) if key in STRING_CHOICES else _type_name(typ)
         default = getattr(defaults, name)
+        choices = choices_of(info)  # a registry's names as it holds them now
+        kind = "|".join(choices.names()) if choices else _type_name(typ)
         line = f"{key} ({kind}) = {default!r}"
         if values is not None and value != default:
             line += f" -> {value!r}"

@@ -13,10 +13,21 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bert.core.errors import ConfigError, check  # noqa: F401 - ConfigError: re-exported
-from bert.core.settings import ExpandedPath, F, section
-from data.order.curricula import CURRICULA
+from bert.core.settings import ExpandedPath, F, RegistryName, section
+from data.order import curricula
+from data.order.exp3s import TRAINED_REWARDS
 from data.order.lengths import strata_edges
 from data.order.strategies import STRATEGIES
+
+
+# Names read from the registries when a config is validated (and listed by --help-config).
+StrategyName = RegistryName(lambda: STRATEGIES)
+CurriculumName = RegistryName(lambda: ("none", *curricula.CURRICULA))
+RewardName = RegistryName(
+    lambda: TRAINED_REWARDS,
+    " (prediction_gain needs a second forward of every batch after the optimizer step, "
+    "which the trainer does not run; docs/curriculum.md)",
+)
 
 
 @section("data.synthetic")
@@ -47,9 +58,7 @@ class CurriculumConfig:
     """Length bucketing + a bucket-order curriculum ([Zhang], docs/curriculum.md), open
     division only. On: every step's batch comes from one length bucket, the same on every rank."""
 
-    name: str = F(
-        "none", "none (off) | shuffled | random | increasing | decreasing | loss_controlled | exp3s"
-    )
+    name: CurriculumName = F("none", "the order of the length buckets (none: off)")
     bucket_boundaries: list[int] = F(
         factory=list,
         doc="bucket upper edges, increasing, the "
@@ -64,7 +73,7 @@ class CurriculumConfig:
     eta: float = F(0.1, "exp3s step size", gt=0)
     gamma: float = F(0.1, "exp3s exploration share", gt=0, le=1)
     alpha: float | Literal["1/t"] = F(0.01, "exp3s weight sharing: a number in [0, 1], or 1/t")
-    reward: str = F(
+    reward: RewardName = F(
         "visit_gain",
         "exp3s reward: visit_gain (loss drop since the bucket's last "
         "batch); prediction_gain needs a second forward per step, "
@@ -77,10 +86,6 @@ class CurriculumConfig:
 
     def __post_init__(self) -> None:
         k = "data.curriculum"
-        check(
-            self.name in ("none", *CURRICULA),
-            f"{k}.name={self.name!r}: expected none or one of {', '.join(CURRICULA)}",
-        )
         if not self.enabled:
             check(
                 not self.bucket_boundaries,
@@ -100,12 +105,6 @@ class CurriculumConfig:
         check(
             self.alpha == "1/t" or 0 <= self.alpha <= 1,
             f"{k}.alpha={self.alpha!r}: expected a number in [0, 1] or 1/t",
-        )
-        check(
-            self.reward == "visit_gain",
-            f"{k}.reward={self.reward!r}: only visit_gain is "
-            f"supported in training; prediction_gain needs a second forward of every batch "
-            f"after the optimizer step, which the trainer does not run (docs/curriculum.md)",
         )
 
     def resolve(self, max_seq_length: int) -> None:
@@ -144,12 +143,9 @@ class DataConfig:
         512, "longest sample, in tokens; longer ones are a data error", gt=1, le=32767
     )
     max_predictions_per_seq: int = F(76, "most masked positions per sample", gt=0, le=32767)
-    balance: str = F(
+    balance: StrategyName = F(
         "none",
-        "how samples are dealt to ranks (data/order/strategies.py): none | "
-        "global_presort | serpentine | stratified | "
-        "stratified_local_presort | stratified_local_snake | node_swap | "
-        "stratified_node_swap (docs/balance_at_scale.md)",
+        "how samples are dealt to ranks (data/order/strategies.py; docs/balance_at_scale.md)",
     )
     ranks_per_node: int = F(
         0,
@@ -161,10 +157,6 @@ class DataConfig:
     curriculum: CurriculumConfig = F(factory=CurriculumConfig, doc="")
 
     def __post_init__(self) -> None:
-        check(
-            self.balance in STRATEGIES,
-            f"data.balance={self.balance!r}: expected one of {', '.join(STRATEGIES)}",
-        )
         if self.curriculum.enabled:
             self._check_curriculum_source()
             self.curriculum.resolve(self.max_seq_length)

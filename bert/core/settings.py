@@ -11,6 +11,11 @@ and turns every validation failure into a `ConfigError` whose message names `nam
 value and what is expected, in the wording the bad-input tests pin ("run.max_steps=-1 must be
 >= 0", "run.precision='fp8': expected fp32 or bf16 or fp16"). A section's `__post_init__` holds
 the rules that span fields; it runs after the declared checks, on a frozen object.
+
+A string field that names a registry entry (an attention backend, a balancing strategy, an
+optimizer, ...) is declared `RegistryName(lambda: REGISTRY)`: the section's check, the error for
+an unknown name and `--help-config`'s list of names all read the registry, when they run, so a
+new entry needs no edit anywhere else.
 """
 
 from __future__ import annotations
@@ -19,11 +24,12 @@ import dataclasses
 import functools
 import os
 import reprlib
-from typing import Annotated, Any, Callable, Literal, get_args, get_origin
+from typing import Annotated, Any, Callable, Iterable, Literal, get_args, get_origin
 
 import annotated_types
 import pydantic
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from bert.core.errors import ConfigError
 
@@ -49,6 +55,35 @@ def _expanded_path(value: Any) -> Any:
 
 
 ExpandedPath = Annotated[str, BeforeValidator(_expanded_path), Field(validate_default=True)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """The names a registry field accepts: `registry()` read at each use (validation, help), so
+    an entry added after the section was declared is accepted and listed too; `why` follows the
+    list in the error (what a name that is not there would need)."""
+
+    registry: Callable[[], Iterable[str]]
+    why: str = ""
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.registry())
+
+    def check(self, value: str) -> str:
+        if value not in self.names():
+            raise ValueError(f"expected one of {', '.join(self.names())}{self.why}")
+        return value
+
+
+def RegistryName(registry: Callable[[], Iterable[str]], why: str = "") -> Any:
+    """The type of a string field whose value must be a name of `registry()`."""
+    choices = Choices(registry, why)
+    return Annotated[str, AfterValidator(choices.check), choices]
+
+
+def choices_of(info: FieldInfo) -> Choices | None:
+    """The Choices a field declares (its type a RegistryName), or None."""
+    return next((m for m in info.metadata if isinstance(m, Choices)), None)
 
 
 def F(
@@ -128,8 +163,11 @@ def message(prefix: str, cls: type, err: ValidationError) -> str:
         return f"{key}={shown(value)} must be a finite number"
     if kind == "string_too_short":
         return f"{key}={shown(value)} must not be empty"
-    annotation = owner.__pydantic_fields__[field_name].annotation if field_name else None
-    return f"{key}={shown(value)}: expected {expected(annotation)}"
+    info = owner.__pydantic_fields__[field_name] if field_name else None
+    choices = choices_of(info) if info else None
+    if choices is not None:
+        return f"{key}={shown(value)}: expected one of {', '.join(choices.names())}"
+    return f"{key}={shown(value)}: expected {expected(info.annotation if info else None)}"
 
 
 def owning_field(cls: type, loc: tuple) -> tuple[type, str | None, list[str]]:

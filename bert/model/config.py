@@ -14,7 +14,7 @@ from typing import Literal
 
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_json
-from bert.core.settings import ExpandedPath, F, section
+from bert.core.settings import ExpandedPath, F, RegistryName, section
 from bert.model.attention_backends import BACKENDS
 from bert.model.fused import FUSED_OPS, enabled
 from bert.model.fused import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
@@ -45,6 +45,9 @@ def fp8_competitors() -> list[str]:
         if any(depends_on([name]) & set(fp8.REPLACES) for name in op.replaces)
     ]
 
+
+# model.attention: a name of the backends' table, read when a config is validated
+AttentionName = RegistryName(lambda: BACKENDS)
 
 # the GPU window record that timed model.compile_sublayers and found it correct; None: not yet
 COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
@@ -102,16 +105,10 @@ class ModelConfig:
     )  # within float32
     layer_norm_eps: float = F(1e-12, "LayerNorm epsilon", gt=0, le=1e30)
     pad_vocab_to_multiple_of: int = F(8, "embedding rows rounded up (GEMM-friendly)", gt=0, le=1024)
-    attention: str = F(
+    attention: AttentionName = F(
         "padded_sdpa",
-        "attention backend (bert/model/attention.py), resolved "
-        'when the model is built: "padded_sdpa" (reference: pads inside '
-        'attention only, exact, CPU and GPU), "per_sequence" (CPU: one sequence '
-        "at a time, no work on padding; reads the lengths on the host, so not "
-        'for CUDA), "flash_varlen" (CUDA fp16/bf16 flash kernel on packed '
-        'tokens) or "grouped_flash" ([Zeng]: sequences grouped by length, '
-        "one launch per group on its own CUDA stream; flash on CUDA fp16/bf16, "
-        "padded SDPA per group elsewhere). GPU status: the backend's record "
+        "attention backend, resolved when the model is built (what each does: "
+        "bert/model/attention_backends.py). GPU status: the backend's record "
         "(bert/gpu_status.py).",
     )
     last_layer_subset: bool = F(
@@ -166,10 +163,6 @@ class ModelConfig:
             self.hidden_size % self.num_attention_heads == 0,
             f"model.hidden_size={self.hidden_size} is not divisible by "
             f"model.num_attention_heads={self.num_attention_heads}",
-        )
-        check(
-            self.attention in BACKENDS,
-            f"model.attention={self.attention!r}: expected one of {tuple(BACKENDS)}",
         )
         replaced: dict[str, str] = {}
         for flag in enabled(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from bert.core.errors import check
-from bert.core.settings import F, section
+from bert.core.settings import F, RegistryName, section
 from bert.optim.specs import OPTIMIZERS
 
 # The optimizer computes in float32 (and fp16/bf16 copies): a hyperparameter beyond this cannot
@@ -13,12 +13,19 @@ from bert.optim.specs import OPTIMIZERS
 FLOAT32_SAFE = 1e30
 
 
+# optim.name: a name of the optimizers' table, read when a config is validated
+OptimizerName = RegistryName(lambda: OPTIMIZERS)
+
+
 @section("optim")
 class OptimConfig:
     """The optimizer (`name`: bert/optim/specs.py) and its hyperparameters (MLPerf names in
     the descriptions)."""
 
-    name: str = F("lamb", "lamb; adam (AdamW, open division only; needs optim.sharded)")
+    name: OptimizerName = F(
+        "lamb",
+        "the optimizer (bert/optim/specs.py: its division and its replicated or sharded path)",
+    )
     lr: float = F(4.25e-4, "opt_base_learning_rate", gt=0, le=FLOAT32_SAFE)
     beta1: float = F(0.9, "opt_lamb_beta_1", ge=0, lt=1)
     beta2: float = F(0.999, "opt_lamb_beta_2", ge=0, lt=1)
@@ -50,9 +57,6 @@ class OptimConfig:
     )
 
     def __post_init__(self) -> None:
-        check(
-            self.name in OPTIMIZERS, f"optim.name={self.name!r}: expected {' or '.join(OPTIMIZERS)}"
-        )
         check(
             self.sharded or not self.fused_kernel,
             "optim.fused_kernel=true needs optim.sharded=true (it updates the flat shards)",

@@ -77,6 +77,8 @@ def map_reward(raw: float, q_lo: float, q_hi: float) -> float:
 
 
 EXP3S_REWARDS = ("prediction_gain", "visit_gain")
+# What the training pipeline can feed: visit_gain needs no second forward of the batch.
+TRAINED_REWARDS = ("visit_gain",)
 
 
 class Exp3SCurriculum(Curriculum):

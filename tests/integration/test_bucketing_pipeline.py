@@ -347,7 +347,7 @@ def test_an_empty_bucket_is_a_clear_error(data_dir):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["data.curriculum.name=sorted"], "data.curriculum.name='sorted': expected none or one of"),
+        (["data.curriculum.name=sorted"], "data.curriculum.name='sorted': expected one of none, "),
         (["data.curriculum.bucket_boundaries=128,512"], "needs a data.curriculum.name"),
         (
             ["data.curriculum.name=random", "data.curriculum.bucket_boundaries=128,x,512"],

@@ -262,3 +262,43 @@ def test_the_records_restate_the_kernels_facts_correctly():
 
     assert (fused.HIDDEN, fused.FEATURE_MULTIPLE) == (HIDDEN, FEATURE_MULTIPLE)
     assert specs.LAMB_OP == kernels.lamb.OP
+
+
+@pytest.mark.parametrize(
+    "key, registry, record",
+    [
+        ("data.balance", "data.order.strategies:STRATEGIES", strategies.STRATEGIES["none"]),
+        ("model.attention", "bert.model.attention_backends:BACKENDS", None),
+        ("optim.name", "bert.optim.specs:OPTIMIZERS", None),
+    ],
+)
+def test_a_registry_name_is_stated_once(key, registry, record, monkeypatch):
+    """A new entry, added after the config was imported, is accepted by its section, listed by
+    --help-config and named by the error for an unknown name: all three read the registry."""
+    from bert.config import describe_fields
+    from bert.core.errors import ConfigError
+    from bert.core.lazy import load
+
+    table = load(registry)
+    monkeypatch.setitem(table, "dummy", record or next(iter(table.values())))
+    extra = ["submission.division=open"] if key == "optim.name" else []
+    assert load_config(None, [f"{key}=dummy", *extra]) is not None
+    listed = next(line for line in describe_fields() if line.startswith(f"{key} ("))
+    assert "|dummy)" in listed
+    with pytest.raises(ConfigError, match=rf"{key}='nosuch': expected one of .*, dummy$"):
+        load_config(None, [f"{key}=nosuch"])
+
+
+def test_a_curriculum_name_is_read_from_its_registry(monkeypatch):
+    from bert.config import describe_fields
+    from bert.core.errors import ConfigError
+    from data.order import curricula
+
+    monkeypatch.setattr(curricula, "CURRICULA", (*curricula.CURRICULA, "dummy"))
+    assert load_config(None, ["data.curriculum.name=dummy", "submission.division=open"])
+    assert any(
+        line.startswith("data.curriculum.name (none|") and "|dummy)" in line
+        for line in describe_fields()
+    )
+    with pytest.raises(ConfigError, match="expected one of none, .*, dummy$"):
+        load_config(None, ["data.curriculum.name=nosuch"])
