@@ -10,7 +10,7 @@ Every check raises `ConfigError` naming the key and the value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from bert.core.errors import ConfigError, check  # noqa: F401 - ConfigError: re-exported
 from bert.core.settings import ExpandedPath, F, RegistryName, section
@@ -212,3 +212,15 @@ class BatchGeometry:
             f"ranks) is not divisible by run.gradient_accumulation_steps={accum}",
         )
         return cls(world_size, gbs, accum)
+
+
+class JobShape(Protocol):
+    """What the data pipeline reads of the run shape (bert/train/run_shape.py, RunShape, one
+    floor up), which derives both once from the config and the job's size."""
+
+    @property
+    def geometry(self) -> BatchGeometry: ...
+
+    @property
+    def ranks_per_node(self) -> int:  # the node size the node-local strategies deal within
+        ...

@@ -1,6 +1,6 @@
 """The host data pipeline of one rank: shards -> exchange -> balance -> pack -> prefetch -> device.
 
-    pipeline = TrainPipeline(data_cfg, geometry, rank, seed, device, comm)
+    pipeline = TrainPipeline(data_cfg, run_shape, rank, seed, device, comm)
     micro_batches = pipeline.next_step()   # list[PackedBatch] on the device, one optimizer step
     pipeline.observe_loss(step_loss)       # after the step: feeds a loss-driven curriculum
     pipeline.state_dict() / load_state_dict(state)
@@ -8,14 +8,15 @@
 
 What one step's preparation does, on the prefetch thread (data/prefetch.py), while the device
 trains earlier steps:
-1. Draw this rank's raw local batch of B = geometry.local_batch_size samples with their origin
-   (shard file, index) from the strategy's source (data/sources: a ShardStream, or for the
-   stratified strategies a StratifiedStream whose batches hold fixed per-stratum counts) or,
-   with a data.curriculum, from a BucketStream (data/sources/bucket_queues.py): all B from the
-   length bucket the curriculum picks for the step (see "Curricula" below).
+1. Draw this rank's raw local batch of B = run_shape.geometry.local_batch_size samples with
+   their origin (shard file, index) from the strategy's source (data/sources: a ShardStream,
+   or for the stratified strategies a StratifiedStream whose batches hold fixed per-stratum
+   counts) or, with a data.curriculum, from a BucketStream (data/sources/bucket_queues.py):
+   all B from the length bucket the curriculum picks for the step (see "Curricula" below).
 2. Exchange (strategies whose scope is wider than a rank): all-gather the raw batches over the
-   group the strategy deals within, the node or the world; or, for the sparse transport
-   (node_swap), all-gather only the sizes over the world (data/comm/sparse.py).
+   group the strategy deals within, the node (run_shape.ranks_per_node) or the world; or, for
+   the sparse transport (node_swap), all-gather only the sizes over the world
+   (data/comm/sparse.py).
 3. Balance: the strategy's dealer (data/order/strategies.py) computes the same assignment on
    every rank; keep row `rank`. Every sample of the global batch lands on exactly one rank.
    The sparse transport then moves only the samples that change rank, in one all-to-all-v.
@@ -52,7 +53,7 @@ import torch
 
 from data.comm import sparse
 from data.comm.host import HostComm, allgather_batch
-from data.config import BatchGeometry, DataConfig
+from data.config import DataConfig, JobShape
 from data.order import strategies
 from data.order.curricula import curriculum_from_config
 from data.order.loss_feedback import LossFeedback
@@ -78,25 +79,25 @@ class TrainPipeline:
     def __init__(
         self,
         data: DataConfig,
-        geometry: BatchGeometry,
+        shape: JobShape,
         rank: int,
         seed: int,
         device,
         comm: HostComm,
         record_dir: str | os.PathLike | None = None,
-        ranks_per_node: int = 0,
         pack: Callable[[Sequence[Sample]], PackedBatch] = pack_samples,
         prepare_hooks: Sequence[Callable[[int], None]] = (),
         vocab_size: int | None = None,
     ):
-        """ranks_per_node: the node size (data.ranks_per_node wins; 0 for both: the world);
-        pack: packs one micro-batch (the trainer's asks for the length groups of grouped
-        attention when the model's backend reads them, data/packing.py); vocab_size: the
-        model's, which every token id and label of a shard must be below (checked as it is
-        read)."""
+        """shape: the run shape (bert/train/run_shape.py), whose batch geometry and node size
+        the pipeline reads, never derives; pack: packs one micro-batch (the trainer's asks
+        for the length groups of grouped attention when the model's backend reads them,
+        data/packing.py); vocab_size: the model's, which every token id and label of a shard
+        must be below (checked as it is read)."""
         self.vocab_size = vocab_size
-        self.rank, self.world_size = rank, geometry.world_size
-        self.geometry = geometry
+        self.geometry = shape.geometry
+        self.rank, self.world_size = rank, self.geometry.world_size
+        self.ranks_per_node = shape.ranks_per_node
         self.strategy = strategies.get(data.balance)
         self.strategy_name = data.balance
         self.depth = data.prefetch_depth
@@ -117,7 +118,6 @@ class TrainPipeline:
                 vocab_size=vocab_size,
             )
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
-        self.ranks_per_node = data.ranks_per_node or ranks_per_node or self.world_size
         self.group = self._exchange_group(comm)
         self.transfer = DeviceTransfer(device)
         self.recorder = (

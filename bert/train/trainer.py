@@ -361,13 +361,12 @@ class Trainer:
         ctx = self.ctx
         self.pipeline = TrainPipeline(
             self.cfg.data,
-            self.geometry,
+            self.run_shape,
             ctx.rank,
             self.seed,
             ctx.device,
             make_host_comm(ctx.world_size, self.cfg.dist.timeout_s),
             record_dir=self.cfg.log.record_samples_dir or None,
-            ranks_per_node=self.run_shape.ranks_per_node,
             pack=self.obs.wrap_pack(self.pack),
             vocab_size=self.cfg.model.vocab_size,
         )

@@ -9,6 +9,7 @@ Resume, an injected failure (tests/faults.py) and error propagation are checked 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bert.config import BatchGeometry, load_config
+from bert.config import load_config
+from bert.train.run_shape import RunShape
 from data.comm.host import HostComm, LocalComm
 from data.order.lengths import strata_counts, stratum_of
 from data.order.strategies import STRATEGIES
@@ -78,12 +80,19 @@ def config(
 
 
 def open_pipeline(
-    cfg, rank: int, world: int, seed: int, comm: HostComm | None = None, **kwargs
+    cfg,
+    rank: int,
+    world: int,
+    seed: int,
+    comm: HostComm | None = None,
+    ranks_per_node: int = 0,
+    **kwargs,
 ) -> TrainPipeline:
-    """The pipeline as the trainer opens it: the data config and the batch geometry."""
+    """The pipeline as the trainer opens it: the data config and the run shape (its node size:
+    data.ranks_per_node, else `ranks_per_node` as the launcher's, else the world)."""
     return TrainPipeline(
         cfg.data,
-        BatchGeometry.build(cfg.run, world),
+        RunShape.build(cfg, world, ranks_per_node),
         rank,
         seed,
         "cpu",
@@ -272,6 +281,14 @@ def test_a_broken_shard_surfaces_as_data_error(data_dir, tmp_path):
         with pytest.raises(DataError, match="cannot read as HDF5"):
             for _ in range(SHARDS * PER_SHARD // 8):
                 pipeline.next_step()
+
+
+def test_the_node_size_is_the_run_shapes(data_dir):
+    """The pipeline reads the node size the run shape derived; it never derives its own."""
+    cfg = config(data_dir, "serpentine", 8, 1, "data.ranks_per_node=4")
+    shape = dataclasses.replace(RunShape.build(cfg, 1), ranks_per_node=1)
+    with TrainPipeline(cfg.data, shape, 0, SEED, "cpu", LocalComm()) as pipeline:
+        assert pipeline.ranks_per_node == 1
 
 
 @pytest.mark.parametrize("strategy", ["stratified_local_presort", *SPARSE])
