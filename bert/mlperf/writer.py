@@ -8,7 +8,7 @@ order:
     log.cache_clear(True)                 # page cache was flushed before the run
     log.init_start()
     log.submission_info(org, platform, division, status)   # must come before init_stop
-    log.hyperparameters(cfg, train_samples, eval_samples, seed)
+    log.hyperparameters(cfg, run_shape, train_samples, eval_samples, seed)
     log.topology(nodes, accelerators_per_node, accelerator_model)
     log.resumed_from(step, samples)       # a resumed run only
     ... build model, load checkpoint, warm up (no training/eval data read yet) ...
@@ -244,14 +244,15 @@ class MLPerfLogger:
         self._emit("event", C.SUBMISSION_STATUS, status)
 
     def hyperparameters(
-        self, cfg: Any, train_samples: int | None, eval_samples: int, seed: int
+        self, cfg: Any, shape: Any, train_samples: int | None, eval_samples: int, seed: int
     ) -> None:
-        """Log the tunable hyperparameters of `cfg` (a bert.config.Config) once each.
+        """Log the tunable hyperparameters of `cfg` (a bert.config.Config) once each, the batch
+        as the run shape (bert/train/run_shape.py, RunShape) fixed it.
 
         `train_samples` may be None when it is only known at the end of the run (samples
         trained); the trainer then logs it with `train_samples()` before `run_stop`.
         """
-        values = hyperparameter_values(cfg, train_samples, eval_samples, seed)
+        values = hyperparameter_values(cfg, shape, train_samples, eval_samples, seed)
         # Refuse the whole set up front so a repeat call leaves no partial second copy.
         repeated = sorted(self._logged.intersection(values))
         if repeated:
@@ -408,14 +409,15 @@ def _block_metadata(
 
 
 def hyperparameter_values(
-    cfg: Any, train_samples: int | None, eval_samples: int, seed: int
+    cfg: Any, shape: Any, train_samples: int | None, eval_samples: int, seed: int
 ) -> dict[str, Any]:
-    """MLPerf key -> value for one run; plain int/float so json never sees numpy or tensors."""
-    optim, schedule, run = cfg.optim, cfg.schedule, cfg.run
+    """MLPerf key -> value for one run; plain int/float so json never sees numpy or tensors.
+    The batch is the run shape's (`shape.geometry`): what the run trains, derived once."""
+    optim, schedule, geometry = cfg.optim, cfg.schedule, shape.geometry
     values = {
         C.SEED: int(seed),
-        C.GLOBAL_BATCH_SIZE: int(run.global_batch_size),
-        C.GRADIENT_ACCUMULATION_STEPS: int(run.gradient_accumulation_steps),
+        C.GLOBAL_BATCH_SIZE: int(geometry.global_batch_size),
+        C.GRADIENT_ACCUMULATION_STEPS: int(geometry.gradient_accumulation_steps),
         C.MAX_SEQUENCE_LENGTH: int(cfg.data.max_seq_length),
         C.OPT_BASE_LR: float(optim.lr),
         C.OPT_LAMB_EPSILON: float(optim.eps),

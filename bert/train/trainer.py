@@ -162,7 +162,7 @@ class Trainer:
         log.init_start()
         log.submission_info(sub.org, sub.platform, sub.division, sub.status)
         self.seed = self.ckpt.run_seed(self._run_seed)  # a resumed run keeps its checkpoint's
-        log.hyperparameters(cfg, train_samples=None, eval_samples=cfg.eval.samples, seed=self.seed)
+        log.hyperparameters(cfg, self.run_shape, None, cfg.eval.samples, self.seed)
         self._log_run_facts()
         if cfg.run.threads and self.ctx.device.type == "cpu":
             torch.set_num_threads(cfg.run.threads)

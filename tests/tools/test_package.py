@@ -39,6 +39,7 @@ from bert.submission import plot as plot_run
 from bert.submission import reader as run_logs
 from bert.submission import system_desc
 from bert.mlperf.writer import MLPerfLogger
+from bert.train.run_shape import RunShape
 from bert.submission.system_desc import cpu_model
 from data.synthetic import generate
 
@@ -75,7 +76,13 @@ def write_log(path: Path, seed: int, converge: bool, blocks: int = 17) -> Path:
         log.cache_clear(True)
         log.init_start()
         log.submission_info("open-bert", "1x8xA100-SXM4-80GB", "closed", "onprem")
-        log.hyperparameters(cfg, train_samples=blocks * BLOCK, eval_samples=10_000, seed=seed)
+        log.hyperparameters(
+            cfg,
+            RunShape.build(cfg, 8),
+            train_samples=blocks * BLOCK,
+            eval_samples=10_000,
+            seed=seed,
+        )
         log.init_stop()
         log.run_start()
         for b in range(blocks):

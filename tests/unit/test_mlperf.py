@@ -6,6 +6,7 @@ real rules in mlperf_logging/compliance_checker/training_5.0.0/, not a copy of t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ if str(ROOT) not in sys.path:  # plain `pytest` does not put the project root on
 
 from bert.config import Config  # noqa: E402
 from bert.mlperf.writer import MLPerfLogError, MLPerfLogger, hyperparameter_values  # noqa: E402
+from bert.train.run_shape import RunShape  # noqa: E402
 
 CHECK_SCRIPT = ROOT / "scripts" / "check_compliance.py"
 # MLPerf BERT target: masked-LM accuracy >= 0.720 (REFERENCE.md section 1; closed_bert.yaml).
@@ -27,13 +29,20 @@ BLOCK = 150_000  # eval spacing for GBS <= 2048 (REFERENCE.md section 1)
 SEED = 1234
 
 
+def shape(cfg: Config) -> RunShape:
+    """The run shape of `cfg` on one 8-GPU node."""
+    return RunShape.build(cfg, 8)
+
+
 def start_run(log: MLPerfLogger, cfg: Config) -> None:
     log.cache_clear(True)
     log.init_start()
     log.submission_info(
         cfg.submission.org, cfg.submission.platform, cfg.submission.division, cfg.submission.status
     )
-    log.hyperparameters(cfg, train_samples=156_725_653, eval_samples=cfg.eval.samples, seed=SEED)
+    log.hyperparameters(
+        cfg, shape(cfg), train_samples=156_725_653, eval_samples=cfg.eval.samples, seed=SEED
+    )
     log.init_stop()
     log.run_start()
 
@@ -149,7 +158,20 @@ REQUIRED_BY_COMPLIANCE = [key for key in REQUIRED_ONCE if key != "seed"]
 
 
 def test_logger_emits_every_required_hyperparameter():
-    assert set(REQUIRED_ONCE) <= set(hyperparameter_values(Config(), 1, 1, 1))
+    assert set(REQUIRED_ONCE) <= set(hyperparameter_values(Config(), shape(Config()), 1, 1, 1))
+
+
+def test_the_logged_batch_is_the_run_shapes():
+    """global_batch_size and gradient_accumulation_steps come from the run shape, which derived
+    them once: a shape whose batch differs from the config's text is the one logged."""
+    cfg = Config()
+    geometry = dataclasses.replace(shape(cfg).geometry, global_batch_size=896)
+    geometry = dataclasses.replace(geometry, gradient_accumulation_steps=4)
+    values = hyperparameter_values(
+        cfg, dataclasses.replace(shape(cfg), geometry=geometry), None, 1, 1
+    )
+    assert (values["global_batch_size"], values["gradient_accumulation_steps"]) == (896, 4)
+    assert cfg.run.global_batch_size != 896
 
 
 def test_missing_hyperparameter_fails_checker(tmp_path):
@@ -186,7 +208,7 @@ def test_logger_refuses_repeated_hyperparameter(tmp_path):
         with pytest.raises(MLPerfLogError):
             log.event("opt_base_learning_rate", 1e-3)
         with pytest.raises(MLPerfLogError):
-            log.hyperparameters(Config(), 1, 1, SEED)
+            log.hyperparameters(Config(), shape(Config()), 1, 1, SEED)
         train_blocks(log, [0.73])
         log.run_stop("success")
         with pytest.raises(MLPerfLogError):
