@@ -232,10 +232,9 @@ class TrainPipeline:
         line (bert/mlperf/writer.py, bert/train/progress.py). Nothing without a curriculum."""
         if self.curriculum is None:
             return
-        mllog.event(
-            "data_curriculum",
+        mllog.data_curriculum(
             self.curriculum.name,
-            metadata={"bucket_boundaries": self.source.edges.tolist(), **self.curriculum.config()},
+            {"bucket_boundaries": self.source.edges.tolist(), **self.curriculum.config()},
         )
         feedback = (
             f"; global loss of step t-{self.feedback.lag} fed back"

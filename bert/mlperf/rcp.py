@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from bert.mlperf import constants as C
 from bert.mlperf.constants import BENCHMARK, RULESET, USAGE
 
 
@@ -120,16 +121,17 @@ def _name_of(record: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters for a global batch
 
-# RCP hyperparameter name -> this program's config key
+# RCP hyperparameter name (the log's key; the RCP table's own name for the epsilon) -> this
+# program's config key
 CONFIG_KEYS = {
-    "opt_base_learning_rate": "optim.lr",
-    "opt_lamb_beta_1": "optim.beta1",
-    "opt_lamb_beta_2": "optim.beta2",
+    C.OPT_BASE_LR: "optim.lr",
+    C.OPT_LAMB_BETA_1: "optim.beta1",
+    C.OPT_LAMB_BETA_2: "optim.beta2",
     "opt_epsilon": "optim.eps",
-    "opt_lamb_weight_decay_rate": "optim.weight_decay",
-    "opt_learning_rate_training_steps": "schedule.total_steps",
-    "num_warmup_steps": "schedule.warmup_steps",
-    "start_warmup_step": "schedule.start_warmup_step",
+    C.OPT_LAMB_WEIGHT_DECAY: "optim.weight_decay",
+    C.OPT_LR_TRAINING_STEPS: "schedule.total_steps",
+    C.NUM_WARMUP_STEPS: "schedule.warmup_steps",
+    C.START_WARMUP_STEP: "schedule.start_warmup_step",
 }
 INTEGER_KEYS = ("schedule.total_steps", "schedule.warmup_steps", "schedule.start_warmup_step")
 

@@ -40,7 +40,6 @@ ranks, and any logger built with `enabled=False`, still validate the call order 
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import logging
@@ -48,11 +47,13 @@ import os
 import sys
 from typing import Any
 
+from bert.mlperf import constants as C
 from bert.mlperf.constants import (
     ACCELERATOR_MODEL_NAME,
     ESCAPED_MARKER,
     MLLOG_MARKER,
     ACCELERATORS_PER_NODE,
+    DATA_CURRICULUM,
     NUMBER_OF_NODES,
     RESUMED_FROM_CHECKPOINT,
     STOP_REASON,
@@ -74,45 +75,40 @@ class _Lazy:
 
 
 mllog = _Lazy("mlperf_logging.mllog")
-C = _Lazy("mlperf_logging.mllog.constants")
 
 
 # Keys the 5.0.0 closed rules require exactly once (REQ: EXACTLY_ONE in common.yaml and
 # closed_common.yaml). A second line with the same value is only a checker warning, a different
 # value a failure; both are bugs, so they are refused before they reach the file.
-@functools.cache
-def once_keys() -> frozenset[str]:
-    return frozenset(
-        {
-            C.SUBMISSION_BENCHMARK,
-            C.SUBMISSION_DIVISION,
-            C.SUBMISSION_ORG,
-            C.SUBMISSION_PLATFORM,
-            C.SUBMISSION_STATUS,
-            C.INIT_STOP,
-            C.RUN_START,
-            C.RUN_STOP,
-            C.SEED,
-            C.TRAIN_SAMPLES,
-            C.EVAL_SAMPLES,
-            C.GLOBAL_BATCH_SIZE,
-            C.GRADIENT_ACCUMULATION_STEPS,
-            C.OPT_BASE_LR,
-            C.OPT_LAMB_EPSILON,
-            C.OPT_LR_TRAINING_STEPS,
-            C.OPT_LR_WARMUP_STEPS,
-            C.NUM_WARMUP_STEPS,
-            C.START_WARMUP_STEP,
-            C.OPT_LAMB_BETA_1,
-            C.OPT_LAMB_BETA_2,
-            C.OPT_LAMB_WEIGHT_DECAY,
-            C.MAX_SEQUENCE_LENGTH,
-            C.OPT_LAMB_LR_DECAY_POLY_POWER,
-        }
-    )
-
-
-RUN_STATUSES = ("success", "aborted")  # C.SUCCESS, C.ABORTED
+ONCE_KEYS = frozenset(
+    {
+        C.SUBMISSION_BENCHMARK,
+        C.SUBMISSION_DIVISION,
+        C.SUBMISSION_ORG,
+        C.SUBMISSION_PLATFORM,
+        C.SUBMISSION_STATUS,
+        C.INIT_STOP,
+        C.RUN_START,
+        C.RUN_STOP,
+        C.SEED,
+        C.TRAIN_SAMPLES,
+        C.EVAL_SAMPLES,
+        C.GLOBAL_BATCH_SIZE,
+        C.GRADIENT_ACCUMULATION_STEPS,
+        C.OPT_BASE_LR,
+        C.OPT_LAMB_EPSILON,
+        C.OPT_LR_TRAINING_STEPS,
+        C.OPT_LR_WARMUP_STEPS,
+        C.NUM_WARMUP_STEPS,
+        C.START_WARMUP_STEP,
+        C.OPT_LAMB_BETA_1,
+        C.OPT_LAMB_BETA_2,
+        C.OPT_LAMB_WEIGHT_DECAY,
+        C.MAX_SEQUENCE_LENGTH,
+        C.OPT_LAMB_LR_DECAY_POLY_POWER,
+    }
+)
+RUN_STATUSES = (C.SUCCESS, C.ABORTED)
 
 # This project's own keys (constants.py), once per run as well.
 OWN_ONCE_KEYS = frozenset({RESUMED_FROM_CHECKPOINT, *TOPOLOGY_KEYS})
@@ -347,6 +343,10 @@ class MLPerfLogger:
         """Samples trained, when it was not known at hyperparameter time."""
         self._emit("event", C.TRAIN_SAMPLES, int(samples))
 
+    def data_curriculum(self, name: str, metadata: dict) -> None:
+        """The length bucketing and curriculum the run trains with (open division)."""
+        self._emit("event", DATA_CURRICULUM, name, metadata)
+
     def event(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
         """Any other key (POINT_IN_TIME); once-only keys are still refused the second time."""
         self._emit("event", key, value, metadata)
@@ -373,7 +373,7 @@ class MLPerfLogger:
             raise MLPerfLogError(
                 f"{key}: this MLPerfLogger was closed or replaced by a newer one in this process"
             )
-        if (key in once_keys() or key in OWN_ONCE_KEYS) and key in self._logged:
+        if (key in ONCE_KEYS or key in OWN_ONCE_KEYS) and key in self._logged:
             raise MLPerfLogError(f"{key} may be logged only once per run")
         value, metadata = escape_marker(value), escape_marker(metadata)
         try:  # the log is JSON lines: NaN or Infinity would make a line unreadable

@@ -20,21 +20,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bert.mlperf import constants as C
 from bert.mlperf.constants import MLLOG_MARKER
 
 OUT = Path(__file__).with_name("published_results.json")
 ROUNDS = ("3.0", "3.1", "4.0", "4.1", "5.0")
 HP_KEYS = (
-    "global_batch_size",
-    "opt_base_learning_rate",
-    "opt_lamb_beta_1",
-    "opt_lamb_beta_2",
-    "opt_lamb_weight_decay_rate",
-    "opt_epsilon",
-    "opt_learning_rate_training_steps",
-    "num_warmup_steps",
-    "start_warmup_step",
-    "eval_samples",
+    C.GLOBAL_BATCH_SIZE,
+    C.OPT_BASE_LR,
+    C.OPT_LAMB_BETA_1,
+    C.OPT_LAMB_BETA_2,
+    C.OPT_LAMB_WEIGHT_DECAY,
+    "opt_epsilon",  # what the published logs call it
+    C.OPT_LR_TRAINING_STEPS,
+    C.NUM_WARMUP_STEPS,
+    C.START_WARMUP_STEP,
+    C.EVAL_SAMPLES,
 )
 
 
@@ -74,18 +75,19 @@ def _run(text: str) -> dict | None:
         key = rec["key"]
         first.setdefault(key, rec)
         last[key] = rec
-        if key == "eval_start":
+        if key == C.EVAL_START:
             start = rec["time_ms"]
-        elif key == "eval_stop" and start is not None:
+        elif key == C.EVAL_STOP and start is not None:
             evals.append((rec["time_ms"] - start) / 1000)
             start = None
-    if "run_start" not in first or "run_stop" not in last:
+    if C.RUN_START not in first or C.RUN_STOP not in last:
         return None
+    stop = last[C.RUN_STOP]
     return {
-        "minutes": round((last["run_stop"]["time_ms"] - first["run_start"]["time_ms"]) / 6e4, 5),
-        "status": last["run_stop"].get("metadata", {}).get("status"),
-        "samples": last.get("eval_accuracy", {}).get("metadata", {}).get("epoch_num"),
-        "evals": sum(1 for line in text.splitlines() if '"key": "eval_accuracy"' in line),
+        "minutes": round((stop["time_ms"] - first[C.RUN_START]["time_ms"]) / 6e4, 5),
+        "status": stop.get("metadata", {}).get(C.STATUS),
+        "samples": last.get(C.EVAL_ACCURACY, {}).get("metadata", {}).get(C.EPOCH_NUM),
+        "evals": sum(1 for line in text.splitlines() if f'"key": "{C.EVAL_ACCURACY}"' in line),
         "eval_s": round(statistics.median(evals), 4) if evals else None,
         "hyperparameters": {k: first[k]["value"] for k in HP_KEYS if k in first},
     }
@@ -109,7 +111,7 @@ def collect(root: str) -> list[dict]:
                 continue
             logs = sorted(f for f in files if f.startswith(folder + "/result_"))
             runs = [r for r in (_run(_git(repo, "show", f"HEAD:{f}")) for f in logs) if r]
-            ok = sorted(r["minutes"] for r in runs if r["status"] == "success")
+            ok = sorted(r["minutes"] for r in runs if r["status"] == C.SUCCESS)
             if len(ok) < 3:
                 continue
             gpus = int(spec["number_of_nodes"]) * int(spec["accelerators_per_node"])
@@ -118,7 +120,7 @@ def collect(root: str) -> list[dict]:
             if key in seen:
                 continue
             seen.add(key)
-            samples = [r["samples"] for r in runs if r["status"] == "success" and r["samples"]]
+            samples = [r["samples"] for r in runs if r["status"] == C.SUCCESS and r["samples"]]
             eval_s = [r["eval_s"] for r in runs if r["eval_s"]]
             rows.append(
                 {
@@ -129,7 +131,7 @@ def collect(root: str) -> list[dict]:
                     "accelerator": spec.get("accelerator_model_name"),
                     "gpus": gpus,
                     "gpus_per_node": int(spec["accelerators_per_node"]),
-                    "global_batch_size": int(runs[0]["hyperparameters"]["global_batch_size"]),
+                    C.GLOBAL_BATCH_SIZE: int(runs[0]["hyperparameters"][C.GLOBAL_BATCH_SIZE]),
                     "olympic_mean_minutes": round(olympic, 4),
                     "runs_minutes": [r["minutes"] for r in runs],
                     "mean_samples": round(statistics.mean(samples)) if samples else None,

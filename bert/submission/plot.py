@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from bert.core.errors import install_hint
+from bert.mlperf import constants as C
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
 from bert.core.files import real_path
 from bert.core.inputs import Parser, check_output_path
@@ -47,23 +48,23 @@ def read_lines(path: Path) -> list:
 def eval_curve(lines: list) -> tuple[list[int], list[float]]:
     """(samples trained, MLM accuracy) at each eval; epoch_num is samples for BERT."""
     points = [
-        (_number(line, line.value["metadata"].get("epoch_num")), _number(line, line.value["value"]))
+        (_number(line, line.value["metadata"].get(C.EPOCH_NUM)), _number(line, line.value["value"]))
         for line in lines
-        if line.key == "eval_accuracy"
+        if line.key == C.EVAL_ACCURACY
     ]
     return [p[0] for p in points], [p[1] for p in points]
 
 
 def block_throughput(lines: list) -> tuple[list[float], list[float]]:
     """(minutes since run_start at each block's end, samples/s within the block)."""
-    start = next((line.timestamp for line in lines if line.key == "run_start"), None)
+    start = next((line.timestamp for line in lines if line.key == C.RUN_START), None)
     minutes, rates, opened = [], [], None
     for line in lines:
-        if line.key == "block_start":
+        if line.key == C.BLOCK_START:
             opened = line
-        elif line.key == "block_stop" and opened is not None and start is not None:
+        elif line.key == C.BLOCK_STOP and opened is not None and start is not None:
             seconds = (line.timestamp - opened.timestamp) / 1000
-            count = _number(opened, opened.value["metadata"].get("epoch_count", 0))
+            count = _number(opened, opened.value["metadata"].get(C.EPOCH_COUNT, 0))
             if seconds > 0:
                 minutes.append((line.timestamp - start) / 60_000)
                 rates.append(count / seconds)

@@ -34,6 +34,7 @@ from bert.core.errors import BadInputError
 from bert.core.files import real_path
 from bert.core.inputs import check_regular
 from bert.core.readers import parse_json
+from bert.mlperf import constants as C
 from bert.mlperf.constants import (
     MAX_JSON_DEPTH,
     MAX_LINE_CHARS,
@@ -75,7 +76,7 @@ class Run:
 
     @property
     def converged(self) -> bool:
-        return self.status == "success"
+        return self.status == C.SUCCESS
 
     def refusal(self, allow_aborted: bool) -> str | None:
         """Why this log is not a timed run that may be packaged; None when it is."""
@@ -93,9 +94,9 @@ class Run:
             )
         if self.status == "missing":
             return "incomplete: no run_stop (the run was killed, crashed or is still running)"
-        if self.status not in ("success", "aborted"):
+        if self.status not in (C.SUCCESS, C.ABORTED):
             return f"run_stop status {self.status!r}: neither success nor aborted"
-        if self.status != "success" and not allow_aborted:
+        if self.status != C.SUCCESS and not allow_aborted:
             return (
                 f"incomplete: run_stop status {self.status} (the run did not reach the "
                 "target or crashed); MLPerf scores at most one such run of 10, as the "
@@ -203,15 +204,15 @@ def read_run(path: Path) -> Run:
         raise LogError(f"{path}: no {MLLOG_MARKER} lines: not an MLPerf result log")
     first: dict = {}
     for line in lines:
-        if line.key in ("run_start", "run_stop") and line.key in first:
+        if line.key in (C.RUN_START, C.RUN_STOP) and line.key in first:
             raise LogError(f"{path}: more than one {line.key}: not the log of one run")
         first.setdefault(line.key, line)
-    start, stop = first.get("run_start"), first.get("run_stop")
-    status = stop.value["metadata"].get("status", "missing") if stop else "missing"
+    start, stop = first.get(C.RUN_START), first.get(C.RUN_STOP)
+    status = stop.value["metadata"].get(C.STATUS, "missing") if stop else "missing"
     if not isinstance(status, str):
         raise LogError(f"{path}: run_stop's status {status!r} is not a string")
     minutes = math.inf
-    if start and stop and status == "success":
+    if start and stop and status == C.SUCCESS:
         minutes = (stop.timestamp - start.timestamp) / 60_000
 
     def value(key: str, kind: type | tuple = (str, int)):
@@ -222,14 +223,14 @@ def read_run(path: Path) -> Run:
 
     return Run(
         path,
-        value("seed", int),
+        value(C.SEED, int),
         start is not None,
         status,
         minutes,
-        value("submission_org", str),
-        value("submission_division", str),
-        value("submission_status", str),
-        value("global_batch_size", int),
+        value(C.SUBMISSION_ORG, str),
+        value(C.SUBMISSION_DIVISION, str),
+        value(C.SUBMISSION_STATUS, str),
+        value(C.GLOBAL_BATCH_SIZE, int),
         resumed_reason(path, first),
         {k: str(value(k)) for k in TOPOLOGY_KEYS if k in first},
         stop.value["metadata"].get(STOP_REASON) if stop else None,
@@ -257,11 +258,11 @@ def resumed_reason(path: Path, first: dict) -> str | None:
     if RESUMED_FROM_CHECKPOINT in first:
         step = first[RESUMED_FROM_CHECKPOINT].value["value"]
         return f"MLLOG {RESUMED_FROM_CHECKPOINT} event: resumed from step {step}"
-    block = first.get("block_start") or first.get("epoch_start")
+    block = first.get(C.BLOCK_START) or first.get(C.EPOCH_START)
     if block is not None:
         meta, key = block.value["metadata"], block.key
         begun = max(
-            _count(path, key, meta, "samples_count"), _count(path, key, meta, "first_epoch_num")
+            _count(path, key, meta, C.SAMPLES_COUNT), _count(path, key, meta, C.FIRST_EPOCH_NUM)
         )
         if begun > 0:
             return f"its first block starts after {begun} samples, not 0"

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bert.mlperf import constants as C
 from bert.mlperf.constants import LOG_NAME
 from bert.submission.reader import mllog_records
 from bert.submission.system_desc import cpu_model
@@ -251,9 +252,9 @@ def run_all(args, data: Path, work: Path) -> dict:
 def eval_points(log: str) -> list[tuple[int, float]]:
     """(samples trained, MLM accuracy) of every eval in an MLPerf log."""
     return [
-        (int(record["metadata"]["epoch_num"]), float(record["value"]))
+        (int(record["metadata"][C.EPOCH_NUM]), float(record["value"]))
         for record in mllog_records(log)
-        if record.get("key") == "eval_accuracy"
+        if record.get("key") == C.EVAL_ACCURACY
     ]
 
 

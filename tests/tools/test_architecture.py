@@ -22,6 +22,7 @@ import subprocess
 import tokenize
 from pathlib import Path
 
+from bert.mlperf import constants
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 500  # any .py file outside tests/
@@ -51,12 +52,35 @@ SCRIPT_EXCEPTIONS = {
     "scripts/bench/compare_tokenizer_library.py",
     "scripts/bench/measure_prepare_sizes.py",
 }  # bench_prepare's stand-in text
+# The MLPerf log's keys, official and this project's own: every writer and reader names them
+# by bert/mlperf/constants.py's names. Words the project also uses for its own things (a
+# record's "status", a "seed" option, the "bert" package, the topology keys' namesakes in a
+# system description) are not checked; the keys that are also config keys or options elsewhere
+# (run.global_batch_size) only in the files of the log.
+GENERIC_WORDS = {"seed", "status", "success", "aborted", "bert"}
+CONFIG_WORDS = {
+    "global_batch_size",
+    "gradient_accumulation_steps",
+    "eval_samples",
+    "start_warmup_step",
+}
+LOG_KEYS = {getattr(constants, name) for name in constants.OFFICIAL} | {
+    constants.DATA_CURRICULUM,
+    constants.RESUMED_FROM_CHECKPOINT,
+    constants.STOP_REASON,
+    constants.TRACKED_STATS,
+}
 # A fact of the MLPerf log -> whether a string literal states it. Each may appear in one file.
 SHARED_FACTS = {
     "ruleset": lambda text: text == "5.0.0",
     "line marker": lambda text: ":::MLLOG" in text,
     "resumed log name": lambda text: "mlperf_resumed_step_" in text,
+    "log key": lambda text: text in LOG_KEYS - GENERIC_WORDS - CONFIG_WORDS,
 }
+# ... and in the files of the log: bert/mlperf/, bert/submission/ and every file that imports
+# the constants
+LOG_FILE_FACTS = {"log key named like a config key": lambda text: text in CONFIG_WORDS}
+LOG_ROOMS = ("bert/mlperf/", "bert/submission/")
 FACTS_HOME = "bert/mlperf/constants.py"
 FACT_EXCEPTIONS: dict[str, set[str]] = {}
 SYS_PATH_EDITS = {"insert", "append", "extend", "remove", "pop", "clear"}
@@ -395,17 +419,45 @@ def sys_path_edits(source: str) -> list[int]:
     return sorted(found)
 
 
-def stated_facts(source: str) -> set[str]:
-    """The SHARED_FACTS a file's string literals state (docstrings, which only explain, aside)."""
+def descriptions(tree: ast.AST) -> set[int]:
+    """The ids of the string nodes that describe a config field (`F(default, doc)`): help text,
+    which explains, as docstrings do ("opt_base_learning_rate" names optim.lr's log key)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "F":
+            found |= {id(arg) for arg in node.args[1:2]}
+            found |= {id(k.value) for k in node.keywords if k.arg == "doc"}
+    return found
+
+
+def imports_log_constants(tree: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.ImportFrom)
+        and (
+            node.module == "bert.mlperf.constants"
+            or (node.module == "bert.mlperf" and any(a.name == "constants" for a in node.names))
+        )
+        for node in ast.walk(tree)
+    )
+
+
+def stated_facts(source: str, log_room: bool = False) -> set[str]:
+    """The SHARED_FACTS a file's string literals state (docstrings and field descriptions,
+    which only explain, aside); in a file of the log (`log_room`, or one that imports the
+    constants) the LOG_FILE_FACTS too."""
     tree = ast.parse(source)
-    explained = docstring_lines(tree)
+    explained, described = docstring_lines(tree), descriptions(tree)
+    facts = dict(SHARED_FACTS)
+    if log_room or imports_log_constants(tree):
+        facts.update(LOG_FILE_FACTS)
     return {
         fact
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and node.lineno not in explained
-        for fact, states in SHARED_FACTS.items()
+        and id(node) not in described
+        for fact, states in facts.items()
         if states(node.value)
     }
 
@@ -441,10 +493,11 @@ def test_nothing_outside_tests_edits_sys_path():
 
 
 def test_shared_mlperf_facts_are_stated_once():
-    homes: dict[str, set[str]] = {fact: set() for fact in SHARED_FACTS}
+    homes: dict[str, set[str]] = {fact: set() for fact in {**SHARED_FACTS, **LOG_FILE_FACTS}}
     for path in outside_tests():
-        for fact in stated_facts(path.read_text()):
-            homes[fact].add(path.relative_to(ROOT).as_posix())
+        name = path.relative_to(ROOT).as_posix()
+        for fact in stated_facts(path.read_text(), name.startswith(LOG_ROOMS)):
+            homes[fact].add(name)
     for fact, files in homes.items():
         assert files - FACT_EXCEPTIONS.get(fact, set()) == {FACTS_HOME}, fact
 
@@ -463,6 +516,16 @@ def test_the_checkers_find_what_they_look_for():
         "resumed log name",
         "line marker",
     }
+    # a log key read as a bare string; a config key's namesake only where the log is read
+    assert stated_facts('if line.key == "eval_accuracy":\n    pass\n') == {"log key"}
+    assert stated_facts('tree = {"run": {"global_batch_size": 8}}\n') == set()
+    reader = 'from bert.mlperf.constants import LOG_NAME\nbatch = first["global_batch_size"]\n'
+    assert stated_facts(reader) == {"log key named like a config key"}
+    assert stated_facts('batch = first["global_batch_size"]\n', log_room=True) != set()
+    # what explains is no statement: a docstring, a field's description
+    explained = '"""Reads eval_accuracy."""\nlr: float = F(4e-4, "opt_base_learning_rate")\n'
+    assert stated_facts(explained) == set()
+    assert stated_facts('x = F("run_stop", "doc")\n') == {"log key"}  # a default states it
 
 
 def test_every_cited_source_is_defined_in_docs_references():

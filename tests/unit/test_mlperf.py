@@ -349,3 +349,14 @@ def test_a_logged_string_holding_the_marker_cannot_forge_a_line(tmp_path):
     assert org.startswith(":::_MLLOG {")  # kept readable, no longer a marker
     proc = check(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_official_keys_are_mlperf_loggings():
+    """bert/mlperf/constants.py states the official keys so that neither the run nor the
+    readers need mlperf-logging to name one; they are the package's own names and values."""
+    official = pytest.importorskip("mlperf_logging.mllog.constants")
+    from bert.mlperf import constants
+
+    assert {n: getattr(constants, n) for n in constants.OFFICIAL} == {
+        n: getattr(official, n) for n in constants.OFFICIAL
+    }

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bert.submission.compliance import parse_args as checker_args
 from bert.submission.compliance import run_checker
+from bert.mlperf import constants as C
 from bert.mlperf.constants import LOG_NAME
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.smoke_train import mlperf_events, run
@@ -103,9 +104,9 @@ def run_args(device: str, work: Path, name: str) -> list[str]:
 def eval_curve(events: list[dict]) -> list[list[float]]:
     """[samples trained, eval accuracy] per eval of an MLPerf log (epoch_num counts samples)."""
     return [
-        [e.get("metadata", {}).get("epoch_num"), e["value"]]
+        [e.get("metadata", {}).get(C.EPOCH_NUM), e["value"]]
         for e in events
-        if e.get("key") == "eval_accuracy"
+        if e.get("key") == C.EVAL_ACCURACY
     ]
 
 
@@ -130,7 +131,7 @@ def one_run(device: str, work: Path, name: str) -> dict:
     return {
         **result,
         "settings": variant_settings(name, device),
-        "run_stop": None if stop is None else stop.get("status"),
+        C.RUN_STOP: None if stop is None else stop.get("status"),
         "steps": None if stop is None else stop.get("steps"),
         "evals": curve,
         "samples_to_target": samples_to_target(curve),
@@ -144,9 +145,9 @@ def run_failures(name: str, result: dict) -> list[str]:
     if result.get("error"):
         return [f"{name} raised {result['error']}"]
     failures = []
-    if (result.get("exit"), result.get("run_stop")) != (0, "success"):
+    if (result.get("exit"), result.get(C.RUN_STOP)) != (0, "success"):
         failures.append(
-            f"{name} ended with exit {result.get('exit')} and run_stop {result.get('run_stop')}"
+            f"{name} ended with exit {result.get('exit')} and run_stop {result.get(C.RUN_STOP)}"
             f" (a proof ends with exit 0 and run_stop success)"
         )
     if result.get("samples_to_target") is None:

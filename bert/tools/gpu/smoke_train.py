@@ -53,6 +53,7 @@ from pathlib import Path
 
 from bert.submission.compliance import parse_args as checker_args
 from bert.submission.compliance import run_checker
+from bert.mlperf import constants as C
 from bert.mlperf.constants import LOG_NAME, resumed_log_name
 from bert.submission.reader import mllog_records
 from bert.obs.observer import file_suffix
@@ -256,7 +257,7 @@ def mlperf_events(folder: Path, name: str) -> list[dict]:
 
 
 def eval_accuracies(events: list[dict]) -> list[float]:
-    return [e["value"] for e in events if e.get("key") == "eval_accuracy"]
+    return [e["value"] for e in events if e.get("key") == C.EVAL_ACCURACY]
 
 
 def compliance(log: Path) -> dict:

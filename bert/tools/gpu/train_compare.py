@@ -56,6 +56,7 @@ import tempfile
 from pathlib import Path
 
 from bert.core.errors import BadInputError
+from bert.mlperf.constants import RUN_STOP
 from bert.model import ModelConfig
 from bert.model.fused import FUSED_OPS
 from bert.obs.sinks import read_records
@@ -223,7 +224,7 @@ def one_run(
     return {
         **result,
         "ended": ended(result, stop),
-        "run_stop": None if stop is None else stop.get("status"),
+        RUN_STOP: None if stop is None else stop.get("status"),
         "steps_trained": None if stop is None else stop.get("steps"),
         "switches": extra,
         "seed": seed,
@@ -238,7 +239,7 @@ def run_failures(name: str, result: dict, min_accuracy: float) -> list[str]:
     failures = []
     if result.get("error"):
         failures.append(f"{name} run raised {result['error']}")
-    elif (result.get("exit", 1), result.get("run_stop", "aborted")) not in EXPECTED_ENDS:
+    elif (result.get("exit", 1), result.get(RUN_STOP, "aborted")) not in EXPECTED_ENDS:
         failures.append(
             f"{name} run ended otherwise than expected: {result.get('ended') or result.get('exit')}"
         )
