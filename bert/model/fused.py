@@ -16,6 +16,7 @@ imported when a model is built (`layer_functions`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
@@ -159,6 +160,23 @@ FUSED_KERNELS = {flag: op.kernel for flag, op in FUSED_OPS.items()}
 def enabled(cfg: "ModelConfig") -> list[str]:
     """The fused flags on in `cfg`, in FUSED_OPS order."""
     return [flag for flag in FUSED_OPS if getattr(cfg, flag)]
+
+
+def admissible_fused_flags(cfg: "ModelConfig") -> list[str]:
+    """The fused flags a model of `cfg` can have on together, in FUSED_OPS order: each one the
+    config's own checks accept beside the ones before it (its record's shape limits, no layer
+    function replaced twice, none that competes with cfg's compile_sublayers or fp8_linear).
+    With erf GeLU (MLPerf's BERT) that leaves fused_dense_gelu out; below hidden size 1024 the
+    LayerNorm and embedding kernels. The one rule of every tool that turns "all fused" on."""
+    off = dataclasses.replace(cfg, **{flag: False for flag in FUSED_OPS})
+    flags: list[str] = []
+    for flag in FUSED_OPS:
+        try:  # replace() validates: ModelConfig's checks decide
+            dataclasses.replace(off, **{f: True for f in [*flags, flag]})
+        except ValueError:  # ConfigError
+            continue
+        flags.append(flag)
+    return flags
 
 
 def layer_functions(

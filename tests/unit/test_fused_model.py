@@ -535,15 +535,26 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
         candidates("cuda", "--fastest", "flashy+fused")
 
 
-def test_bench_fused_variant_turns_on_only_valid_flags():
-    """`+fused` turns on every flag the model admits: the benchmark's BERT has erf GeLU (as
-    MLPerf's), so everything but fused_dense_gelu; a tanh-GeLU model gets that one too."""
-    from bert.tools.throughput.variants import fused_flags
+def test_one_rule_admits_the_fused_flags():
+    """bert/model/fused.py's admissible_fused_flags is the one rule of "every fused flag": the
+    config's own checks, flag by flag. The benchmark's BERT has erf GeLU (as MLPerf's), so
+    everything but fused_dense_gelu; a tanh-GeLU model gets that one too; a small model only
+    the flags without the 1024 limit; compile_sublayers and fp8_linear keep theirs."""
+    from bert.model.fused import admissible_fused_flags
+    from bert.tools.gpu.train_compare import SHAPES, fused_switches
     from bert.tools.throughput.workload import model_config
 
-    erf = model_config("large")
-    assert erf.hidden_act == "gelu" and fused_flags(erf) == list(ERF_FLAGS)
-    tanh = ModelConfig(hidden_act="gelu_tanh")
-    assert set(fused_flags(tanh)) == set(FLAGS)
-    for cfg in (erf, tanh):  # every flag set it picks is a valid config
-        dataclasses.replace(cfg, **dict.fromkeys(fused_flags(cfg), True))
+    erf, tanh = model_config("large"), ModelConfig(hidden_act="gelu_tanh")
+    small = ModelConfig(hidden_size=64, num_attention_heads=2)
+    compiled, fp8 = ModelConfig(compile_sublayers=True), ModelConfig(fp8_linear=True)
+    assert erf.hidden_act == "gelu" and admissible_fused_flags(erf) == list(ERF_FLAGS)
+    assert admissible_fused_flags(tanh) == list(FLAGS)
+    assert admissible_fused_flags(small) == ["fused_mlm_loss", "fused_dense"]
+    assert admissible_fused_flags(compiled) == ["fused_embedding_backward", "fused_mlm_loss"]
+    assert admissible_fused_flags(fp8) == list(ERF_FLAGS[:3])
+    for cfg in (erf, tanh, small, compiled, fp8):  # every flag set it picks is a valid config
+        dataclasses.replace(cfg, **dict.fromkeys(admissible_fused_flags(cfg), True))
+    # the GPU harness's fused run (train_compare, learning_proof) takes the same rule
+    assert fused_switches(SHAPES["cuda"], "cpu") == dict.fromkeys(
+        (f"model.{flag}" for flag in ERF_FLAGS), "true"
+    )  # width 1024, erf GeLU

@@ -48,17 +48,15 @@ narrower model that learns, and shows a wrong fused function failing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import sys
 import tempfile
 from pathlib import Path
 
-from bert.core.errors import BadInputError
 from bert.mlperf.constants import RUN_STOP
 from bert.model import ModelConfig
-from bert.model.fused import FUSED_OPS
+from bert.model.fused import admissible_fused_flags
 from bert.obs.sinks import read_records
 from bert.tools.common import git_commit, set_args, write_json
 from bert.tools.gpu.loss_curves import (
@@ -129,8 +127,8 @@ EXPECTED_END = (
 
 
 def fused_switches(shape: dict, device: str) -> dict[str, str]:
-    """Every fused model flag the shape admits with erf GeLU, one at a time through the
-    config's own checks, and the fused LAMB on CUDA."""
+    """Every fused model flag the shape admits (bert/model/fused.py's one rule: with erf GeLU,
+    not fused_dense_gelu), and the fused LAMB on CUDA."""
     base = ModelConfig(
         **{
             k.removeprefix("model."): v
@@ -138,13 +136,7 @@ def fused_switches(shape: dict, device: str) -> dict[str, str]:
             if k.startswith("model.") and k != "model.attention"
         }
     )
-    switches = {}
-    for flag in FUSED_OPS:
-        try:
-            dataclasses.replace(base, **{flag: True})
-        except (BadInputError, ValueError):
-            continue  # e.g. fused_dense_gelu: tanh GeLU only
-        switches[f"model.{flag}"] = "true"
+    switches = {f"model.{flag}": "true" for flag in admissible_fused_flags(base)}
     if device == "cuda":
         switches["optim.fused_kernel"] = "true"
     return switches

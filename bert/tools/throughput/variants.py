@@ -29,8 +29,7 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
-from bert.model import BertForPretraining, ModelConfig
-from bert.model.config import fp8_competitors
+from bert.model import BertForPretraining
 from bert.model import fused as ops
 from bert.model.weights import load_into_model
 from bert.optim import LAMB, param_groups
@@ -75,17 +74,6 @@ def init_state(size: str, seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
     model = transformers.BertForPreTraining(hf_config(model_config(size)))
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def fused_flags(cfg: ModelConfig) -> list[str]:
-    """The model.fused_* flags a fused variant turns on: all of them, but fused_dense_gelu only
-    for a tanh-GeLU model (cuBLASLt's GeLU epilogue is the tanh form). The benchmark's BERT has
-    erf GeLU, as MLPerf's does, so its dense layers get fused_dense alone."""
-    return [
-        flag
-        for flag in ops.FUSED_KERNELS
-        if flag != "fused_dense_gelu" or cfg.hidden_act == "gelu_tanh"
-    ]
 
 
 def make_optimizer(
@@ -158,11 +146,10 @@ def build_ours(
     cfg = dataclasses.replace(
         model_config(size, attention), last_layer_subset=subset, compile_sublayers=sublayers
     )
-    flags = fused_flags(cfg) if fused else []
-    if fp8:  # FP8 replaces the encoder GEMMs fused_dense would: the others stay
-        flags = [flag for flag in flags if flag not in fp8_competitors()]
+    if fp8:  # FP8 replaces the encoder GEMMs fused_dense would: the rule leaves those out
         cfg = dataclasses.replace(cfg, fp8_linear=True)
-    if flags:  # replace() validates again: some kernels need hidden size 1024
+    flags = ops.admissible_fused_flags(cfg) if fused else []
+    if flags:
         cfg = dataclasses.replace(cfg, **{flag: True for flag in flags})
     model = BertForPretraining(cfg, device=device)
     load_into_model(model, dict(state), source="benchmark init")
