@@ -47,7 +47,6 @@ from data.comm.host import HostComm, LocalComm, displacements
 from data.comm.wire import GlobalBatch, encode
 from data.config import BatchGeometry
 from data.order.lengths import length_pmf, sample_lengths, sample_stratified_lengths, strata_edges
-from data.order.node_balance import node_swap_rows
 from data.order.shape import node_size
 from data.order.strategies import STRATEGIES, Strategy
 from data.packing import Sample, pack_samples
@@ -147,7 +146,7 @@ def prepare(strategy: str, rank: int, raw: list[list[Sample]], gathered, geometr
     elif record.transport == "sparse":
         comm = ReplayComm(rank, len(raw), gathered.sizes, gathered.received(rank))
         samples, _ = sparse.exchange(
-            comm, mine, no_origin(mine), args.ranks_per_node, rows_for=node_swap_rows
+            comm, mine, no_origin(mine), args.ranks_per_node, rows_for=record.rows
         )
     else:
         encode(mine, no_origin(mine))  # its send buffer

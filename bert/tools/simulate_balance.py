@@ -37,7 +37,6 @@ from bert.core.inputs import Parser, int_arg
 from bert.tools.common import git_commit, import_pyplot
 from data.comm import sparse
 from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths
-from data.order.node_balance import node_swap_rows
 from data.order.simulate import dealt_batches
 from data.order.strategies import STRATEGIES, balance, tokens_per_rank
 
@@ -195,8 +194,9 @@ def moved_fraction(assignment: np.ndarray, per_node: int) -> np.ndarray:
 
 def assign_ms(name: str, batches: np.ndarray, world: int, per_node: int) -> float:
     """Median CPU milliseconds one rank spends per step on the assignment of one global batch
-    (lengths (K, W*B)): a node-local strategy deals only its node's batch, node_swap computes
-    only the rows it exchanges (node_balance.node_swap_rows), the rest the whole batch.
+    (lengths (K, W*B)): a node-local strategy deals only its node's batch, a sparse one
+    (node_swap) computes only the rows it exchanges (its record's `rows`), the rest the whole
+    batch.
     Thread CPU time, so that waiting for a core on a shared machine does not count."""
     kind = exchange_kind(name)
     group = min(per_node, world)
@@ -204,7 +204,7 @@ def assign_ms(name: str, batches: np.ndarray, world: int, per_node: int) -> floa
     for row in batches:
         start = time.thread_time()
         if kind == "sparse":
-            node_swap_rows(row, world, per_node, 0)
+            STRATEGIES[name].rows(row, world, per_node, 0)
         elif kind == "node":
             balance(name, row[: group * (row.size // world)], group, group)
         else:

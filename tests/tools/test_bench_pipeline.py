@@ -3,6 +3,7 @@ times for each rank is that rank's share of the strategy's assignment."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -91,6 +92,27 @@ def test_each_rank_packs_its_assignment_row(strategy):
         (packed,) = bench.prepare(strategy, rank, raw, gathered, geometry, args)
         want = pack_samples([flat[i] for i in assignment[rank]])
         np.testing.assert_array_equal(packed.input_ids.numpy(), want.input_ids)
+
+
+def test_the_sparse_transport_runs_the_records_rows(monkeypatch):
+    """The benchmark exchanges by the strategy record's `rows`, not by a function of its own: a
+    sparse strategy registered with a counted rows function is timed with it."""
+    called = []
+
+    def counted_rows(lengths, world, ranks_per_node, rank):
+        called.append(rank)
+        return STRATEGIES["node_swap"].rows(lengths, world, ranks_per_node, rank)
+
+    record = dataclasses.replace(STRATEGIES["node_swap"], rows=counted_rows)
+    monkeypatch.setitem(STRATEGIES, "counted_swap", record)
+    args = bench.parse_args(["--global-batch", "8", "--ranks", "2", "--ranks-per-node", "1"])
+    args.batches = 1
+    geometry = BatchGeometry.build(args, args.ranks)
+    raw = bench.global_batches("counted_swap", args, geometry, np.random.default_rng(0))[0]
+    gathered = bench.Recorded.of(record, raw, 1)
+    for rank in range(2):
+        bench.prepare("counted_swap", rank, raw, gathered, geometry, args)
+    assert called == [0, 1]
 
 
 def test_ranks_per_node_must_divide_the_ranks(capsys):
