@@ -50,7 +50,7 @@ from bert.train.graphs.config import graphs_config_error
 from bert.core.errors import ConfigError, check
 from bert.core.inputs import parse_float, parse_int
 from bert.core.readers import read_yaml
-from bert.core.settings import F, choices_of, expected, section, shown
+from bert.core.settings import F, choices_of, expected, fields_of, section, shown
 from bert.obs.config import ProfileConfig
 from data.config import BatchGeometry, DataConfig
 from data.order.curricula import division_error
@@ -219,7 +219,7 @@ def _build(cls: type, values: Any, prefix: str) -> Any:
         raise ConfigError(
             f"{prefix.rstrip('.') or 'config'}: expected a mapping of its keys, got {shown(values)}"
         )
-    fields = cls.__pydantic_fields__
+    fields = fields_of(cls)
     kwargs = {}
     for key, value in values.items():
         full = f"{prefix}{key}"
@@ -338,7 +338,7 @@ def describe_fields(cls: type = Config, prefix: str = "", values: Any = None) ->
     """`section.key (type) = default  # description` lines for --help-config; with `values`
     (a config, or its section), `= default -> value` where its value differs."""
     lines = []
-    fields = cls.__pydantic_fields__
+    fields = fields_of(cls)
     # a section's defaults as it builds them; the root, all sections, is never built: its
     # checks would resolve run.device=auto, which imports torch to look for a GPU
     leaves = any(not dataclasses.is_dataclass(f.annotation) for f in fields.values())

@@ -101,7 +101,8 @@ def F(
 
 def section(name: str):
     """Class decorator: a frozen, validated config section named `name` (e.g. "data.synthetic").
-    A class may define `prepare(kwargs) -> kwargs`, applied to the given values first."""
+    A class may define `prepare(kwargs) -> kwargs`, applied to the given values first, and
+    `declare_fields()`, which declares the fields its registry added since (`fields_of`)."""
 
     def wrap(cls: type) -> type:
         dc = pydantic.dataclasses.dataclass(cls, config=SECTION_CONFIG)
@@ -109,6 +110,7 @@ def section(name: str):
 
         @functools.wraps(validate)
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            fields_of(dc)
             if hasattr(dc, "prepare"):
                 kwargs = dc.prepare(kwargs)
             try:
@@ -121,6 +123,23 @@ def section(name: str):
         return dc
 
     return wrap
+
+
+def fields_of(cls: type) -> dict[str, FieldInfo]:
+    """A section's fields as of now: a section whose fields follow a registry (ModelConfig's
+    fused flags, one per record of bert/model/fused.py) declares the ones added since first."""
+    declare = getattr(cls, "declare_fields", None)
+    if declare is not None:
+        declare()
+    return cls.__pydantic_fields__
+
+
+def rebuild(cls: type) -> None:
+    """Rebuild a section's validation after it declared new fields (`declare_fields`), keeping
+    its ConfigError wording: pydantic's rebuild puts its own __init__ back."""
+    wrapped = cls.__init__
+    pydantic.dataclasses.rebuild_dataclass(cls, force=True)
+    cls.__init__ = wrapped
 
 
 # Bounded at every level, so a value of billions of shared items (a YAML alias bomb) is shown

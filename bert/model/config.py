@@ -14,7 +14,7 @@ from typing import Literal
 
 from bert.core.errors import ConfigError, check
 from bert.core.readers import read_json
-from bert.core.settings import ExpandedPath, F, RegistryName, section
+from bert.core.settings import ExpandedPath, F, RegistryName, rebuild, section
 from bert.model.attention_backends import BACKENDS
 from bert.model.fused import FUSED_OPS, enabled
 from bert.model.fused import HIDDEN as FUSED_HIDDEN_SIZE  # noqa: F401 - the kernels' size
@@ -53,24 +53,38 @@ AttentionName = RegistryName(lambda: BACKENDS)
 COMPILE_SUBLAYERS_GPU_VALIDATED: str | None = None
 
 
-def with_fused_flags(cls: type) -> type:
-    """Declares `model.<flag>: bool = false` for every fused op (bert/model/fused.py's
-    FUSED_OPS, with its record's description), before compile_sublayers. Each replaces a
-    plain-PyTorch path; on CUDA it needs the compiled extension (checked when the model is
-    built) and fp16/bf16 activations (run.precision); on the CPU its PyTorch twin runs."""
-    annotations = {}
-    for name, annotation in cls.__annotations__.items():
+def declare_fused_flags(cls: type) -> None:
+    """Declares `model.<flag>: bool = false` for every fused op of bert/model/fused.py's
+    FUSED_OPS not declared yet (with its record's description), before compile_sublayers, and
+    rebuilds the section's validation. Each flag replaces a plain-PyTorch path; on CUDA it needs
+    the compiled extension (checked when the model is built) and fp16/bf16 activations
+    (run.precision); on the CPU its PyTorch twin runs. The section runs this whenever it is
+    used (bert/core/settings.py: `fields_of`, each build), so a record registered at any time
+    is a key like the others."""
+    missing = [flag for flag in FUSED_OPS if flag not in cls.__dataclass_fields__]
+    if not missing:
+        return
+    # proper dataclass fields for the flags, from a throwaway dataclass
+    made = dataclasses.make_dataclass(
+        "FusedFlags",
+        [
+            (flag, "bool", dataclasses.field(default=F(False, FUSED_OPS[flag].doc)))
+            for flag in missing
+        ],
+    ).__dataclass_fields__
+    annotations, fields = {}, {}
+    for name, field in cls.__dataclass_fields__.items():
         if name == "compile_sublayers":
-            for flag, op in FUSED_OPS.items():
-                annotations[flag] = "bool"
-                setattr(cls, flag, F(False, op.doc))
-        annotations[name] = annotation
-    cls.__annotations__ = annotations
-    return cls
+            annotations.update(dict.fromkeys(missing, "bool"))
+            fields.update({flag: made[flag] for flag in missing})
+        annotations[name], fields[name] = cls.__annotations__[name], field
+    for flag in missing:
+        setattr(cls, flag, made[flag].default)
+    cls.__annotations__, cls.__dataclass_fields__ = annotations, fields
+    rebuild(cls)
 
 
 @section("model")
-@with_fused_flags
 class ModelConfig:
     """BERT architecture (the fields of a Google `bert_config.json`) and model-side switches."""
 
@@ -146,6 +160,25 @@ class ModelConfig:
     bert_config_file: ExpandedPath = F(
         "", "optional bert_config.json; its values replace the fields above"
     )
+
+    @classmethod
+    def declare_fields(cls) -> None:
+        declare_fused_flags(cls)
+
+    # Equality, hash and repr over the fields the section has now (the generated ones would
+    # know only those declared with the class, not the fused flags declared later).
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__dataclass_fields__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)
+        return f"ModelConfig({shown})"
 
     @staticmethod
     def prepare(values: dict) -> dict:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
+from bert.core.benchmarks import KernelBench
 from bert.core.lazy import Ref, load
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class FusedOp:
     # the record (benchmarks/results/gpu/...) of the window whose GPU tests passed for this
     # switch; None: not validated on a GPU yet, so off in every config (bert/gpu_status.py)
     gpu_validated: Optional[str] = None
+    # its kernel's microbenchmark, which the GPU window runs (records of one kernel name it
+    # once between them: each script runs once)
+    bench: Optional[KernelBench] = None
 
 
 # ---- shape limits ------------------------------------------------------------------------------
@@ -107,6 +111,8 @@ def _fn(name: str) -> str:
 # run on an A100 (sm_80). fused_dense_gelu's tests passed too, but it needs tanh GeLU, which the
 # learning proof's (MLPerf's) erf model does not use: not validated.
 VALIDATED_ON_H200 = "benchmarks/results/gpu/2026-11-28_window"
+# the window's compiled runs at a size that fits its time
+DENSE_BENCH = KernelBench("bench_dense", compiled=("--tokens", "16384"))
 
 # ---- the table: config flag -> kernel, description, shape limits, replaced functions -----------
 FUSED_OPS: dict[str, FusedOp] = {
@@ -116,6 +122,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         {"sublayer_end": _fn("fused_sublayer_end")},
         _hidden_1024,
         gpu_validated=VALIDATED_ON_H200,
+        bench=KernelBench("bench_bias_dropout_residual_layernorm", compiled=("--tokens", "16384")),
     ),
     "fused_embedding_backward": FusedOp(
         "embedding_backward",
@@ -123,6 +130,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         {"word_embedding": _fn("fused_backward_word_embedding")},
         _hidden_1024,
         gpu_validated=VALIDATED_ON_H200,
+        bench=KernelBench("bench_embedding_backward"),
     ),
     "fused_mlm_loss": FusedOp(
         "softmax_cross_entropy",
@@ -130,6 +138,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         {"mlm_cross_entropy": _fn("fused_mlm_cross_entropy")},
         _padded_vocab,
         gpu_validated=VALIDATED_ON_H200,
+        bench=KernelBench("bench_softmax_cross_entropy", compiled=("--rows", "4096")),
     ),
     "fused_dense": FusedOp(
         "dense",
@@ -142,6 +151,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         {"linear": _fn("fused_linear"), "linear_with_residual": _fn("fused_linear_with_residual")},
         _dense,
         gpu_validated=VALIDATED_ON_H200,
+        bench=DENSE_BENCH,
     ),
     "fused_dense_gelu": FusedOp(
         "dense",
@@ -151,6 +161,7 @@ FUSED_OPS: dict[str, FusedOp] = {
         "(MLPerf's BERT uses erf gelu).",
         {"linear_gelu": _fn("fused_linear_gelu"), "feed_forward": _fn("fused_gelu_feed_forward")},
         _dense_gelu,
+        bench=DENSE_BENCH,
     ),
 }
 # Config flag -> the kernels/ op it switches on.

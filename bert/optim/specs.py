@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from bert.core.benchmarks import KernelBench
 from bert.core.lazy import Ref
 
 
@@ -27,6 +28,8 @@ class ShardMath:
     fused_op: str = ""
     # the GPU window record that validated the fused kernels; None: not yet (bert/gpu_status.py)
     fused_gpu_validated: Optional[str] = None
+    # the fused kernels' microbenchmark, which the GPU window runs
+    fused_bench: Optional[KernelBench] = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def _update(name: str) -> str:
 _REFERENCE_LAMB = (_update("reference_sums"), _update("reference_update"))
 _FUSED_LAMB = (_update("fused_sums"), _update("fused_update"))
 LAMB_OP = "lamb"  # kernels/lamb.py's OP (importing it loads torch); test_registries checks
+# the window's compiled run: the sharded update of an 8-rank job, fp16 parameters
+LAMB_BENCH = KernelBench("bench_lamb", compiled=("--world", "8", "--param-dtype", "fp16"))
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     "lamb": OptimizerSpec(
         replicated="bert.optim.registry:lamb_optimizer",
@@ -60,12 +65,15 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
             # test_lamb_kernel.py 16 of 16 on an H200, and the learning proof's fused run
             # (2026-11-28b) trained with it (bert/model/fused.py's VALIDATED_ON_H200)
             fused_gpu_validated="benchmarks/results/gpu/2026-11-28_window",
+            fused_bench=LAMB_BENCH,
         ),
     ),
     # AdamW: LAMB's update without the trust ratio (no weight norms), open division only
     "adam": OptimizerSpec(
         replicated=None,
         closed_division=False,
-        sharded=ShardMath(False, *_REFERENCE_LAMB, fused=_FUSED_LAMB, fused_op=LAMB_OP),
+        sharded=ShardMath(
+            False, *_REFERENCE_LAMB, fused=_FUSED_LAMB, fused_op=LAMB_OP, fused_bench=LAMB_BENCH
+        ),
     ),
 }

@@ -59,7 +59,7 @@ def test_dry_run_collects_every_gpu_test_without_mlperf_logging(tmp_path):
     steps = {s["name"]: s for s in summary["steps"]}
     assert steps["build"]["status"] == "skipped"
     # Each microbenchmark's planned command (flags included) is checked against its --help.
-    for script, _, compiled in validate_gpu.MICROBENCH:
+    for script, _, compiled in validate_gpu.microbenchmarks():
         assert steps[script]["status"] == "ok"
         assert "--no-compile" in steps[script]["planned_command"]
         if compiled:

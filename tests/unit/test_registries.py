@@ -134,14 +134,20 @@ def test_a_new_optimizer_is_one_record(data_dir, tmp_path, monkeypatch, sharded)
 
 
 # A new fused op, registered the way bert/model/fused.py registers its own: one FusedOp record
-# naming the layer function it replaces. ModelConfig declares its flag when it is built, so the
-# record must exist before bert.model.config is imported: a fresh interpreter, as for a new
-# record in fused.py itself.
+# naming the layer function it replaces and its benchmark. It is registered after the config,
+# the trainer and the GPU harness were imported (ModelConfig declares its flag when the section
+# is next used), in a fresh interpreter so that no other test sees it.
 FUSED_PLUGIN = """
 import sys
 from pathlib import Path
 
+import run_pretraining
+from bert.config import describe_fields
+from bert.core.benchmarks import KernelBench
 from bert.model import fused
+from bert.tools.common import set_args
+from bert.tools.gpu.validate import microbenchmarks
+from tiny_run import tiny_settings
 
 calls = []
 
@@ -153,20 +159,15 @@ def counted_embedding(input_ids, table):
 
 fused.FUSED_OPS["fused_counted_embedding"] = fused.FusedOp(
     "embedding_backward", "test: a counted word-embedding lookup",
-    {"word_embedding": counted_embedding},
+    {"word_embedding": counted_embedding}, bench=KernelBench("bench_counted"),
 )
-
-import run_pretraining  # noqa: E402 - the config is built with the new flag
-from bert.tools.common import set_args  # noqa: E402
-from tiny_run import tiny_settings  # noqa: E402
 
 data_dir, out, flag = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 settings = tiny_settings(data_dir, out, **{"run.max_steps": 2, flag: "true"})
 code = run_pretraining.main(["--config", "configs/tiny_cpu.yaml", *set_args(settings)])
-from bert.config import describe_fields  # noqa: E402
-
 listed = any(line.startswith(flag + " (bool) = False  # test:") for line in describe_fields())
-print("exit", code, "lookups", len(calls), "listed", listed)
+benched = ("bench_counted", ["--no-compile"], None) in microbenchmarks()
+print("exit", code, "lookups", len(calls), "listed", listed, "benched", benched)
 """
 
 
@@ -187,15 +188,18 @@ def run_fused_plugin(tmp_path, flag: str):
 
 
 def test_a_new_fused_op_is_one_record(tmp_path):
-    """The record alone gives model.fused_counted_embedding (config key, checks) and swaps the
-    word-embedding lookup of the model the run trains, from the first step on."""
+    """The record alone, registered after the config was imported, gives
+    model.fused_counted_embedding (config key, checks, --help-config), swaps the word-embedding
+    lookup of the model the run trains, from the first step on, and puts its benchmark into the
+    GPU window."""
     done = run_fused_plugin(tmp_path, "model.fused_counted_embedding")
     assert done.returncode == 0, done.stderr[-2000:]
-    _, code, _, lookups, _, listed = done.stdout.strip().splitlines()[-1].split()
+    _, code, _, lookups, _, listed, _, benched = done.stdout.strip().splitlines()[-1].split()
     # exit 0: the 2 steps ran and the run stopped at its step budget, as told
     assert code == "0" and "run_stop aborted" in done.stderr + done.stdout
     assert int(lookups) >= 3  # 2 training steps and the eval, through the record's function
     assert listed == "True"  # --help-config lists the flag with the record's description
+    assert benched == "True"  # the GPU window runs the benchmark the record names
 
 
 def test_fused_flags_that_replace_the_same_function_are_refused(monkeypatch):
@@ -302,3 +306,67 @@ def test_a_curriculum_name_is_read_from_its_registry(monkeypatch):
     )
     with pytest.raises(ConfigError, match="expected one of none, .*, dummy$"):
         load_config(None, ["data.curriculum.name=nosuch"])
+
+
+# Files that name every fused op although a new one need not join them: the GPU window's
+# measured step times (a new kernel's test step runs on a default until a window measures it)
+# and the order it runs the kernels' tests in (a new one's are found by their GPU marker).
+LISTS_EVERY_OP_BY_CHOICE = {"bert/tools/gpu/expected.py", "bert/tools/gpu/window.py"}
+
+
+def files_listing_every_fused_op(root: Path) -> set[str]:
+    """The product files (outside tests/ and the docs) that name every fused op: its flag, its
+    kernel's benchmark script or its kernel's test file. A list by hand a new op must join."""
+    import re
+
+    from bert.model.fused import FUSED_OPS
+
+    names = [[flag, f"bench_{op.kernel}", f"test_{op.kernel}"] for flag, op in FUSED_OPS.items()]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py", "*.yaml"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    found = set()
+    for name in listed:
+        if name.startswith(("tests/", "benchmarks/")) or not (root / name).is_file():
+            continue
+        text = (root / name).read_text()
+        if all(
+            any(re.search(rf"(?<![A-Za-z0-9]){n}(?![A-Za-z0-9])", text) for n in op_names)
+            for op_names in names
+        ):
+            found.add(name)
+    return found
+
+
+def test_the_files_a_new_fused_op_touches_are_the_documented_ones():
+    """Besides its own files, a new fused op touches the records' file and the file its
+    replacement functions live in (what the records name), and no list by hand: the count and
+    the files are docs/architecture.md's "files touched" for a fused op."""
+    import inspect
+    import re
+
+    from bert.model import fused
+
+    root = Path(__file__).resolve().parents[2]
+    named = {
+        fn.split(":")[0].replace(".", "/") + ".py"
+        for op in fused.FUSED_OPS.values()
+        for fn in op.replaces.values()
+    }
+    record = Path(inspect.getsourcefile(fused)).relative_to(root).as_posix()
+    lists = files_listing_every_fused_op(root) - LISTS_EVERY_OP_BY_CHOICE
+    touched = {record, *named, *lists}
+    row = next(
+        line
+        for line in (root / "docs" / "architecture.md").read_text().splitlines()
+        if line.startswith("| a fused op |")
+    )
+    count, files = re.search(r"\+ (\d+): ([^;]*);", row).groups()
+    assert set(re.findall(r"`([^`<>]+\.py)`", files)) == touched
+    assert int(count) == len(touched) == 2
+    # the check sees a list by hand: every op's flag named in one file
+    assert "bert/model/fused.py" in files_listing_every_fused_op(root)

@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bert.model.fused import FUSED_OPS
+from bert.optim.specs import OPTIMIZERS
 from bert.tools.common import ROOT, git_commit
 from bert.tools.gpu import report as gpu_report
 from bert.tools.gpu import pytest_journal
@@ -56,13 +58,6 @@ PY = sys.executable
 
 # Kernel microbenchmarks: (script, eager arguments, one compiled size or None when the op has no
 # torch.compile competitor), each run under its own timeout.
-MICROBENCH = [
-    ("bench_bias_dropout_residual_layernorm", ["--no-compile"], ["--tokens", "16384"]),
-    ("bench_dense", ["--no-compile"], ["--tokens", "16384"]),
-    ("bench_embedding_backward", ["--no-compile"], None),
-    ("bench_softmax_cross_entropy", ["--no-compile"], ["--rows", "4096"]),
-    ("bench_lamb", ["--no-compile"], ["--world", "8", "--param-dtype", "fp16"]),
-]
 MICROBENCH_TIMEOUT_S = 90
 MAX_CRASH_RERUNS = 3  # a GPU test file that keeps dying is not worth the whole window
 # BERT-Large bf16 on the MLPerf length mix (bench_throughput.py's defaults on CUDA).
@@ -129,6 +124,20 @@ THROUGHPUT = {
         ),
     ],
 }
+
+
+def microbenchmarks() -> list[tuple[str, list[str], list[str] | None]]:
+    """(script, eager arguments, compiled arguments or None) of every kernel benchmark a record
+    names (the fused ops', the optimizers' fused kernels'), each script once, read when the
+    window runs: a kernel's record brings its benchmark into the window."""
+    named = [op.bench for op in FUSED_OPS.values()] + [
+        spec.sharded.fused_bench for spec in OPTIMIZERS.values() if spec.sharded
+    ]
+    benches = {bench.script: bench for bench in named if bench is not None}
+    return [
+        (b.script, ["--no-compile"], None if b.compiled is None else list(b.compiled))
+        for b in benches.values()
+    ]
 
 
 class Harness:
@@ -323,7 +332,7 @@ class Harness:
 
     def microbenchmarks(self) -> None:
         rows = {}
-        for script, eager, compiled in MICROBENCH:
+        for script, eager, compiled in microbenchmarks():
             runs = [(f"{script}", eager)]
             if compiled is not None:
                 runs.append((f"{script}_compiled", compiled))

@@ -26,25 +26,17 @@ from bert.tools.gpu.records import (
     window_tests,
 )
 
+# Each kernel's own tests (one op, one name: tests/kernels/test_<op>.py), read from the records;
+# the optimizer's LAMB kernels beside the optimizer's tests (test_lamb.py) have their own name.
 KERNEL_TESTS = {
-    "bias_dropout_residual_layernorm": "tests/kernels/test_bias_dropout_residual_layernorm.py",
-    "embedding_backward": "tests/kernels/test_embedding_backward.py",
-    "softmax_cross_entropy": "tests/kernels/test_softmax_cross_entropy.py",
-    "dense": "tests/kernels/test_dense.py",
+    **{op.kernel: f"tests/kernels/test_{op.kernel}.py" for op in FUSED_OPS.values()},
     "lamb": "tests/kernels/test_lamb_kernel.py",
 }
 FUSED_MODEL = "tests/unit/test_fused_model.py"
 ATTENTION = "tests/unit/test_attention.py"
 # a switch is validated when the model-level test and its kernel's own tests pass
 SWITCH_TESTS = {
-    "model.fused_bias_dropout_residual_layernorm": (
-        FUSED_MODEL,
-        KERNEL_TESTS["bias_dropout_residual_layernorm"],
-    ),
-    "model.fused_embedding_backward": (FUSED_MODEL, KERNEL_TESTS["embedding_backward"]),
-    "model.fused_mlm_loss": (FUSED_MODEL, KERNEL_TESTS["softmax_cross_entropy"]),
-    "model.fused_dense": (FUSED_MODEL, KERNEL_TESTS["dense"]),
-    "model.fused_dense_gelu": (FUSED_MODEL, KERNEL_TESTS["dense"]),
+    **{f"model.{flag}": (FUSED_MODEL, KERNEL_TESTS[op.kernel]) for flag, op in FUSED_OPS.items()},
     "optim.fused_kernel": (KERNEL_TESTS["lamb"],),
     "model.attention=flash_varlen": (ATTENTION,),
     "model.attention=grouped_flash": (ATTENTION, FUSED_MODEL),
