@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from types import MappingProxyType, SimpleNamespace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional
 
 from bert.core.benchmarks import KernelBench
@@ -26,6 +25,8 @@ from bert.core.lazy import Ref, load
 
 if TYPE_CHECKING:
     import torch
+
+    from bert.model.layer_functions import LayerFunctions
 
     from bert.model.config import ModelConfig
 
@@ -190,18 +191,17 @@ def admissible_fused_flags(cfg: "ModelConfig") -> list[str]:
     return flags
 
 
-def layer_functions(
-    cfg: "ModelConfig", own: Mapping[str, Callable] = MappingProxyType({})
-) -> SimpleNamespace:
-    """The functions the layers of a model with `cfg` call: each flag's replacements over the
-    references (ModelConfig refuses two flags that replace the same function), then `own`, a
-    module's own replacements (model.fp8_linear's encoder GEMMs, which hold per-GEMM state)."""
+def layer_functions(cfg: "ModelConfig") -> "LayerFunctions":
+    """The functions the layers of a model with `cfg` call, picked once per model: each flag's
+    replacements over the references (ModelConfig refuses two flags that replace the same
+    function). A block with functions of its own (model.fp8_linear's encoder GEMMs, which hold
+    per-GEMM state) re-binds them over these (`LayerFunctions.with_own`)."""
     from bert.model.layer_functions import pick_layer_functions
 
     replacements: dict[str, Callable] = {}
     for flag in enabled(cfg):
         replacements.update({name: load(fn) for name, fn in FUSED_OPS[flag].replaces.items()})
-    return pick_layer_functions({**replacements, **own})
+    return pick_layer_functions(replacements)
 
 
 def require_fused_kernels(cfg: "ModelConfig", device: "torch.device | str") -> None:

@@ -3,8 +3,8 @@
 Every computation a fused kernel may replace is a named layer function with a plain-PyTorch
 reference here (`REFERENCE`). A fused op (bert/model/fused.py's `FUSED_OPS`) names the layer
 functions it replaces; the model picks its functions once, when it is built
-(`pick_layer_functions`), so its forward has no branches on flags and a new fused op that
-replaces an existing layer function touches no layer.
+(`pick_layer_functions`), and hands them to every layer, so its forward has no branches on
+flags and a new fused op that replaces an existing layer function touches no layer.
 
 A layer function may be built from others: a keyword-only parameter named after an earlier
 layer function is bound to the one picked for it (the sublayer output takes the `linear` it
@@ -153,7 +153,17 @@ def parts(fn: Optional[Callable]) -> dict[str, object]:
     return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY and p.name in REFERENCE}
 
 
-def pick_layer_functions(replacements: Mapping[str, Callable]) -> SimpleNamespace:
+class LayerFunctions(SimpleNamespace):
+    """The picked layer functions, one attribute each, picked once per model and handed to
+    every layer; `_chosen`, the replacements they were picked with, lets a block with functions
+    of its own (model.fp8_linear's GEMMs, which hold per-block state) re-bind over them
+    (`with_own`) without reading the records again."""
+
+    def with_own(self, own: Mapping[str, Callable]) -> "LayerFunctions":
+        return pick_layer_functions({**self._chosen, **own}) if own else self
+
+
+def pick_layer_functions(replacements: Mapping[str, Callable]) -> LayerFunctions:
     """The reference layer functions with `replacements` swapped in, each bound to the picked
     functions it is built from (a partial only where a part differs from its default)."""
     unknown = set(replacements) - set(REFERENCE)
@@ -163,7 +173,9 @@ def pick_layer_functions(replacements: Mapping[str, Callable]) -> SimpleNamespac
     for name, reference in REFERENCE.items():
         fn = replacements.get(name, reference)
         picked[name] = _bind_parts(name, fn, picked)
-    return SimpleNamespace(**picked)
+    functions = LayerFunctions(**picked)
+    functions._chosen = dict(replacements)
+    return functions
 
 
 def _bind_parts(name: str, fn: Optional[Callable], picked: dict) -> Optional[Callable]:

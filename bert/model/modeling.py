@@ -8,12 +8,13 @@ every LayerNorm parameter name contains `layer_norm`, so the optimizer's no-deca
 (REFERENCE 1: LayerNorm and bias) is a name test.
 
 The fused kernels (model.fused_* flags, kernels/) swap a function, never a parameter: the
-parameter names, and so checkpoints, are the same with every flag. Each module picks its
-layer functions once, at build (bert/model/fused.py's `layer_functions`: the references of
-bert/model/layer_functions.py with the replacements of the flags that are on), and its
-attention backend from bert/model/attention.py. The embeddings' LayerNorm is not fused: their
-dropout comes after the LayerNorm, not before the residual add the kernel fuses. The NSP layer
-stays F.linear under fused_dense: its 2 outputs are not the multiple of 8 cuBLASLt needs.
+parameter names, and so checkpoints, are the same with every flag. The model picks its layer
+functions once, at build (bert/model/fused.py's `layer_functions`: the references of
+bert/model/layer_functions.py with the replacements of the flags that are on), and hands them
+to every module, as it does its attention backend (bert/model/attention.py). The embeddings'
+LayerNorm is not fused: their dropout comes after the LayerNorm, not before the residual add the
+kernel fuses. The NSP layer stays F.linear under fused_dense: its 2 outputs are not the multiple
+of 8 cuBLASLt needs.
 `model.compile_sublayers` puts the same two sublayer functions (attention output and FFN, each
 ending in dropout + residual + LayerNorm) under torch.compile instead: the compiler's fusion,
 measured against the hand-written one (scripts/bench_throughput.py `+sublayers`).
@@ -33,7 +34,7 @@ from torch import nn
 from bert.model import attention, fp8
 from bert.model import fused as ops
 from bert.model import layer_functions
-from bert.model.layer_functions import compiled_impl
+from bert.model.layer_functions import LayerFunctions, compiled_impl
 from bert.model.config import ModelConfig
 from data.packing import PackedBatch
 
@@ -42,14 +43,14 @@ MLMLoss = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 class Embeddings(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, functions: LayerFunctions):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.padded_vocab_size, cfg.hidden_size)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.hidden_size)
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
-        self.lookup_words = ops.layer_functions(cfg).word_embedding
+        self.lookup_words = functions.word_embedding
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """-> (T, hidden)"""
@@ -64,7 +65,10 @@ class Embeddings(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head self-attention over packed sequences, with output projection and residual."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(
+        self, cfg: ModelConfig, functions: LayerFunctions, backend: attention.AttentionBackend
+    ):
+        """functions, backend: the model's, picked once (BertForPretraining)."""
         super().__init__()
         self.num_heads = cfg.num_attention_heads
         self.head_dim = cfg.head_dim
@@ -74,9 +78,8 @@ class SelfAttention(nn.Module):
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.attention_dropout = cfg.attention_probs_dropout_prob
-        backend = attention.resolve(cfg.attention)
         self.attend, self.attend_subset = backend.attend, backend.attend_subset
-        functions = ops.layer_functions(cfg, fp8.encoder_gemms(self, cfg))
+        functions = functions.with_own(fp8.encoder_gemms(self, cfg))
         self.linear_with_residual = functions.linear_with_residual
         # forward_subset's Q and K/V halves of the QKV GEMM: with FP8, the QKV GEMM's scales
         # (its bound __call__: a module attribute would register fp8_first twice)
@@ -113,14 +116,14 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, functions: LayerFunctions):
         super().__init__()
         self.intermediate = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        functions = ops.layer_functions(cfg, fp8.encoder_gemms(self, cfg))
+        functions = functions.with_own(fp8.encoder_gemms(self, cfg))
         self.sublayer = compiled_impl(functions.feed_forward, cfg.compile_sublayers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,10 +134,12 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(
+        self, cfg: ModelConfig, functions: LayerFunctions, backend: attention.AttentionBackend
+    ):
         super().__init__()
-        self.attention = SelfAttention(cfg)
-        self.ffn = FeedForward(cfg)
+        self.attention = SelfAttention(cfg, functions, backend)
+        self.ffn = FeedForward(cfg, functions)
 
     def forward(self, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
         return self.ffn(self.attention(x, batch))
@@ -147,7 +152,7 @@ class EncoderLayer(nn.Module):
 class PretrainingHeads(nn.Module):
     """MLM head (transform + tied decoder) on masked tokens; NSP head on the pooled [CLS]."""
 
-    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding):
+    def __init__(self, cfg: ModelConfig, word_embeddings: nn.Embedding, functions: LayerFunctions):
         super().__init__()
         self.transform = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.transform_layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
@@ -156,7 +161,6 @@ class PretrainingHeads(nn.Module):
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.nsp = nn.Linear(cfg.hidden_size, 2)
         self.approximate = "tanh" if cfg.hidden_act == "gelu_tanh" else "none"
-        functions = ops.layer_functions(cfg)
         self.linear = functions.linear  # decoder and pooler
         self.linear_gelu = functions.linear_gelu
 
@@ -183,11 +187,15 @@ class BertForPretraining(nn.Module):
             ops.require_fused_kernels(cfg, device)
             fp8.require_device(cfg, device)
         self.config = cfg
-        self.mlm_cross_entropy = ops.layer_functions(cfg).mlm_cross_entropy
+        functions = ops.layer_functions(cfg)  # once for the whole model
+        self.mlm_cross_entropy = functions.mlm_cross_entropy
         self.attention_backend = attention.resolve(cfg.attention)  # what its batches carry
-        self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
-        self.heads = PretrainingHeads(cfg, self.embeddings.word_embeddings)
+        self.embeddings = Embeddings(cfg, functions)
+        self.layers = nn.ModuleList(
+            EncoderLayer(cfg, functions, self.attention_backend)
+            for _ in range(cfg.num_hidden_layers)
+        )
+        self.heads = PretrainingHeads(cfg, self.embeddings.word_embeddings, functions)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:

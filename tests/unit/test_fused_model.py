@@ -371,7 +371,8 @@ def test_fused_sublayer_mask_is_the_reference_philox_mask():
     taken from torch's generator (on the CPU the twin draws it with torch.randint(2**62), offset
     0), so the same seed reproduces it and the GPU kernel's tests pin the same function."""
     p, tokens = 0.25, 37
-    ffn = FeedForward(config(("fused_bias_dropout_residual_layernorm",), dropout=p)).train()
+    cfg = config(("fused_bias_dropout_residual_layernorm",), dropout=p)
+    ffn = FeedForward(cfg, ops.layer_functions(cfg)).train()
     x = torch.randn(tokens, HIDDEN)
     torch.manual_seed(11)
     key = int(torch.randint(2**62, ()).item())
@@ -558,3 +559,20 @@ def test_one_rule_admits_the_fused_flags():
     assert fused_switches(SHAPES["cuda"], "cpu") == dict.fromkeys(
         (f"model.{flag}" for flag in ERF_FLAGS), "true"
     )  # width 1024, erf GeLU
+
+
+@pytest.mark.parametrize("flags", [(), ERF_FLAGS], ids=["reference", "fused"])
+def test_the_model_picks_its_layer_functions_once(monkeypatch, flags):
+    """One pick per model build, handed to every layer (BERT-Large's 24 layers once picked 51
+    times: the embeddings, each attention and FFN block, the heads and the loss)."""
+    from bert.model import layer_functions
+
+    picks = []
+    pick = layer_functions.pick_layer_functions
+    monkeypatch.setattr(
+        layer_functions, "pick_layer_functions", lambda r: picks.append(1) or pick(r)
+    )
+    cfg = config(flags, num_hidden_layers=4)  # one pick, however many layers
+    model = BertForPretraining(cfg)
+    assert len(picks) == 1
+    assert {id(layer.ffn.sublayer) for layer in model.layers} == {id(model.layers[0].ffn.sublayer)}
