@@ -485,7 +485,7 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     """scripts/bench_throughput.py: the fused kernels and grouped_flash compete for `fastest`
     only with --include-unvalidated, only on CUDA, and the kernels only at hidden size 1024."""
     from bert.tools.throughput.bench import parse_args
-    from bert.tools.throughput.settings import fastest_candidates
+    from bert.tools.throughput.settings import Candidate, fastest_candidates
 
     def candidates(kind, *argv):
         return fastest_candidates(parse_args(list(argv)), kind)
@@ -494,8 +494,8 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
     assert not any(c.fused for c in candidates("cpu", "--include-unvalidated"))
     assert not any(c.fused for c in candidates("cuda", "--include-unvalidated", "--model", "base"))
     unvalidated = candidates("cuda", "--include-unvalidated", "--model", "large")
-    assert ("grouped_flash", False, True, False, False, "lamb", False) in unvalidated
-    assert ("padded_sdpa", True, True, True, False, "lamb", False) in unvalidated
+    assert Candidate("grouped_flash", fused=True) in unvalidated
+    assert Candidate("padded_sdpa", compile=True, fused=True, subset=True) in unvalidated
     # the attention backends validated in the 2026-11-26 H100 window compete without the option
     assert {c.attention for c in candidates("cuda", "--model", "large")} == {
         "padded_sdpa",
@@ -503,15 +503,15 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
         "grouped_flash",
     }
     assert candidates("cuda", "--fastest", "grouped_flash+fused") == [
-        ("grouped_flash", False, True, False, False, "lamb", False)
+        Candidate("grouped_flash", fused=True)
     ]
     assert candidates("cpu", "--fastest", "per_sequence+subset") == [
-        ("per_sequence", False, False, True, False, "lamb", False)
+        Candidate("per_sequence", subset=True)
     ]
     # several named sets compete in one run: the optimizers timed against each other
     assert candidates("cuda", "--fastest", "flash_varlen+fused,flash_varlen+fused+fusedlamb") == [
-        ("flash_varlen", False, True, False, False, "lamb", False),
-        ("flash_varlen", False, True, False, False, "fusedlamb", False),
+        Candidate("flash_varlen", fused=True),
+        Candidate("flash_varlen", fused=True, optimizer="fusedlamb"),
     ]
     # The last-layer subset is exact, so it always competes, with and without.
     assert {c.subset for c in candidates("cpu")} == {False, True}
@@ -520,7 +520,7 @@ def test_bench_tries_fused_kernels_only_when_asked_on_cuda():
         c.sublayers for c in candidates("cuda", "--include-unvalidated", "--model", "large")
     )
     assert candidates("cuda", "--fastest", "flash_varlen+sublayers") == [
-        ("flash_varlen", False, False, False, True, "lamb", False)
+        Candidate("flash_varlen", sublayers=True)
     ]
     with pytest.raises(SystemExit, match="sublayers compiles what"):
         candidates("cuda", "--fastest", "flash_varlen+fused+sublayers")

@@ -6,9 +6,10 @@ for bf16), loss, backward, optimizer step. All variants start from the same weig
 model's random init, loaded into ours through bert/model/weights.py).
 
 - ours:  this project's unpadded BertForPretraining on packed tokens; options pick the
-         attention backend (bert/model/attention.py), whether every fused kernel valid for the model
-         (model.fused_*, `fused_flags`) is on, whether the model is torch.compile'd, and whether
-         forward and backward replay as CUDA graphs (run.cuda_graphs: graphed.py).
+         attention backend (bert/model/attention.py), whether every fused kernel valid for the
+         model (model.fused_*, as `admissible_fused_flags` rules) is on, whether the model is
+         torch.compile'd, and whether forward and backward replay as CUDA graphs
+         (run.cuda_graphs: graphed.py).
 - hf:    HuggingFace BertForPreTraining on padded batches, SDPA attention, HF's own MLM + NSP
          loss (logits over every padded position, as HF computes it), eager or compiled.
 
