@@ -196,7 +196,8 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
 # benchmarks, experiments) reads git, benchmarks/results/ and scripts/, so it stays out.
 SHIPPED_PACKAGES = {
     "bert", "bert.configs", "bert.convert", "bert.core", "bert.mlperf", "bert.model", "bert.obs",
-    "bert.optim", "bert.plan", "bert.submission", "bert.train", "bert.train.graphs",
+    "bert.optim", "bert.plan", "bert.submission", "bert.train", "bert.train.checkpoint",
+    "bert.train.graphs",
     "data", "data.comm", "data.download", "data.order", "data.prepare", "data.sources",
     "kernels",
 }  # fmt: skip
