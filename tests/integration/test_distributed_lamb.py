@@ -10,50 +10,46 @@ Every sample has exactly one masked token, so the pretraining loss (token-weight
 a per-sample mean and the average of equal slices' gradients is the whole batch's gradient, for
 any number of ranks. Multi-process tests spawn gloo ranks once per world size and run several
 scenarios in each (process start-up dominates their cost).
+The bench (the tiny BERT, its batches, the gloo ranks and their scenarios) is
+tests/sharded_lamb.py, shared with the fused LAMB's tests.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import math
-import os
-import socket
-from datetime import timedelta
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from bert.config import ModelConfig
-from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, DynamicLossScaler, ShardedOptimizer, lr_at, param_groups
 from bert.optim.flat import FlatLayout
-from data.packing import Sample, pack_samples
 
-BETAS, EPS, WD, LR = (0.9, 0.999), 1e-6, 0.01, 0.02
-MAX_NORM = 3.7  # the tiny model's gradient norms are ~3.5-7.5: clipping sometimes triggers
-CAP_MB = 0.02  # ~20 KB buckets: the tiny BERT (25k parameters) gets 4 of them
-STEPS, GLOBAL_BATCH, VOCAB = 10, 8, 64
-TOL = dict(rtol=1e-5, atol=2e-6)  # fp32: the two sides differ only in summation order
+from sharded_lamb import (
+    BETAS,
+    CAP_MB,
+    EPS,
+    LR,
+    MAX_NORM,
+    STEPS,
+    WD,
+    agreed,
+    assert_params_close,
+    launch,
+    local_batch,
+    loss_of,
+    lr_schedule_of,
+    make_model,
+    make_opt,
+    params_of,
+    run_local,
+)
+
 # AdamW rounds differently (sqrt(v) / sqrt(bc2) vs sqrt(v / bc2)). The attention key bias has a
 # zero true gradient (softmax ignores it), so its gradient is rounding noise that follows the
 # weights chaotically and that Adam's per-element scaling blows up to ~1e-5 differences.
 ADAM_TOL = dict(rtol=1e-4, atol=2e-5)
-MODEL = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=32,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -65,67 +61,12 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-# ----------------------------------------------------------------------------- model and data
-
-
-def make_model(seed: int = 0) -> BertForPretraining:
-    torch.manual_seed(seed)
-    return BertForPretraining(ModelConfig(**MODEL))
-
-
-def make_opt(model: torch.nn.Module, **kwargs) -> ShardedOptimizer:
-    args = dict(
-        lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, max_grad_norm=MAX_NORM, bucket_cap_mb=CAP_MB
-    )
-    args.update(kwargs)
-    return ShardedOptimizer(param_groups(model, WD), **args)
-
-
-def global_batch(step: int) -> list[Sample]:
-    """GLOBAL_BATCH samples of 6-16 tokens, one masked token each (deterministic per step)."""
-    rng = np.random.default_rng(1000 + step)
-    samples = []
-    for _ in range(GLOBAL_BATCH):
-        n = int(rng.integers(6, 17))
-        samples.append(
-            Sample(
-                rng.integers(5, VOCAB, n).astype(np.int16),
-                (np.arange(n) >= n // 2).astype(np.int8),
-                rng.integers(1, n - 1, 1).astype(np.int16),
-                rng.integers(0, VOCAB, 1).astype(np.int16),
-                int(rng.integers(0, 2)),
-            )
-        )
-    return samples
-
-
-def local_batch(step: int, rank: int, world: int, micro: int = 0, micros: int = 1):
-    """Rank `rank`'s slice of the step's global batch, optionally one of `micros` parts of it."""
-    size = GLOBAL_BATCH // (world * micros)
-    start = (rank * micros + micro) * size
-    return pack_samples(global_batch(step)[start : start + size]).to("cpu")
-
-
-def loss_of(model: torch.nn.Module, batch) -> torch.Tensor:
-    mlm, nsp = pretraining_loss(*model(batch), batch, VOCAB)
-    return mlm + nsp
+# ----------------------------------------------------------------------------- references
 
 
 def names_in_order(model: torch.nn.Module) -> list[str]:
     """Parameter names in optimizer order (param_groups order)."""
     return [name for group in param_groups(model, WD) for name in group["names"]]
-
-
-def params_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
-
-
-def assert_params_close(actual: dict, expected: dict, what: str, tol=TOL) -> None:
-    for name, value in expected.items():
-        torch.testing.assert_close(actual[name], value, **tol, msg=lambda m: f"{what}: {name}: {m}")
-
-
-# ----------------------------------------------------------------------------- references
 
 
 def rank_grads(model, step: int, world: int) -> list[dict[str, torch.Tensor]]:
@@ -304,14 +245,6 @@ def test_four_rank_layout_cuts_parameters_across_shards():
     assert sum(len(ranks) > 1 for ranks in owners.values()) >= 3
 
 
-def run_local(opt, model, steps, scaler=None) -> None:
-    for k in steps:
-        opt.zero_grad()
-        loss = loss_of(model, local_batch(k, 0, 1))
-        (loss if scaler is None else scaler.scale_loss(loss)).backward()
-        opt.step()
-
-
 @pytest.mark.parametrize("scaled", [False, True])
 def test_single_process_matches_lamb(scaled):
     """No process group: one rank, hooks and all. A power-of-2 loss scale changes nothing."""
@@ -431,138 +364,6 @@ def test_bad_arguments_are_rejected():
 # ----------------------------------------------------------------------------- gloo ranks
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _train(rank: int, world: int, steps, accum: int = 1, model=None, opt=None, **opt_kwargs):
-    """Trains on this rank's slices; returns (model, optimizer)."""
-    if model is None:
-        model = make_model()
-        opt = make_opt(model, **opt_kwargs)
-    for k in steps:
-        opt.zero_grad()
-        for micro in range(accum):
-            last = micro == accum - 1
-            with contextlib.nullcontext() if last else opt.no_sync():
-                (loss_of(model, local_batch(k, rank, world, micro, accum)) / accum).backward()
-        opt.step()
-    return model, opt
-
-
-def _result(model, opt) -> dict:
-    return {"params": params_of(model), "buckets": [list(b.params) for b in opt.layout.buckets]}
-
-
-def _scenario_after(rank, world, out_dir, ckpt):
-    """After-all-reduce, gloo fallback collectives; rank 0 saves a checkpoint after 5 steps."""
-    model, opt = _train(rank, world, range(5), tensor_collectives=False)
-    state = opt.state_dict()  # a collective: every rank calls it
-    if rank == 0 and ckpt is None:
-        torch.save({"model": model.state_dict(), "opt": state}, Path(out_dir) / "ckpt.pt")
-    _train(rank, world, range(5, STEPS), model=model, opt=opt)
-    return _result(model, opt)
-
-
-def _scenario_resume(rank, world, out_dir, ckpt):
-    """Loads the 2-rank checkpoint at this world size; re-saves it; trains steps 5..9."""
-    saved = torch.load(ckpt)
-    model = make_model(seed=123)
-    opt = make_opt(model, lr=torch.tensor(0.0))
-    model.load_state_dict(saved["model"])
-    opt.load_state_dict(saved["opt"])
-    resaved = opt.state_dict()
-    _train(rank, world, range(5, STEPS), model=model, opt=opt)
-    return {"params": params_of(model), "resaved": resaved, "saved": saved["opt"]}
-
-
-def _scenario_two_by_two(rank, world, out_dir, ckpt):
-    """4 ranks as 2 'nodes' x 2: shard within {0,1} / {2,3}, replicas across {0,2} / {1,3}."""
-    shard_groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-    replica_groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
-    model, opt = _train(
-        rank,
-        world,
-        range(STEPS),
-        shard_group=shard_groups[rank // 2],
-        replica_group=replica_groups[rank % 2],
-    )
-    return _result(model, opt)
-
-
-def _lr_schedule_of(k):
-    return lr_at(k, LR, total_steps=20, warmup_steps=3)
-
-
-SCENARIOS = {
-    "after_allreduce": _scenario_after,
-    "resume": _scenario_resume,
-    "two_by_two": _scenario_two_by_two,
-    # reduce_scatter_tensor / all_gather_into_tensor (the NCCL path) on gloo, 2 micro-batches
-    "after_tensor_accum": lambda r, w, o, c: _result(
-        *_train(r, w, range(STEPS), accum=2, tensor_collectives=True)
-    ),
-    "before_allreduce": lambda r, w, o, c: _result(
-        *_train(r, w, range(STEPS), clip_mode="before_allreduce")
-    ),
-    "bucketwise": lambda r, w, o, c: _result(
-        *_train(
-            r,
-            w,
-            range(STEPS),
-            clip_mode="bucketwise",
-            lr_schedule=functools.partial(lr_at, total_steps=20, warmup_steps=3),
-        )
-    ),
-    "adam": lambda r, w, o, c: _result(
-        *_train(r, w, range(STEPS), trust_ratio=False, overlap=False)
-    ),
-}
-
-
-def _worker(rank: int, world: int, port: int, out_dir: str, scenarios: list[str], ckpt) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=120),
-    )
-    try:
-        results = {name: SCENARIOS[name](rank, world, out_dir, ckpt) for name in scenarios}
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-        # No rank tears gloo down while a peer still talks to it: a CI run (2 cores) had one
-        # rank abort in teardown ("terminate called without an active exception") after the
-        # scenarios were done. Not after an error: the peers may be gone.
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def launch(world: int, scenarios: list[str], out_dir: Path, ckpt=None) -> list[dict]:
-    """Runs `scenarios` on `world` spawned gloo ranks; returns each rank's results."""
-    out_dir.mkdir()
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # children inherit it; 4 ranks share 2 cores
-    try:
-        mp.start_processes(
-            _worker,
-            args=(world, _free_port(), str(out_dir), scenarios, ckpt),
-            nprocs=world,
-            start_method="spawn",
-            join=True,
-        )
-    finally:
-        if previous is None:
-            os.environ.pop("OMP_NUM_THREADS")
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
-    return [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[int, list[dict]]:
     base = tmp_path_factory.mktemp("distributed_lamb")
@@ -579,14 +380,6 @@ def runs(tmp_path_factory) -> dict[int, list[dict]]:
     return out
 
 
-def _agreed(results: list[dict], scenario: str) -> dict:
-    """The scenario's final weights, after checking every rank holds the very same ones."""
-    first = results[0][scenario]["params"]
-    for other in results[1:]:
-        assert all(torch.equal(first[n], other[scenario]["params"][n]) for n in first)
-    return first
-
-
 @pytest.fixture(scope="module")
 def after_reference() -> dict:
     return reference_run("after_allreduce", 2)
@@ -595,23 +388,23 @@ def after_reference() -> dict:
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_after_allreduce_equals_lamb_on_the_whole_batch(runs, after_reference, world):
-    assert_params_close(_agreed(runs[world], "after_allreduce"), after_reference, f"{world} ranks")
+    assert_params_close(agreed(runs[world], "after_allreduce"), after_reference, f"{world} ranks")
 
 
 @pytest.mark.distributed
 def test_nccl_style_collectives_with_accumulation_equal_lamb(runs, after_reference):
-    assert_params_close(_agreed(runs[2], "after_tensor_accum"), after_reference, "tensor+accum")
+    assert_params_close(agreed(runs[2], "after_tensor_accum"), after_reference, "tensor+accum")
 
 
 @pytest.mark.distributed
 def test_node_sharding_with_replicas_equals_lamb(runs, after_reference):
-    assert_params_close(_agreed(runs[4], "two_by_two"), after_reference, "2x2")
+    assert_params_close(agreed(runs[4], "two_by_two"), after_reference, "2x2")
 
 
 @pytest.mark.distributed
 def test_before_allreduce_clips_each_rank_locally(runs):
     assert_params_close(
-        _agreed(runs[2], "before_allreduce"), reference_run("before_allreduce", 2), "before"
+        agreed(runs[2], "before_allreduce"), reference_run("before_allreduce", 2), "before"
     )
 
 
@@ -620,13 +413,13 @@ def test_before_allreduce_clips_each_rank_locally(runs):
 def test_bucketwise_clips_each_bucket_to_c_over_sqrt_b(runs, world):
     buckets = runs[world][0]["bucketwise"]["buckets"]
     assert len(buckets) > 1
-    expected = reference_run("bucketwise", world, buckets, lr_of=_lr_schedule_of)
-    assert_params_close(_agreed(runs[world], "bucketwise"), expected, f"bucketwise {world}")
+    expected = reference_run("bucketwise", world, buckets, lr_of=lr_schedule_of)
+    assert_params_close(agreed(runs[world], "bucketwise"), expected, f"bucketwise {world}")
 
 
 @pytest.mark.distributed
 def test_adam_equals_adamw(runs):
-    assert_params_close(_agreed(runs[2], "adam"), reference_run("adam", 2), "adam", ADAM_TOL)
+    assert_params_close(agreed(runs[2], "adam"), reference_run("adam", 2), "adam", ADAM_TOL)
 
 
 @pytest.mark.distributed
@@ -639,5 +432,5 @@ def test_checkpoint_from_2_ranks_loads_and_continues(runs, world):
     assert torch.equal(resumed["resaved"]["step"], resumed["saved"]["step"])
     assert int(resumed["saved"]["step"]) == 5
     assert_params_close(
-        _agreed(runs[world], "resume"), _agreed(runs[2], "after_allreduce"), f"resume at {world}"
+        agreed(runs[world], "resume"), agreed(runs[2], "after_allreduce"), f"resume at {world}"
     )

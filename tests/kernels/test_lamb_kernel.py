@@ -11,6 +11,7 @@ same CUDA tensors, at fp32 rounding tolerance, on BERT-Large's parameter set.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import subprocess
 import sys
@@ -31,9 +32,21 @@ from bert.tools.kernel_bench.lamb_shards import bert_large_param_groups, random_
 
 TESTS = Path(__file__).resolve().parents[1]
 LAMB_MATH = OPTIMIZERS["lamb"].sharded
-if str(TESTS) not in sys.path:  # the sharded optimizer's test helpers live in tests/
+if str(TESTS) not in sys.path:  # the sharded optimizer's test bench lives in tests/
     sys.path.insert(0, str(TESTS))
-import test_distributed_lamb as tdl  # noqa: E402
+from sharded_lamb import (  # noqa: E402
+    STEPS,
+    agreed,
+    assert_params_close,
+    launch,
+    local_batch,
+    loss_of,
+    make_model,
+    make_opt,
+    params_of,
+    run_local,
+    train_scenario,
+)
 
 BETAS, EPS, LR = (0.9, 0.999), 1e-6, 1e-3
 DECAYS = [0.01, 0.0]  # group 0 decays (trust ratio), group 1 does not (biases, LayerNorm)
@@ -244,12 +257,12 @@ def test_sharded_optimizer_with_fused_hooks_equals_reference(variant):
     """10 steps of the tiny BERT, hooks and all: the same weights as the reference path."""
     finals = []
     for hooks in ({}, HOOKS):
-        model = tdl.make_model()
+        model = make_model()
         scaler = DynamicLossScaler(init_scale=1024.0) if variant == "loss_scaled" else None
-        opt = tdl.make_opt(model, loss_scaler=scaler, trust_ratio=variant != "adam", **hooks)
-        tdl.run_local(opt, model, range(tdl.STEPS), scaler)
-        finals.append(tdl.params_of(model))
-    tdl.assert_params_close(finals[1], finals[0], f"fused hooks, {variant}", dict(rtol=0, atol=0))
+        opt = make_opt(model, loss_scaler=scaler, trust_ratio=variant != "adam", **hooks)
+        run_local(opt, model, range(STEPS), scaler)
+        finals.append(params_of(model))
+    assert_params_close(finals[1], finals[0], f"fused hooks, {variant}", dict(rtol=0, atol=0))
 
 
 def test_fp16_parameters_get_their_copy_from_the_fused_apply():
@@ -272,22 +285,14 @@ def test_fp16_parameters_get_their_copy_from_the_fused_apply():
     assert scaler.skipped_steps() == 1 and int(opt.step_count) == 1
 
 
-def _worker_with_fused_scenario(*args):
-    """A spawned rank: tdl's worker, with the fused hooks added as a scenario."""
-    tdl.SCENARIOS["fused"] = lambda r, w, o, c: tdl._result(
-        *tdl._train(r, w, range(tdl.STEPS), **HOOKS)
-    )
-    tdl._worker(*args)
-
-
 @pytest.mark.distributed
-def test_fused_hooks_on_two_gloo_ranks_equal_the_reference(tmp_path, monkeypatch):
+def test_fused_hooks_on_two_gloo_ranks_equal_the_reference(tmp_path):
     """Pieces of parameters cut by the shard boundary: |w|^2 and |u|^2 summed over ranks."""
-    monkeypatch.setattr(tdl, "_worker", _worker_with_fused_scenario)
-    results = tdl.launch(2, ["after_allreduce", "fused"], tmp_path / "w2")
-    tdl.assert_params_close(
-        tdl._agreed(results, "fused"),
-        tdl._agreed(results, "after_allreduce"),
+    fused = functools.partial(train_scenario, **HOOKS)  # a scenario of ours, pickled to the ranks
+    results = launch(2, ["after_allreduce", "fused"], tmp_path / "w2", extra={"fused": fused})
+    assert_params_close(
+        agreed(results, "fused"),
+        agreed(results, "after_allreduce"),
         "2 ranks, fused hooks",
         dict(rtol=0, atol=0),
     )
@@ -305,7 +310,7 @@ def test_fused_kernel_needs_the_sharded_optimizer():
 def test_build_optimizer_plugs_in_the_fused_hooks(fused):
     cfg = load_config(None, ["optim.sharded=true", f"optim.fused_kernel={fused}"])
     opt = build_optimizer(
-        tdl.make_model(), cfg.optim, cfg.schedule, False, DistContext(0, 1, 0, torch.device("cpu"))
+        make_model(), cfg.optim, cfg.schedule, False, DistContext(0, 1, 0, torch.device("cpu"))
     )
     expected = HOOKS if fused else REFERENCE
     assert {name: getattr(opt.optimizer, name) for name in expected} == expected
@@ -484,14 +489,14 @@ def test_sharded_optimizer_on_cuda_with_fused_hooks(cuda_kernels):
     """The tiny BERT on the GPU for 10 steps: fused hooks vs the reference path."""
     finals = []
     for hooks in ({}, HOOKS):
-        model = tdl.make_model().cuda()
-        opt = tdl.make_opt(model, **hooks)
-        for k in range(tdl.STEPS):
+        model = make_model().cuda()
+        opt = make_opt(model, **hooks)
+        for k in range(STEPS):
             opt.zero_grad()
-            tdl.loss_of(model, tdl.local_batch(k, 0, 1).to("cuda")).backward()
+            loss_of(model, local_batch(k, 0, 1).to("cuda")).backward()
             opt.step()
-        finals.append(tdl.params_of(model))
-    tdl.assert_params_close(finals[1], finals[0], "cuda, fused hooks", dict(rtol=1e-5, atol=1e-6))
+        finals.append(params_of(model))
+    assert_params_close(finals[1], finals[0], "cuda, fused hooks", dict(rtol=1e-5, atol=1e-6))
 
 
 @pytest.mark.gpu
