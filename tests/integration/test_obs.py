@@ -333,7 +333,7 @@ def test_a_step_with_metrics_and_ranges_on_reads_nothing_back(monkeypatch, data_
     proxy for a device sync)."""
     from bert.core import ranges
     from bert.train.trainer import Trainer
-    from test_sync_free import forbid_host_reads
+    from small_model import forbid_host_reads
 
     args = tiny_args(data_dir, tmp_path / "out", **{"log.interval_s": 1000})
     overrides = [args[i + 1] for i in range(0, len(args), 2)]

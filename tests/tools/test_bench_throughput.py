@@ -363,25 +363,17 @@ def test_a_graphed_step_trains_like_the_eager_step():
     import numpy as np
     import torch
 
-    from bert.model import BertForPretraining, ModelConfig
+    from bert.model import BertForPretraining
     from bert.tools.throughput.graphed import graph_buckets, graphed_training_step
     from bert.tools.throughput.variants import training_step
     from bert.train.graphs.backends import EagerBackend
     from data.packing import pack_samples
     from data.synthetic_language import generate_samples, successor_table
+    from small_model import small_config
 
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,  # padding moves the dropout draws: compare without
-        attention_probs_dropout_prob=0.0,
-        attention="per_sequence",
-    )
+    # no dropout: padding moves the dropout draws, so compare without
+    cfg = small_config(128, 64, hidden=32, heads=2, ffn=64, attention="per_sequence")
     samples = generate_samples(np.random.default_rng(0), successor_table(0, 128), 12, 64, 10)
     batches = [pack_samples(samples[i : i + 4]).to("cpu") for i in (0, 4, 8)]
 

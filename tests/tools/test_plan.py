@@ -20,15 +20,10 @@ from bert.mlperf import rcp_check as check
 from bert.plan import activations, published
 from bert.plan.cli import main
 
+from small_model import small_config
+
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ModelConfig(
-    vocab_size=1024,
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=256,
-    max_position_embeddings=128,
-)
+SMALL = small_config(1024, 128, heads=2, ffn=256, dropout=True)
 
 
 # -- RCP table --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from gpu_gate import require_cuda
+from small_model import small_config
 from bert.model import BertForPretraining, ModelConfig, pretraining_loss
 from bert.model import attention as backends
 from data.packing import Sample, group_by_length, pack_samples
@@ -18,18 +19,7 @@ HEADS, HEAD_DIM = 3, 8
 
 
 def tiny_config(attention: str = "padded_sdpa") -> ModelConfig:
-    cfg = ModelConfig(
-        vocab_size=101,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        max_position_embeddings=48,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        attention=attention,
-    )
-    return cfg
+    return small_config(101, 48, ffn=96, attention=attention)
 
 
 def packed_qkv(lengths, dtype=torch.float32, seed=0):
@@ -243,17 +233,7 @@ def test_model_with_grouped_matches_reference_model():
     """The whole model across all four groups, dropout off: same losses and gradients."""
 
     def config(attention):
-        return ModelConfig(
-            vocab_size=101,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=48,
-            max_position_embeddings=512,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            attention=attention,
-        )
+        return small_config(101, 512, hidden=32, heads=2, ffn=48, attention=attention)
 
     torch.manual_seed(0)
     reference = BertForPretraining(config("padded_sdpa")).eval()

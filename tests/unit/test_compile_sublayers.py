@@ -20,8 +20,9 @@ from torch._dynamo.utils import counters
 from bert.config import ConfigError
 from bert.model import BertForPretraining, ModelConfig, pretraining_loss
 from bert.train.trainer import Trainer
-from data.packing import Sample, pack_samples
+from data.packing import pack_samples
 
+from small_model import masked_sample, small_config
 from test_trainer import data_dir, tiny_config  # noqa: F401 - data_dir is a fixture
 
 VOCAB = 101
@@ -32,17 +33,7 @@ RTOL, ATOL = 1e-5, 1e-5
 
 
 def config(**overrides) -> ModelConfig:
-    base = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return ModelConfig(**{**base, **overrides})
+    return small_config(VOCAB, 128, layers=3, **overrides)
 
 
 def batch(seed: int, lengths: tuple[int, ...]):
@@ -50,15 +41,7 @@ def batch(seed: int, lengths: tuple[int, ...]):
     samples = []
     for i, n in enumerate(lengths):
         positions = np.sort(rng.choice(np.arange(1, n), size=max(1, n // 7), replace=False))
-        samples.append(
-            Sample(
-                rng.integers(1, VOCAB, n).astype(np.int16),
-                (np.arange(n) >= n // 2).astype(np.int8),
-                positions.astype(np.int16),
-                rng.integers(0, VOCAB, positions.size).astype(np.int16),
-                i % 2,
-            )
-        )
+        samples.append(masked_sample(rng, n, VOCAB, positions, i % 2))
     return pack_samples(samples).to("cpu")
 
 

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from bert.model import BertForPretraining
-from bert.model.config import ModelConfig
 from bert.train.graphs.backends import CudaGraphBackend, EagerBackend
 from bert.train.graphs.cache import GraphCache
 from bert.train.graphs.shapes import (
@@ -29,7 +28,7 @@ from bert.train.graphs.static_batch import IGNORE, StaticBatch, padding_layout
 from data.packing import pack_samples
 from data.synthetic_language import generate_samples, successor_table
 from gpu_gate import require_cuda
-from test_sync_free import forbid_host_reads
+from small_model import forbid_host_reads, small_config
 
 VOCAB, MAX_LEN, MAX_PRED, SEQS = 128, 64, 10, 4
 BUCKETS = GraphBuckets((32, 64), SEQS, token_bucket=64, masked_bucket=8, max_masked=SEQS * 10)
@@ -104,17 +103,8 @@ def same_shape_pair(batches, different_lengths: bool = True):
 
 def tiny_model(attention: str = "padded_sdpa", device="cpu") -> BertForPretraining:
     torch.manual_seed(0)
-    cfg = ModelConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=MAX_LEN,
-        hidden_dropout_prob=0.0,  # padding moves the dropout draws: compare without
-        attention_probs_dropout_prob=0.0,
-        attention=attention,
-    )
+    # no dropout: padding moves the dropout draws, so compare without
+    cfg = small_config(VOCAB, MAX_LEN, hidden=32, heads=2, ffn=64, attention=attention)
     return BertForPretraining(cfg).to(device).train()
 
 

@@ -25,6 +25,7 @@ from bert.optim import LAMB, param_groups
 from data.packing import pack_samples
 from data.synthetic_language import generate_samples, successor_table
 from gpu_gate import require_cuda
+from small_model import small_config
 
 U32 = 2.0**-24  # fp32's unit roundoff
 
@@ -253,17 +254,7 @@ VOCAB, MAX_LEN = 208, 64
 
 
 def tiny_config(**overrides) -> ModelConfig:
-    values = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=MAX_LEN,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return ModelConfig(**{**values, **overrides})
+    return small_config(VOCAB, MAX_LEN, **overrides)
 
 
 def batches(count: int, size: int = 8, **pack_options):

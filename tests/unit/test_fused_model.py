@@ -23,12 +23,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpu_gate import require_kernels
+from small_model import masked_sample, small_config
 import kernels
 from bert.model import fused as ops
 from bert.config import ConfigError
 from bert.model.config import FUSED_HIDDEN_SIZE, ModelConfig
 from bert.model import BertForPretraining, FeedForward
-from data.packing import PackedBatch, Sample, pack_samples
+from data.packing import PackedBatch, pack_samples
 from kernels.reference import HIDDEN, dropout_keep_mask, unpack_dropout_mask
 from kernels.softmax_cross_entropy import softmax_cross_entropy
 
@@ -73,19 +74,10 @@ def activation(flags) -> str:
 
 def config(flags=(), dropout: float = 0.0, **overrides) -> ModelConfig:
     """Two layers at the kernels' hidden size (1024); everything else small."""
-    values = dict(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=16,
-        intermediate_size=128,
-        max_position_embeddings=64,
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=0.0,
-        hidden_act=activation(flags),
-    )
+    values = dict(vocab_size=VOCAB, hidden_dropout_prob=dropout, hidden_act=activation(flags))
     values.update(overrides)
-    return ModelConfig(**values, **{flag: True for flag in flags})
+    flags_on = {flag: True for flag in flags}
+    return small_config(max_len=64, hidden=HIDDEN, heads=16, **values, **flags_on)
 
 
 def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB, **pack_options):
@@ -93,15 +85,7 @@ def make_batch(seed: int = 0, lengths=LENGTHS, vocab: int = VOCAB, **pack_option
     samples = []
     for i, n in enumerate(lengths):
         positions = np.sort(rng.choice(n, size=max(1, n * 15 // 100), replace=False))
-        samples.append(
-            Sample(
-                rng.integers(1, vocab, n).astype(np.int16),
-                (np.arange(n) >= n // 2).astype(np.int8),
-                positions.astype(np.int16),
-                rng.integers(0, vocab, positions.size).astype(np.int16),
-                i % 2,
-            )
-        )
+        samples.append(masked_sample(rng, n, vocab, positions, i % 2))
     return pack_samples(samples, **pack_options)
 
 

@@ -13,6 +13,8 @@ import torch
 from bert.model import BertForPretraining, ModelConfig
 from data.packing import Sample, pack_samples, subset_queries
 
+from small_model import small_config
+
 VOCAB = 101
 
 
@@ -36,17 +38,7 @@ def samples(seed: int, lengths=(9, 30, 17, 5, 64), masked=(2, 6, 0, 1, 9)) -> li
 
 
 def config(**overrides) -> ModelConfig:
-    base = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return ModelConfig(**{**base, **overrides})
+    return small_config(VOCAB, 128, layers=3, **overrides)
 
 
 def test_query_layout():

@@ -28,7 +28,7 @@ LENGTHS = (1, MAX_LEN, 17, 2, 33, 5)
 
 def tiny_configs(vocab_size: int = 101, act: str = "gelu"):
     """vocab 101 is deliberately not a multiple of 8, so our embedding is padded to 104."""
-    hf = transformers.BertConfig(
+    shared = dict(
         vocab_size=vocab_size,
         hidden_size=64,
         num_hidden_layers=2,
@@ -38,21 +38,9 @@ def tiny_configs(vocab_size: int = 101, act: str = "gelu"):
         type_vocab_size=2,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        hidden_act=act,
-        layer_norm_eps=1e-12,
-    )
-    ours = ModelConfig(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        max_position_embeddings=MAX_LEN,
-        type_vocab_size=2,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        hidden_act="gelu_tanh" if act == "gelu_new" else "gelu",
-    )
+    )  # both sides get the very same sizes
+    hf = transformers.BertConfig(**shared, hidden_act=act, layer_norm_eps=1e-12)
+    ours = ModelConfig(**shared, hidden_act="gelu_tanh" if act == "gelu_new" else "gelu")
     return hf, ours
 
 

@@ -14,27 +14,17 @@ import pytest
 import torch
 
 from gpu_gate import require_cuda
+from small_model import forbid_host_reads, small_config
 from bert.config import ModelConfig
 from bert.model import BertForPretraining, pretraining_loss
 from bert.optim import LAMB, param_groups
 from data.packing import pack_samples
 from data.synthetic_language import generate_samples, successor_table
 
-# Methods that copy a tensor's value to the host (a sync on a GPU).
-HOST_READS = ("item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")
-
 
 def model_config(attention: str, vocab: int, max_len: int) -> ModelConfig:
-    cfg = ModelConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=128,
-        max_position_embeddings=max_len,
-        attention=attention,
-    )
-    return cfg
+    # dropout on, at the config's rates: its draws must not read back either
+    return small_config(vocab, max_len, dropout=True, attention=attention)
 
 
 def setup(
@@ -66,19 +56,6 @@ def train_step(cfg, model, optimizer, batch, autocast_dtype=None) -> torch.Tenso
     loss.backward()
     optimizer.step()
     return loss.detach()
-
-
-def forbid_host_reads(monkeypatch) -> None:
-    def refuse(name):
-        def raiser(self, *args, **kwargs):
-            raise AssertionError(
-                f"Tensor.{name}() inside the training step: a host read (a device sync on a GPU)"
-            )
-
-        return raiser
-
-    for name in HOST_READS:
-        monkeypatch.setattr(torch.Tensor, name, refuse(name))
 
 
 def test_training_step_reads_nothing_back_on_cpu(monkeypatch):
