@@ -23,7 +23,7 @@ from bert.train.trainer import Trainer
 from data.packing import pack_samples
 
 from small_model import masked_sample, small_config
-from test_trainer import data_dir, tiny_config  # noqa: F401 - data_dir is a fixture
+from tiny_run import trainer_config
 
 VOCAB = 101
 # fp32 rounding of a reordered reduction over a few hundred terms, not a loose bound:
@@ -93,8 +93,8 @@ def test_compile_and_the_fused_sublayer_kernels_are_exclusive():
     config(compile_sublayers=True, fused_mlm_loss=True)  # not a sublayer: combines
 
 
-def test_trainer_trains_with_compiled_sublayers(fresh_dynamo, data_dir, tmp_path):  # noqa: F811
-    trainer = Trainer(tiny_config(data_dir, tmp_path, "model.compile_sublayers=true"))
+def test_trainer_trains_with_compiled_sublayers(fresh_dynamo, tiny_data, tmp_path):
+    trainer = Trainer(trainer_config(tiny_data, tmp_path, "model.compile_sublayers=true"))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
     assert result.steps == 4 and 0.0 <= result.eval_accuracy <= 1.0

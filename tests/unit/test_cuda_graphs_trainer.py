@@ -16,7 +16,7 @@ from bert.train.graphs.build import build_graphs
 from bert.train.graphs.static_batch import StaticBatch
 from bert.train.trainer import Trainer
 from gpu_gate import require_cuda
-from test_trainer import data_dir, tiny_config  # noqa: F401 - data_dir: the shared fixture
+from tiny_run import trainer_config
 
 # no dropout (padding moves the dropout draws); buckets small enough for several shapes
 GRAPHED = (
@@ -64,10 +64,10 @@ def metrics(folder) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def eager_run(data_dir, tmp_path_factory):  # noqa: F811
+def eager_run(tiny_data, tmp_path_factory):
     """The eager run's final weights and its folder (metrics.jsonl)."""
     folder = tmp_path_factory.mktemp("eager")
-    return trained(tiny_config(data_dir, folder, *GRAPHED))[0], folder
+    return trained(trainer_config(tiny_data, folder, *GRAPHED))[0], folder
 
 
 def assert_same_weights(got: dict, want: dict) -> None:
@@ -75,11 +75,11 @@ def assert_same_weights(got: dict, want: dict) -> None:
         torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_trainer_with_emulated_graphs_trains_like_eager(data_dir, tmp_path, eager_run):  # noqa: F811
+def test_trainer_with_emulated_graphs_trains_like_eager(tiny_data, tmp_path, eager_run):
     """4 steps of 2 micro-batches: the padded, replayed steps end at the eager weights."""
     eager, eager_dir = eager_run
     backend = EagerBackend()
-    graphed, trainer = trained(tiny_config(data_dir, tmp_path / "graphs", *GRAPHED), backend)
+    graphed, trainer = trained(trainer_config(tiny_data, tmp_path / "graphs", *GRAPHED), backend)
     counts = trainer.graphs.counts
     assert counts.replays == 8 and counts.fallbacks == 0
     assert counts.captures == len(backend.captures) == len(set(backend.captures)) > 1
@@ -91,7 +91,7 @@ def test_trainer_with_emulated_graphs_trains_like_eager(data_dir, tmp_path, eage
     assert "graph_replays" not in metrics(eager_dir)[-1]
 
 
-def test_the_weight_check_fails_on_a_wrong_copy(data_dir, tmp_path, eager_run, monkeypatch):  # noqa: F811
+def test_the_weight_check_fails_on_a_wrong_copy(tiny_data, tmp_path, eager_run, monkeypatch):
     """Positive control: cu_seqlens left from the shape's previous batch change the run."""
     load = StaticBatch.load
 
@@ -104,14 +104,14 @@ def test_the_weight_check_fails_on_a_wrong_copy(data_dir, tmp_path, eager_run, m
 
     monkeypatch.setattr(StaticBatch, "loaded", False, raising=False)
     monkeypatch.setattr(StaticBatch, "load", stale_load)
-    graphed, _ = trained(tiny_config(data_dir, tmp_path, *GRAPHED), EagerBackend())
+    graphed, _ = trained(trainer_config(tiny_data, tmp_path, *GRAPHED), EagerBackend())
     with pytest.raises(AssertionError):
         assert_same_weights(graphed, eager_run[0])
 
 
-def test_a_batch_no_graph_fits_runs_eagerly_in_the_trainer(data_dir, tmp_path, eager_run):  # noqa: F811
+def test_a_batch_no_graph_fits_runs_eagerly_in_the_trainer(tiny_data, tmp_path, eager_run):
     """max_shapes=1: the first shape is replayed, every other runs eagerly; still eager's run."""
-    cfg = tiny_config(data_dir, tmp_path / "graphs", *GRAPHED, "run.graph_max_shapes=1")
+    cfg = trainer_config(tiny_data, tmp_path / "graphs", *GRAPHED, "run.graph_max_shapes=1")
     graphed, trainer = trained(cfg, EagerBackend())
     counts = trainer.graphs.counts
     assert counts.captures == 1 and counts.fallbacks > 0
@@ -120,12 +120,12 @@ def test_a_batch_no_graph_fits_runs_eagerly_in_the_trainer(data_dir, tmp_path, e
 
 
 @pytest.mark.gpu
-def test_trainer_with_cuda_graphs_trains_like_eager_on_cuda(data_dir, tmp_path):  # noqa: F811
+def test_trainer_with_cuda_graphs_trains_like_eager_on_cuda(tiny_data, tmp_path):
     """The real capture in the trainer (fp32, padded_sdpa: a tight comparison)."""
     require_cuda()
     cuda = ("run.device=cuda", *GRAPHED)
-    eager, _ = trained(tiny_config(data_dir, tmp_path / "eager", *cuda))
-    cfg = tiny_config(data_dir, tmp_path / "graphs", *cuda, "run.cuda_graphs=true")
+    eager, _ = trained(trainer_config(tiny_data, tmp_path / "eager", *cuda))
+    cfg = trainer_config(tiny_data, tmp_path / "graphs", *cuda, "run.cuda_graphs=true")
     graphed, trainer = trained(cfg)
     assert trainer.graphs.counts.replays == 8 and trainer.graphs.counts.captures > 1
     for name, tensor in eager.items():

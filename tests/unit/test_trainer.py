@@ -8,61 +8,18 @@ import math
 import pytest
 import torch
 
-from bert.config import load_config
 from bert.train.trainer import Trainer
-from data.synthetic import generate
 
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("trainer_data")
-    generate(
-        folder,
-        num_shards=2,
-        samples_per_shard=48,
-        eval_samples=40,
-        max_seq_length=64,
-        max_predictions=10,
-        vocab_size=256,
-        seed=5,
-    )
-    return folder
-
-
-def tiny_config(data_dir, tmp_path, *extra):
-    return load_config(
-        None,
-        [
-            "model.vocab_size=256",
-            "model.hidden_size=32",
-            "model.num_hidden_layers=1",
-            "model.num_attention_heads=2",
-            "model.intermediate_size=64",
-            "model.max_position_embeddings=64",
-            "data.max_seq_length=64",
-            "data.max_predictions_per_seq=10",
-            f"data.train_dir={data_dir}",
-            f"data.eval_file={data_dir / 'eval.hdf5'}",
-            "run.global_batch_size=8",
-            "run.max_steps=4",
-            "eval.interval_samples=16",
-            "eval.samples=40",
-            "run.device=cpu",
-            "run.seed=7",
-            f"run.output_dir={tmp_path}",
-            "log.quiet=true",
-            "schedule.total_steps=10",
-            "optim.lr=1e-3",
-            *extra,
-        ],
-    )
+from tiny_run import trainer_config
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded"])
-def test_train_runs_and_evaluates(data_dir, tmp_path, precision, sharded, capsys):
+def test_train_runs_and_evaluates(tiny_data, tmp_path, precision, sharded, capsys):
     trainer = Trainer(
-        tiny_config(data_dir, tmp_path, f"run.precision={precision}", f"optim.sharded={sharded}")
+        trainer_config(
+            tiny_data, tmp_path, f"run.precision={precision}", f"optim.sharded={sharded}"
+        )
     )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     result = trainer.train()
@@ -77,8 +34,8 @@ def test_train_runs_and_evaluates(data_dir, tmp_path, precision, sharded, capsys
     assert len(printed) == 1 and " rank 0 INFO run_stop aborted:" in printed[0], printed
 
 
-def test_gradient_accumulation_geometry(data_dir, tmp_path):
-    trainer = Trainer(tiny_config(data_dir, tmp_path, "run.gradient_accumulation_steps=2"))
+def test_gradient_accumulation_geometry(tiny_data, tmp_path):
+    trainer = Trainer(trainer_config(tiny_data, tmp_path, "run.gradient_accumulation_steps=2"))
     assert trainer.geometry.micro_batch_size == 4
     pipeline, _ = trainer._open_data()
     trainer.mllog.run_start()
@@ -88,9 +45,9 @@ def test_gradient_accumulation_geometry(data_dir, tmp_path):
     trainer._close_data()
 
 
-def test_evaluate_is_token_weighted(data_dir, tmp_path):
+def test_evaluate_is_token_weighted(tiny_data, tmp_path):
     """Accuracy = correct / all masked tokens of the eval set, whatever the batch split."""
-    trainer = Trainer(tiny_config(data_dir, tmp_path))
+    trainer = Trainer(trainer_config(tiny_data, tmp_path))
     _, eval_set = trainer._open_data()
     trainer._close_data()
     first = trainer.evaluate(eval_set)
@@ -100,12 +57,12 @@ def test_evaluate_is_token_weighted(data_dir, tmp_path):
     assert trainer.evaluate(eval_set) == pytest.approx(first)
 
 
-def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
+def test_sharded_optimizer_trains_like_replicated(tiny_data, tmp_path):
     """Same seed, same data: ShardedOptimizer (world 1) ends where LAMB ends."""
     weights = []
     for sharded in (False, True):
         trainer = Trainer(
-            tiny_config(data_dir, tmp_path / str(sharded), f"optim.sharded={sharded}")
+            trainer_config(tiny_data, tmp_path / str(sharded), f"optim.sharded={sharded}")
         )
         trainer.train()
         weights.append({k: v.detach().clone() for k, v in trainer.raw_model.state_dict().items()})
@@ -113,7 +70,7 @@ def test_sharded_optimizer_trains_like_replicated(data_dir, tmp_path):
         torch.testing.assert_close(weights[1][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_fused_mlm_loss_flag_reaches_the_training_loss(data_dir, tmp_path, monkeypatch):
+def test_fused_mlm_loss_flag_reaches_the_training_loss(tiny_data, tmp_path, monkeypatch):
     """model.fused_mlm_loss must switch the trainer's loss, not only the model's default."""
     import dataclasses
 
@@ -132,5 +89,7 @@ def test_fused_mlm_loss_flag_reaches_the_training_loss(data_dir, tmp_path, monke
         "fused_mlm_loss",
         dataclasses.replace(record, replaces={"mlm_cross_entropy": counted}),
     )
-    Trainer(tiny_config(data_dir, tmp_path, "model.fused_mlm_loss=true", "run.max_steps=1")).train()
+    Trainer(
+        trainer_config(tiny_data, tmp_path, "model.fused_mlm_loss=true", "run.max_steps=1")
+    ).train()
     assert calls
