@@ -1,8 +1,10 @@
 """Ranks as threads: a host comm over shared slots and a barrier, standing in for MPI/gloo.
 
-Used by tests/unit/test_pipeline.py (the pipeline's all-gathers and node splits) and
-tests/unit/test_sparse_exchange.py (the sparse transport's all-to-all-v). Every collective of
-data/comm/host.py's HostComm is here; `received` counts the bytes a rank gets from the others.
+Used by tests/unit/test_pipeline.py (the pipeline's all-gathers and node splits),
+tests/integration/test_bucketing_pipeline.py and tests/unit/test_sparse_exchange.py (the sparse
+transport's all-to-all-v). Every collective of data/comm/host.py's HostComm is here; `received`
+counts the bytes a rank gets from the others. `open_pipeline` opens a rank's data pipeline as the
+trainer does, on such a comm (or alone).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import threading
 
 import numpy as np
 
-from data.comm.host import HostComm, displacements
+from bert.train.run_shape import RunShape
+from data.comm.host import HostComm, LocalComm, displacements
+from data.pipeline import TrainPipeline
 
 # bounded only to fail instead of hanging; a loaded machine stalls threads for seconds
 BARRIER_TIMEOUT_S = 120
@@ -90,3 +94,25 @@ def run_thread_ranks(world: int, rank_main) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+def open_pipeline(
+    cfg,
+    rank: int,
+    world: int,
+    seed: int,
+    comm: HostComm | None = None,
+    ranks_per_node: int = 0,
+    **kwargs,
+) -> TrainPipeline:
+    """The pipeline as the trainer opens it: the data config and the run shape (its node size:
+    data.ranks_per_node, else `ranks_per_node` as the launcher's, else the world)."""
+    return TrainPipeline(
+        cfg.data,
+        RunShape.build(cfg, world, ranks_per_node),
+        rank,
+        seed,
+        "cpu",
+        comm or LocalComm(),
+        **kwargs,
+    )

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,10 +33,10 @@ import pytest
 
 from data.synthetic import generate
 from cli_rows import changed_paths, snapshot
+from commands import assert_one_error
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "run_pretraining.py"
-ERROR_LINE = re.compile(r"(^|: )error: ")
 # The earlier run and most rows: a 2-step run of a 1-layer BERT on 2 shards of 64 samples.
 SHAPE = {
     "model.vocab_size": 128,
@@ -611,17 +610,6 @@ def results(world, tmp_path_factory) -> dict[str, dict]:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads((folder / "results.json").read_text())
-
-
-def assert_one_error(status: int, stdout: str, stderr: str, fragments: list[str]) -> None:
-    shown = f"status {status}\nstdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
-    assert status == 2, shown
-    assert "Traceback" not in stderr + stdout, shown
-    errors = [line for line in stderr.splitlines() if ERROR_LINE.search(line)]
-    assert len(errors) == 1, shown
-    for fragment in fragments:
-        assert fragment in errors[0], f"{fragment!r} not in: {errors[0]}"
-    assert len(errors[0]) < 600, errors[0][:2000]  # values are shortened (a YAML bomb too)
 
 
 def test_the_table_covers_25_classes():

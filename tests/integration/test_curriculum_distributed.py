@@ -15,7 +15,7 @@ import pytest
 
 from bucket_data import BOUNDARIES, check_epochs, sample_buckets, write_bucketed_shards
 from data_audit import read_rank_files
-from test_data_distributed import launch, tiny_args
+from launchers import launch, tiny_job_args
 
 pytestmark = pytest.mark.distributed
 
@@ -50,7 +50,7 @@ def test_two_ranks_train_one_bucket_per_step_each_sample_once(
     data_dir, tmp_path, curriculum, strategy, extra
 ):
     steps = 16  # global batch 16: a bucket epoch (32 samples) is 2 of its steps
-    args = tiny_args(data_dir, tmp_path, strategy, 2, steps)
+    args = tiny_job_args(data_dir, tmp_path, strategy, 2, steps)
     for item in [
         f"data.curriculum.name={curriculum}",
         f"data.curriculum.bucket_boundaries={BOUNDARIES}",

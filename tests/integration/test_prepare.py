@@ -9,10 +9,8 @@ trained from it in-process with `tokenizers`. Rules checked come from REFERENCE 
 from __future__ import annotations
 
 import collections
-import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -25,72 +23,27 @@ from data.prepare.distinct import samples_digest
 from data.prepare.eval_pick import pick_indices
 from data.prepare.fixed import read_fixed
 from data.prepare.instances import ExampleParams
-from data.prepare.reshard import reshard
 from data.prepare.to_varlen import to_varlen
 from data.prepare.wordpiece import load_tokenizer
 from data.sources.shards import DataError, read_samples
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "prepare_data.py"
-MAX_LEN, MAX_PRED = 128, 20
-NUM_SHARDS, EVAL_COUNT = 4, 50
+from commands import run_python
+from prepare_corpus import (
+    EVAL_COUNT,
+    MAX_LEN,
+    MAX_PRED,
+    NUM_SHARDS,
+    SCRIPT,
+    all_args,
+    reshard_quietly,
+    write_corpus,
+)
+
 PARAMS = ExampleParams(max_seq_length=MAX_LEN, max_predictions=MAX_PRED, dupe_factor=3)
-SYLLABLES = [
-    "ka",
-    "lo",
-    "mi",
-    "ne",
-    "ru",
-    "ta",
-    "sho",
-    "ven",
-    "dal",
-    "pri",
-    "ost",
-    "el",
-    "an",
-    "gr",
-    "th",
-    "qu",
-    "ex",
-    "bo",
-    "fin",
-    "ul",
-]
-
-
-def write_corpus(folder: Path) -> tuple[list[Path], Path, Path]:
-    """3 training text shards, an eval text and a vocab trained on them."""
-    from tokenizers import BertWordPieceTokenizer
-
-    rng = random.Random(0)
-    words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 3))) for _ in range(500)]
-
-    def sentence() -> str:
-        body = " ".join(rng.choice(words) for _ in range(rng.randint(3, 16)))
-        return body.capitalize() + rng.choice([".", "!", "?", ", indeed."])
-
-    def shard(path: Path, docs: int) -> Path:
-        lines = []
-        for _ in range(docs):
-            lines += [sentence() for _ in range(rng.randint(1, 14))] + [""]
-        path.write_text("\n".join(lines) + "\n")
-        return path
-
-    (folder / "text").mkdir()
-    texts = [shard(folder / "text" / f"part-{i:05d}-of-00003", 40) for i in range(3)]
-    eval_text = shard(folder / "eval.txt", 30)
-    tokenizer = BertWordPieceTokenizer(lowercase=True)
-    corpus = [line for t in texts for line in t.read_text().splitlines() if line]
-    tokenizer.train_from_iterator(corpus, vocab_size=800, min_frequency=1, show_progress=False)
-    tokenizer.save_model(str(folder))
-    return texts, eval_text, folder / "vocab.txt"
 
 
 def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    return run_python(SCRIPT, *args, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -101,31 +54,8 @@ def corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prepared(corpus, tmp_path_factory) -> Path:
     """`prepare_data.py all` once, with 2 worker processes."""
-    texts, eval_text, vocab = corpus
     out = tmp_path_factory.mktemp("prepared")
-    proc = run_script(
-        "all",
-        "--train-text",
-        str(texts[0].parent),
-        "--eval-text",
-        str(eval_text),
-        "--vocab",
-        str(vocab),
-        "--out",
-        str(out),
-        "--num-shards",
-        str(NUM_SHARDS),
-        "--eval-samples",
-        str(EVAL_COUNT),
-        "--max-seq-length",
-        str(MAX_LEN),
-        "--max-predictions",
-        str(MAX_PRED),
-        "--dupe-factor",
-        "3",
-        "--workers",
-        "2",
-    )
+    proc = run_script(*all_args(corpus, out, "--workers", "2"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -208,15 +138,7 @@ def test_reshard_keeps_every_sample_and_mixes_inputs(prepared):
 
 def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_path):
     inputs = sorted((prepared / "intermediate" / "train").glob("*.hdf5"))
-    other = reshard(
-        inputs,
-        tmp_path / "b1",
-        NUM_SHARDS,
-        shards_per_bucket=1,
-        max_seq_length=MAX_LEN,
-        max_predictions=MAX_PRED,
-        log=lambda *_: None,
-    )
+    other = reshard_quietly(inputs, tmp_path / "b1")
     for mine, theirs in zip(other, shards(prepared)):
         assert samples_digest(read_samples(mine, MAX_LEN, MAX_PRED)) == samples_digest(
             read_samples(theirs, MAX_LEN, MAX_PRED)
@@ -225,26 +147,10 @@ def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_pat
     before = samples_digest(read_samples(other[2], MAX_LEN, MAX_PRED))
     other[2].unlink()
     (tmp_path / "b1" / "reshard.json").unlink()
-    reshard(
-        inputs,
-        tmp_path / "b1",
-        NUM_SHARDS,
-        shards_per_bucket=1,
-        max_seq_length=MAX_LEN,
-        max_predictions=MAX_PRED,
-        log=lambda *_: None,
-    )
+    reshard_quietly(inputs, tmp_path / "b1")
     assert samples_digest(read_samples(other[2], MAX_LEN, MAX_PRED)) == before
     with pytest.raises(DataError, match="other inputs or parameters"):
-        reshard(
-            inputs,
-            tmp_path / "b1",
-            NUM_SHARDS,
-            seed=7,
-            max_seq_length=MAX_LEN,
-            max_predictions=MAX_PRED,
-            log=lambda *_: None,
-        )
+        reshard_quietly(inputs, tmp_path / "b1", seed=7, shards_per_bucket=32)
 
 
 def test_eval_pick_is_even(prepared):

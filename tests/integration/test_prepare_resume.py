@@ -19,42 +19,12 @@ from bert.core.files import remove_stale_temps, temp_name
 from data.prepare import reshard as reshard_module
 from data.prepare.disk import FREE_BYTES_ENV, content_bytes
 from data.prepare.progress import Progress, duration
-from data.prepare.reshard import reshard
 from data.prepare.to_varlen import to_varlen
-from test_prepare import MAX_LEN, MAX_PRED, write_corpus
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "prepare_data.py"
-NUM_SHARDS = 4
+from prepare_corpus import MAX_LEN, MAX_PRED, ROOT, SCRIPT, all_args, reshard_quietly, write_corpus
 
 
 def all_command(corpus, out: Path) -> list[str]:
-    texts, eval_text, vocab = corpus
-    return [
-        sys.executable,
-        str(SCRIPT),
-        "all",
-        "--train-text",
-        str(texts[0].parent),
-        "--eval-text",
-        str(eval_text),
-        "--vocab",
-        str(vocab),
-        "--out",
-        str(out),
-        "--num-shards",
-        str(NUM_SHARDS),
-        "--eval-samples",
-        "50",
-        "--max-seq-length",
-        str(MAX_LEN),
-        "--max-predictions",
-        str(MAX_PRED),
-        "--dupe-factor",
-        "3",
-        "--shards-per-bucket",
-        "1",
-    ]
+    return [sys.executable, str(SCRIPT), *all_args(corpus, out, "--shards-per-bucket", "1")]
 
 
 def run(command: list[str], **env) -> subprocess.CompletedProcess:
@@ -144,27 +114,9 @@ def test_reshard_interrupted_in_either_pass_resumes_identically(
 
         monkeypatch.setattr(reshard_module, "write_samples", failing_write)
         with pytest.raises(KeyboardInterrupt):
-            reshard(
-                inputs,
-                out,
-                NUM_SHARDS,
-                shards_per_bucket=1,
-                max_seq_length=MAX_LEN,
-                max_predictions=MAX_PRED,
-                log=lambda *_: None,
-                show_progress=False,
-            )
+            reshard_quietly(inputs, out, show_progress=False)
         monkeypatch.setattr(reshard_module, "write_samples", real_write)
-        reshard(
-            inputs,
-            out,
-            NUM_SHARDS,
-            shards_per_bucket=1,
-            max_seq_length=MAX_LEN,
-            max_predictions=MAX_PRED,
-            log=lambda *_: None,
-            show_progress=False,
-        )
+        reshard_quietly(inputs, out, show_progress=False)
         assert files_of(out) == expected, crash_at
 
 
@@ -250,25 +202,21 @@ def one_error_line(proc: subprocess.CompletedProcess, *fragments: str) -> None:
         assert fragment in errors[0], errors[0]
 
 
+def to_varlen_command(prepared: Path, out: Path) -> list[str]:
+    """`prepare_data.py to-varlen` of `prepared`'s intermediate training examples into `out`
+    (--max-predictions left to the caller)."""
+    inputs = sorted(str(p) for p in (prepared / "intermediate" / "train").glob("*.hdf5"))
+    command = [sys.executable, str(SCRIPT), "to-varlen", *inputs, "--out", str(out)]
+    return [*command, "--max-seq-length", str(MAX_LEN)]
+
+
 def test_a_folder_of_other_files_is_refused_unless_forced(uninterrupted, tmp_path):
     """A resumed step takes a file under an output's name as done, so a folder holding files
     the step does not write is refused before anything is written."""
-    inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
     out = tmp_path / "varlen"
     out.mkdir()
     (out / "notes.txt").write_text("someone else's\n")
-    command = [
-        sys.executable,
-        str(SCRIPT),
-        "to-varlen",
-        *inputs,
-        "--out",
-        str(out),
-        "--max-seq-length",
-        str(MAX_LEN),
-        "--max-predictions",
-        str(MAX_PRED),
-    ]
+    command = [*to_varlen_command(uninterrupted, out), "--max-predictions", str(MAX_PRED)]
     one_error_line(run(command), "--out", "notes.txt", "--force")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     assert run([*command, "--force"]).returncode == 0
@@ -278,18 +226,8 @@ def test_a_folder_of_other_files_is_refused_unless_forced(uninterrupted, tmp_pat
 def test_a_finished_folder_of_other_settings_is_refused(uninterrupted, tmp_path):
     """A finished step marks its folder with its settings: the same step with other settings
     (whose outputs have the same names) is refused instead of skipping them all as done."""
-    inputs = sorted(str(p) for p in (uninterrupted / "intermediate" / "train").glob("*.hdf5"))
     out = tmp_path / "varlen"
-    command = [
-        sys.executable,
-        str(SCRIPT),
-        "to-varlen",
-        *inputs,
-        "--out",
-        str(out),
-        "--max-seq-length",
-        str(MAX_LEN),
-    ]
+    command = to_varlen_command(uninterrupted, out)
     assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0
     made = files_of(out)
     assert run([*command, "--max-predictions", str(MAX_PRED)]).returncode == 0  # a resume

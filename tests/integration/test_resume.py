@@ -28,7 +28,7 @@ from bert.train.checkpoint.settings import CONFIG_FILE
 from bert.train.trainer import Trainer
 from data.sample_record import read_records
 
-from test_data_distributed import launch
+from launchers import launch
 from tiny_run import make_tiny_data
 from bert.tools.common import set_args
 from tiny_run import tiny_settings as shared_tiny_settings
@@ -283,8 +283,7 @@ def test_eval_only_reports_the_initial_accuracy(data_dir, tmp_path):
 
 
 def run_job(data_dir, out, steps: int, *cli: str, **env: str) -> tuple[int, str]:
-    """A 2-rank torchrun job (tests/integration/test_data_distributed.py's launcher):
-    (status, output).
+    """A 2-rank torchrun job (tests/launchers.py): (status, output).
     env: faults to inject (tests/faults.py runs the program then)."""
     settings = tiny_settings(
         data_dir,

@@ -39,6 +39,7 @@ from bert.train.run_shape import RunShape
 from data.synthetic import ensure_synthetic_data
 
 from data_audit import check_trail, expected_assignment, read_rank_files, trained
+import commands
 from slurm_cluster import SlurmCluster, free_port, missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,13 +139,7 @@ def values(events: list[dict], key: str) -> list:
 
 
 def check_compliance(*paths: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), *map(str, paths)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = commands.check_compliance(*paths)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -223,23 +218,25 @@ def test_sbatch_two_runs(cluster, data_dir, tmp_path):
         ).read_text()
 
 
+def srun_in_salloc(data_dir: Path, out: Path) -> list[str]:
+    """`srun.sh CONFIG` inside an allocation, the run writing into `out` and its samples'
+    record into OUT/samples."""
+    run_args = [*set_args(data_dir), "--set", f"run.output_dir={out}"]
+    return [
+        "salloc",
+        *ALLOCATION,
+        "launch/srun.sh",
+        CONFIG,
+        *run_args,
+        "--record-samples",
+        str(out / "samples"),
+    ]
+
+
 def test_srun_inside_salloc(cluster, data_dir, tmp_path):
     """launch/README.md: `srun.sh CONFIG` is one run inside an allocation."""
     out = tmp_path / "run"
-    code, output, _ = run(
-        cluster,
-        [
-            "salloc",
-            *ALLOCATION,
-            "launch/srun.sh",
-            CONFIG,
-            *set_args(data_dir),
-            "--set",
-            f"run.output_dir={out}",
-            "--record-samples",
-            str(out / "samples"),
-        ],
-    )
+    code, output, _ = run(cluster, srun_in_salloc(data_dir, out))
     assert code in (0, 143), output[-5000:]  # stopped at its 16-step budget: exit 0 (README)
     assert f"{TASKS} rank(s)" in output, output[-5000:]
     check_compliance(out / "mlperf.log")
@@ -253,17 +250,7 @@ def test_killed_task_ends_the_step(cluster, data_dir, tmp_path):
     out = tmp_path / "run"
     code, output, seconds = run(
         cluster,
-        [
-            "salloc",
-            *ALLOCATION,
-            "launch/srun.sh",
-            CONFIG,
-            *set_args(data_dir),
-            "--set",
-            f"run.output_dir={out}",
-            "--record-samples",
-            str(out / "samples"),
-        ],
+        srun_in_salloc(data_dir, out),
         PROGRAM=str(ROOT / "tests" / "faults.py"),
         BERT_TEST_KILL_RANK="1",
         BERT_TEST_KILL_STEP=str(KILL_STEP),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 from bert.submission import reader as run_logs
 from bert.train.checkpoint.layout import rank_file, step_dir
 
+from commands import check_compliance, one_error_line, run_python
 from tiny_run import make_tiny_data, tiny_settings
 from bert.tools.common import set_args
 
@@ -76,12 +76,6 @@ def run(capsys, data_dir: Path, out: Path, *cli: str, **changed) -> tuple[int, s
     return code, captured.out, captured.err
 
 
-def one_error(err: str) -> str:
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in err, err
-    return errors[0]
-
-
 def records(path: Path) -> list[dict]:
     return [
         json.loads(line.split(":::MLLOG ", 1)[1])
@@ -116,11 +110,11 @@ def test_bad_init_checkpoint_is_refused_before_anything_is_written(
     code, _, err = run(
         capsys, data_dir, finished, **{"run.init_checkpoint": tmp_path / "missing.pt"}
     )
-    assert code == 2 and "missing.pt" in one_error(err)
+    assert code == 2 and "missing.pt" in one_error_line(err)
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint")
     code, _, err = run(capsys, data_dir, finished, **{"run.init_checkpoint": garbage})
-    assert code == 2 and "garbage.pt" in one_error(err)
+    assert code == 2 and "garbage.pt" in one_error_line(err)
     assert {name: (finished / name).read_bytes() for name in names(finished)} == before
 
 
@@ -166,7 +160,7 @@ def test_failed_resume_leaves_the_earlier_resumed_log(capsys, data_dir, finished
     else:
         (ckpt / rank_file(0)).unlink()
     code, _, err = run(capsys, data_dir, finished, "--resume", str(ckpt))
-    assert code == 2 and str(ckpt) in one_error(err)
+    assert code == 2 and str(ckpt) in one_error_line(err)
     assert resumed.read_bytes() == before
     # found before the log opens (bert/train/checkpoint/resume_point.py): no log at all
     assert not [n for n in names(finished) if ".partial" in n or n.endswith(".failed")]
@@ -195,7 +189,7 @@ def test_resume_refuses_changed_training_settings(capsys, data_dir, finished, ch
     before = names(finished)
     code, _, err = run(capsys, data_dir, finished, "--resume", "auto", **changed)
     assert code == 2
-    line = one_error(err)
+    line = one_error_line(err)
     for fragment in ["checkpoints/step_00000004", *fragments]:
         assert fragment in line, line
     assert names(finished) == before  # refused before any log was opened
@@ -238,25 +232,11 @@ def test_resumed_log_is_marked_and_packaging_refuses_it(capsys, data_dir, finish
     # a copy under another name is still refused, for the mark
     copy = tmp_path / "result_0.txt"
     copy.write_bytes((finished / "mlperf_resumed_step_2.log").read_bytes())
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "package_results.py"),
-            str(copy),
-            "--system",
-            "s",
-            "--out",
-            str(tmp_path / "pkg"),
-            "--allow-aborted",
-            "--unofficial",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    package = ROOT / "scripts" / "package_results.py"
+    args = [copy, "--system", "s", "--out", tmp_path / "pkg", "--allow-aborted", "--unofficial"]
+    proc = run_python(package, *args, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "MLLOG resumed_from_checkpoint event: resumed from step 2" in one_error(proc.stderr)
+    assert "MLLOG resumed_from_checkpoint event: resumed from step 2" in one_error_line(proc.stderr)
 
 
 def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
@@ -280,13 +260,7 @@ def test_topology_keys_logged_and_checker_passes(capsys, data_dir, tmp_path):
         assert all(key in init_phase(recs) for key in expected)
         assert sum(r["key"] in expected for r in recs) == 3  # once each
         assert run_logs.read_run(log).topology == {k: str(v) for k, v in expected.items()}
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(log)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = check_compliance(log)
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -14,6 +14,8 @@ import pytest
 from bert.obs import run_record
 from bert.tools import common
 
+from commands import run_python
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,14 +57,8 @@ def test_the_stamp_wins_over_a_git_folder_around_an_installed_copy(monkeypatch):
 
 def test_the_build_writes_the_stamp(tmp_path):
     """setup.py's build_py writes bert/_build_info.py into the build, never into the tree."""
-    built = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "BERT_COMMIT": "cafe0123"},
-    )
+    env = {**os.environ, "BERT_COMMIT": "cafe0123"}
+    built = run_python("setup.py", "-q", "build_py", "--build-lib", tmp_path, timeout=300, env=env)
     assert built.returncode == 0, built.stderr
     info = (tmp_path / "bert" / "_build_info.py").read_text()
     assert "COMMIT = 'cafe0123'" in info

@@ -105,24 +105,18 @@ def test_export_loads_strictly_into_hf_with_same_outputs():
     assert_same_outputs(model, hf)
 
 
+def hf_export(script, folder: Path, bert_config: Path) -> int:
+    """`open-bert-convert hf-export` of FOLDER/ours.pt into FOLDER/hf: its exit status."""
+    args = [str(folder / "ours.pt"), "--out", str(folder / "hf"), "--bert-config", str(bert_config)]
+    return script.main(["hf-export", *args])
+
+
 def test_export_import_round_trip_through_script(script, tmp_path):
     model = ours()
     torch.save({"model": model.state_dict()}, tmp_path / "ours.pt")
     shape = tmp_path / "bert_config.json"
     shape.write_text(json.dumps({**SHAPE, "hidden_act": "gelu"}))
-    assert (
-        script.main(
-            [
-                "hf-export",
-                str(tmp_path / "ours.pt"),
-                "--out",
-                str(tmp_path / "hf"),
-                "--bert-config",
-                str(shape),
-            ]
-        )
-        == 0
-    )
+    assert hf_export(script, tmp_path, shape) == 0
     hf = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
     assert_same_outputs(model, hf)
     # hf-import reads the folder's config.json itself.
@@ -275,19 +269,7 @@ def test_shape_mismatch_is_one_clear_error(script, tmp_path, capsys):
     torch.save({"model": ours().state_dict()}, tmp_path / "ours.pt")
     other = tmp_path / "bert_config.json"
     other.write_text(json.dumps({**SHAPE, "intermediate_size": 64}))
-    assert (
-        script.main(
-            [
-                "hf-export",
-                str(tmp_path / "ours.pt"),
-                "--out",
-                str(tmp_path / "hf"),
-                "--bert-config",
-                str(other),
-            ]
-        )
-        == 2
-    )
+    assert hf_export(script, tmp_path, other) == 2
     assert "ffn.intermediate.weight" in capsys.readouterr().err
 
 

@@ -228,11 +228,9 @@ def test_bad_metadata_is_one_error(r2, tmp_path, capsys, url_end, body, message)
     assert r2.data_requests() == []
 
 
-def test_a_text_part_that_differs_from_the_reference_list_is_refused(
-    r2, tmp_path, capsys, monkeypatch
-):
-    text = dict(r2.text, **{"part-00001-of-00500": b"other text\n"})
-    archive = r2.archive(text)
+def serve_text_archive(r2, archive: bytes, monkeypatch) -> dict:
+    """`archive` as the text dataset's archive on the bucket, its md5 what the reference list
+    expects; the patched table of datasets."""
     r2.file_path(TEXT, published.TEXT_ARCHIVE).write_bytes(archive)
     tables = dict(published.DATASETS)
     real = tables[TEXT]
@@ -240,6 +238,15 @@ def test_a_text_part_that_differs_from_the_reference_list_is_refused(
         {**real.md5, published.TEXT_ARCHIVE: md5(archive)}, real.needed, real.source
     )
     monkeypatch.setattr(published, "DATASETS", tables)
+    return tables
+
+
+def test_a_text_part_that_differs_from_the_reference_list_is_refused(
+    r2, tmp_path, capsys, monkeypatch
+):
+    text = dict(r2.text, **{"part-00001-of-00500": b"other text\n"})
+    archive = r2.archive(text)
+    tables = serve_text_archive(r2, archive, monkeypatch)
     r2.write_dataset(
         TEXT,
         {published.TEXT_ARCHIVE: archive},
@@ -256,13 +263,7 @@ def test_a_text_part_that_differs_from_the_reference_list_is_refused(
 
 def test_an_archive_member_outside_the_folder_is_refused(r2, tmp_path, capsys, monkeypatch):
     archive = r2.archive({"../../escaped": b"x"}, folder=published.TEXT_DIR)
-    r2.file_path(TEXT, published.TEXT_ARCHIVE).write_bytes(archive)
-    tables = dict(published.DATASETS)
-    real = tables[TEXT]
-    tables[TEXT] = published.Dataset(
-        {**real.md5, published.TEXT_ARCHIVE: md5(archive)}, real.needed, real.source
-    )
-    monkeypatch.setattr(published, "DATASETS", tables)
+    tables = serve_text_archive(r2, archive, monkeypatch)
     r2.write_dataset(TEXT, {}, listed="".join(f"{h}  {p}\n" for p, h in tables[TEXT].md5.items()))
     assert download(r2, tmp_path / "data") == 2
     assert "would land outside the folder" in one_error(capsys)

@@ -41,7 +41,10 @@ from bert.submission import system_desc
 from bert.mlperf.writer import MLPerfLogger
 from bert.train.run_shape import RunShape
 from bert.submission.system_desc import cpu_model
-from data.synthetic import generate
+from bert.tools.common import set_args
+
+from commands import check_compliance, run_python
+from tiny_run import TINY_SHAPE, make_tiny_data
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 150_000  # eval spacing for GBS 448 (REFERENCE 1)
@@ -161,25 +164,9 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     resume from the step-4 checkpoint)."""
     base = tmp_path_factory.mktemp("tiny_runs")
     data = base / "data"
-    generate(
-        data,
-        num_shards=2,
-        samples_per_shard=48,
-        eval_samples=40,
-        max_seq_length=64,
-        max_predictions=10,
-        vocab_size=256,
-        seed=5,
-    )
+    make_tiny_data(data)
     settings = {
-        "model.vocab_size": 256,
-        "model.hidden_size": 32,
-        "model.num_hidden_layers": 1,
-        "model.num_attention_heads": 2,
-        "model.intermediate_size": 64,
-        "model.max_position_embeddings": 64,
-        "data.max_seq_length": 64,
-        "data.max_predictions_per_seq": 10,
+        **TINY_SHAPE,
         "data.synthetic.enabled": "false",
         "data.train_dir": data,
         "data.eval_file": data / "eval.hdf5",
@@ -200,12 +187,8 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
     def run(out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
         # tests/faults.py is run_pretraining.py with the faults `env` asks for
         program = ROOT / ("tests/faults.py" if env else "run_pretraining.py")
-        args = [sys.executable, str(program), "--quiet", *extra]
-        for key, value in {**settings, "run.output_dir": out}.items():
-            args += ["--set", f"{key}={value}"]
-        return subprocess.run(
-            args, cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, **env}
-        )
+        args = ["--quiet", *extra, *set_args({**settings, "run.output_dir": out})]
+        return run_python(program, *args, timeout=600, env={**os.environ, **env})
 
     whole = run(base / "whole")
     # a budget stop (8 of the schedule's 20 steps): exit 0, yet its log says run_stop aborted
@@ -227,13 +210,7 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
 
 
 def package(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "package_results.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python(ROOT / "scripts" / "package_results.py", *args, timeout=300)
 
 
 def last_line(proc: subprocess.CompletedProcess) -> str:
@@ -344,13 +321,7 @@ def test_resumed_mark_key():
 def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tiny, tmp_path):
     """The user's report: the official checker takes a resumed log for a complete run."""
     log = converged_copy(tiny["resumed"], tmp_path / "result_0.txt", 1, 0.2)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(log)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = check_compliance(log)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"PASS {log}" in proc.stdout
     assert (
@@ -358,13 +329,7 @@ def test_official_checker_passes_a_resumed_log_and_check_compliance_notes_it(tin
         f"{RESUME_STEP}): not a timed MLPerf run"
     ) in proc.stdout
     fresh = converged_copy(tiny["whole"], tmp_path / "result_1.txt", 1, 0.2)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "check_compliance.py"), str(fresh)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = check_compliance(fresh)
     assert proc.returncode == 0 and "note: resumed" not in proc.stdout, proc.stdout
 
 

@@ -6,8 +6,6 @@ The token ranges against [Kim]'s Table 5 are tested in tests/unit/test_balance.p
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,8 @@ from data.comm import sparse as sx
 from data.order import lengths as ln
 from data.order import strategies as bal
 from data.order.simulate import simulate_token_range
+
+from commands import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "simulate_balance.py"
@@ -101,30 +101,9 @@ def test_issue_15_targets_in_the_simulator(sim):
 def test_script_json_and_sweep(tmp_path):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "sim.json", tmp_path / "sweep.png"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--ranks",
-            "16",
-            "--trials",
-            "5",
-            "--ranks-sweep",
-            "16,32",
-            "--sweep-trials",
-            "3",
-            "--timing-batches",
-            "1",
-            "--json",
-            str(out),
-            "--plot",
-            str(png),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    sweep = ["--ranks-sweep", "16,32", "--sweep-trials", "3", "--timing-batches", "1"]
+    args = ["--ranks", "16", "--trials", "5", *sweep, "--json", out, "--plot", png]
+    proc = run_python(SCRIPT, *args, timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert set(result["strategies"]) == set(bal.STRATEGIES)

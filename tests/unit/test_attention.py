@@ -22,9 +22,9 @@ def tiny_config(attention: str = "padded_sdpa") -> ModelConfig:
     return small_config(101, 48, ffn=96, attention=attention)
 
 
-def packed_qkv(lengths, dtype=torch.float32, seed=0):
-    """q, k, v (T, heads, head_dim) with grads, plus cu_seqlens, max_seqlen and token_index."""
-    samples = [
+def blank_samples(lengths) -> list[Sample]:
+    """A sample of each length, every id 1, one masked token: only the lengths matter here."""
+    return [
         Sample(
             np.ones(n, np.int16),
             np.zeros(n, np.int8),
@@ -34,6 +34,11 @@ def packed_qkv(lengths, dtype=torch.float32, seed=0):
         )
         for n in lengths
     ]
+
+
+def packed_qkv(lengths, dtype=torch.float32, seed=0):
+    """q, k, v (T, heads, head_dim) with grads, plus cu_seqlens, max_seqlen and token_index."""
+    samples = blank_samples(lengths)
     batch = pack_samples(samples, attention_groups=True).to("cpu")
     gen = torch.Generator().manual_seed(seed)
     qkv = [
@@ -54,14 +59,19 @@ def grads(out, qkv, seed=1):
     return torch.autograd.grad(out, qkv, upstream)
 
 
-@pytest.mark.parametrize("lengths", [LENGTHS, (48,), (1,), (5, 5, 5)])
-def test_per_sequence_matches_padded_sdpa(lengths):
+def assert_matches_padded_sdpa(backend: str, lengths) -> None:
+    """`backend`'s output and its q, k, v gradients equal the reference's (fp32)."""
     qkv, batch = packed_qkv(lengths)
     expected = attention("padded_sdpa", qkv, batch)
-    got = attention("per_sequence", qkv, batch)
+    got = attention(backend, qkv, batch)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     for g, e in zip(grads(got, qkv), grads(expected, qkv)):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lengths", [LENGTHS, (48,), (1,), (5, 5, 5)])
+def test_per_sequence_matches_padded_sdpa(lengths):
+    assert_matches_padded_sdpa("per_sequence", lengths)
 
 
 def test_per_sequence_dropout_math_matches_its_own_gradient():
@@ -168,30 +178,12 @@ def test_pack_samples_groups_by_the_seed_bounds():
     assert [shape[0] for shape in batch.groups.shapes] == [4, 4, 2, 2]
     assert [shape[2] for shape in batch.groups.shapes] == [128, 256, 384, 512]
     # only the backend that reads them gets them: no group arrays otherwise
-    assert (
-        pack_samples(
-            [
-                Sample(
-                    np.ones(3, np.int16),
-                    np.zeros(3, np.int8),
-                    np.zeros(1, np.int16),
-                    np.ones(1, np.int16),
-                    0,
-                )
-            ]
-        ).groups
-        is None
-    )
+    assert pack_samples(blank_samples((3,))).groups is None
 
 
 @pytest.mark.parametrize("lengths", [GROUPED_LENGTHS, (5, 5, 5), (512,), (1,)])
 def test_grouped_matches_padded_sdpa(lengths):
-    qkv, batch = packed_qkv(lengths)
-    expected = attention("padded_sdpa", qkv, batch)
-    got = attention("grouped_flash", qkv, batch)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-    for g, e in zip(grads(got, qkv), grads(expected, qkv)):
-        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+    assert_matches_padded_sdpa("grouped_flash", lengths)
 
 
 def test_grouped_needs_the_batch_groups():
@@ -342,16 +334,7 @@ def test_padded_sdpa_yardstick_on_gpu(dtype, longest, monkeypatch):
     rounding of the largest value) of an fp64 oracle (the math kernel on the CPU)."""
     require_cuda()
     lengths = (longest, 1, 130, longest - 63, 64, 200)
-    samples = [
-        Sample(
-            np.ones(n, np.int16),
-            np.zeros(n, np.int8),
-            np.zeros(1, np.int16),
-            np.ones(1, np.int16),
-            0,
-        )
-        for n in lengths
-    ]
+    samples = blank_samples(lengths)
     host = pack_samples(samples).to("cpu")
     gen = torch.Generator().manual_seed(0)
     qkv64 = [

@@ -4,9 +4,6 @@ a few seconds)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +13,9 @@ from data.order import strategies as bal
 from data.order.node_balance import node_swap_rows
 from data.order.simulate import simulate_token_range
 
-REPO = Path(__file__).resolve().parents[2]
+from commands import run_python
+
+SCRIPT = "scripts/simulate_balance.py"  # from the checkout's root
 ALL = tuple(bal.STRATEGIES)
 
 # (world, local, ranks_per_node): world 1, odd local batches, partial and several nodes
@@ -276,22 +275,7 @@ def test_single_node_ordering():
 
 def test_script_writes_json(tmp_path):
     out = tmp_path / "sim.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/simulate_balance.py",
-            "--trials",
-            "20",
-            "--ranks",
-            "16",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_python(SCRIPT, "--trials", "20", "--ranks", "16", "--json", str(out), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "stratified_local_snake" in proc.stdout
     # schema: tests/tools/test_simulate_balance.py
@@ -308,32 +292,13 @@ def test_script_plot_needs_matplotlib(tmp_path):
         pytest.skip("matplotlib is installed")
     except ImportError:
         pass
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "scripts/simulate_balance.py",
-            "--trials",
-            "2",
-            "--plot",
-            str(tmp_path / "x.png"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_python(SCRIPT, "--trials", "2", "--plot", str(tmp_path / "x.png"), timeout=60)
     assert proc.returncode != 0 and "pip install 'open-bert-mlperf[plot]'" in proc.stderr
 
 
 def test_script_plot_renders_png(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "x.png"
-    proc = subprocess.run(
-        [sys.executable, "scripts/simulate_balance.py", "--trials", "2", "--plot", str(png)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_python(SCRIPT, "--trials", "2", "--plot", str(png), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

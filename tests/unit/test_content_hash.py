@@ -1,8 +1,8 @@
 """The content hash of prepared data (data/prepare/content_hash.py), NVIDIA's hdf5_md5 method.
 
 The method's bytes are spelled out here by hand for a small file (the oracle); the prepared set
-comes from `prepare_data.py all` on test_prepare.py's small corpus (with 1 worker process; the
-slow-marked test adds a preparation with 2 and compares).
+comes from `prepare_data.py all` on the data-prep tests' small corpus (tests/prepare_corpus.py),
+with 1 worker process; the slow-marked test adds a preparation with 2 and compares.
 NVIDIA's published eval value (REFERENCE 8) needs the real data: only the comparison logic is
 tested here.
 """
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -21,10 +19,9 @@ import pytest
 
 from data.prepare import content_hash as ch
 from data.sources.shards import DataError
-from test_prepare import write_corpus
 
-ROOT = Path(__file__).resolve().parents[2]
-MAX_LEN, MAX_PRED = 128, 20
+from commands import run_python
+from prepare_corpus import SCRIPT, all_args, write_corpus
 
 
 def write_vlen(path: Path, rows: list[list[int]], dtype=np.int16) -> Path:
@@ -65,43 +62,13 @@ def test_files_it_cannot_hash_are_one_clear_error(tmp_path, capsys):
 def prepare(tmp_path_factory):
     """prepare(workers) -> OUT of `prepare_data.py all` on one small corpus (made once each)."""
     corpus = tmp_path_factory.mktemp("corpus")
-    texts, eval_text, vocab = write_corpus(corpus)
+    texts = write_corpus(corpus)
     made: dict[int, Path] = {}
 
     def run(workers: int) -> Path:
         if workers not in made:
             out = corpus / f"out_{workers}"
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    str(ROOT / "scripts" / "prepare_data.py"),
-                    "all",
-                    "--train-text",
-                    str(texts[0].parent),
-                    "--eval-text",
-                    str(eval_text),
-                    "--vocab",
-                    str(vocab),
-                    "--out",
-                    str(out),
-                    "--num-shards",
-                    "4",
-                    "--eval-samples",
-                    "50",
-                    "--max-seq-length",
-                    str(MAX_LEN),
-                    "--max-predictions",
-                    str(MAX_PRED),
-                    "--dupe-factor",
-                    "3",
-                    "--workers",
-                    str(workers),
-                ],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            proc = run_python(SCRIPT, *all_args(texts, out, "--workers", str(workers)), timeout=300)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             made[workers] = out
         return made[workers]

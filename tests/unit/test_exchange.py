@@ -14,21 +14,7 @@ from data.comm.wire import GlobalBatch, encode, payload_size
 from data.order.strategies import balance
 from data.packing import Sample, pack_samples
 
-
-def random_samples(rng: np.random.Generator, n: int, max_len: int = 40) -> list[Sample]:
-    out = []
-    for _ in range(n):
-        length = int(rng.integers(3, max_len + 1))
-        m = int(rng.integers(0, min(6, length) + 1))
-        ids = rng.integers(0, 30000, length).astype(np.int16)
-        seg = (np.arange(length) > length // 2).astype(np.int8)
-        pos = np.sort(rng.choice(length, m, replace=False)).astype(np.int16)
-        out.append(
-            Sample(
-                ids, seg, pos, rng.integers(0, 30000, m).astype(np.int16), int(rng.integers(0, 2))
-            )
-        )
-    return out
+from exchange_samples import random_samples
 
 
 def assert_same(a: Sample, b: Sample) -> None:

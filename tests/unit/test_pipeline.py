@@ -19,7 +19,7 @@ import pytest
 
 from bert.config import load_config
 from bert.train.run_shape import RunShape
-from data.comm.host import HostComm, LocalComm
+from data.comm.host import LocalComm
 from data.order.lengths import strata_counts, stratum_of
 from data.order.strategies import STRATEGIES
 from data.packing import Sample
@@ -39,7 +39,7 @@ from data_audit import (
     trained,
 )
 from faults import crash_at
-from thread_comm import ThreadComm, run_thread_ranks
+from thread_comm import ThreadComm, open_pipeline, run_thread_ranks
 
 MAX_SEQ, MAX_PRED, SEED = 64, 10, 11
 SHARDS, PER_SHARD = 4, 48
@@ -76,28 +76,6 @@ def config(
             f"run.gradient_accumulation_steps={accum}",
             *extra,
         ],
-    )
-
-
-def open_pipeline(
-    cfg,
-    rank: int,
-    world: int,
-    seed: int,
-    comm: HostComm | None = None,
-    ranks_per_node: int = 0,
-    **kwargs,
-) -> TrainPipeline:
-    """The pipeline as the trainer opens it: the data config and the run shape (its node size:
-    data.ranks_per_node, else `ranks_per_node` as the launcher's, else the world)."""
-    return TrainPipeline(
-        cfg.data,
-        RunShape.build(cfg, world, ranks_per_node),
-        rank,
-        seed,
-        "cpu",
-        comm or LocalComm(),
-        **kwargs,
     )
 
 

@@ -24,8 +24,8 @@ from data.order import strategies as bal
 from data.order.node_balance import node_swap_rows
 
 import sparse_exchange_worker as worker
-from test_data_distributed import launch
-from test_exchange import random_samples
+from launchers import launch
+from exchange_samples import random_samples
 from thread_comm import run_thread_ranks
 
 

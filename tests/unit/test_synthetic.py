@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,7 @@ from data.synthetic_language import (
     successor_table,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+from commands import one_error_line, run_python
 
 L = 128
 MAX_PRED = 20
@@ -217,42 +215,6 @@ def test_pack_samples_on_synthetic_data(samples):
     )
 
 
-def test_cli_writes_and_reports(tmp_path, capsys):
-    main(
-        [
-            "--out",
-            str(tmp_path),
-            "--num-shards",
-            "2",
-            "--samples-per-shard",
-            "8",
-            "--eval-samples",
-            "4",
-            "--max-seq-length",
-            "64",
-            "--max-predictions",
-            "10",
-            "--vocab-size",
-            "300",
-            "--seed",
-            "3",
-        ]
-    )
-    printed = capsys.readouterr().out
-    assert "part_00001_of_00002.hdf5" in printed and "eval.hdf5" in printed
-    assert len(read_samples(tmp_path / "part_00001_of_00002.hdf5", 64, 10)) == 8
-
-
-def test_bad_arguments():
-    rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="vocab_size"):
-        successor_table(SEED, 40000)
-    with pytest.raises(ValueError, match="max_seq_length"):
-        generate_samples(rng, successor_table(SEED, VOCAB), 4, 16, 4)
-
-
-# -- where synthetic data may be written: never into a folder holding files it did not write --
-
 TINY_PARAMS = [
     "--num-shards",
     "2",
@@ -269,15 +231,27 @@ TINY_PARAMS = [
 ]
 
 
+def test_cli_writes_and_reports(tmp_path, capsys):
+    main(["--out", str(tmp_path), *TINY_PARAMS, "--seed", "3"])
+    printed = capsys.readouterr().out
+    assert "part_00001_of_00002.hdf5" in printed and "eval.hdf5" in printed
+    assert len(read_samples(tmp_path / "part_00001_of_00002.hdf5", 64, 10)) == 8
+
+
+def test_bad_arguments():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="vocab_size"):
+        successor_table(SEED, 40000)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        generate_samples(rng, successor_table(SEED, VOCAB), 4, 16, 4)
+
+
+# -- where synthetic data may be written: never into a folder holding files it did not write --
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (relative name -> bytes): 'left as it was' is equality."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
-
-
-def one_error_line(stderr: str) -> str:
-    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in stderr, stderr
-    return errors[0]
 
 
 def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
@@ -288,13 +262,7 @@ def test_cli_refuses_a_folder_it_did_not_write(tmp_path):
     (user / "part_00000_of_00002.hdf5").write_bytes(b"a real prepared shard")
     (user / "notes.txt").write_text("mine")
     before = snapshot(user)
-    proc = subprocess.run(
-        [sys.executable, "-m", "data.synthetic", "--out", str(user), *TINY_PARAMS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_python("-m", "data.synthetic", "--out", user, *TINY_PARAMS, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "did not write" in one_error_line(proc.stderr)
     assert snapshot(user) == before
