@@ -11,6 +11,7 @@ each other, directly or around a longer loop.
 scripts/ holds command lines only: each a thin front end over a package module, none editing
 sys.path (nor does any module outside tests/: the project is installed, or on PYTHONPATH). The
 facts of the MLPerf log that writer and readers share are stated once (bert/mlperf/constants.py).
+No test module imports another: what tests share lives in helper modules (tests/*.py).
 """
 
 from __future__ import annotations
@@ -591,3 +592,42 @@ def test_code_says_what_not_which_issue():
 def test_only_tests_are_named_like_tests():
     """pytest collects test_*.py: a product or tool module so named reads as a test."""
     assert [p for p in outside_tests() if p.name.startswith("test_")] == []
+
+
+def imports_of_test_modules(files: list[Path], root: Path = ROOT) -> list[str]:
+    """Every import, in `files`, of a module that is a test module of the tree (a file
+    test_*.py under tests/), at any depth: what tests share lives in a helper module (tests/*.py
+    not named test_*, or tests/conftest.py for fixtures), so a test module is only collected."""
+    test_names = {p.stem for p in files if p.name.startswith("test_")}
+    bad = []
+    for path in files:
+        for module in sorted(runtime_imports(path, root)):
+            if test_names & set(module.split(".")):
+                bad.append(f"{path.relative_to(root).as_posix()} imports {module}")
+    return bad
+
+
+def test_no_test_module_imports_another():
+    tests = [p for p in source_files() if p.relative_to(ROOT).parts[0] == "tests"]
+    assert imports_of_test_modules(tests) == []
+
+
+def test_the_test_import_check_finds_each_way_in(tmp_path):
+    """A lazy import, importlib, a package path and a helper that reaches into a test module;
+    a helper, a fixture module and a library whose name merely contains `test_` are fine."""
+    files = _tree(
+        tmp_path,
+        {
+            "tests/unit/test_a.py": "def test_x():\n    from test_b import helper\n",
+            "tests/unit/test_b.py": "import importlib\nm = importlib.import_module('test_a')\n",
+            "tests/integration/test_c.py": "from tests.unit import test_a\nfrom shared import x\n",
+            "tests/shared.py": "import test_c\nimport conftest\nfrom latest_tools import y\n",
+            "tests/conftest.py": "import shared\n",
+        },
+    )
+    assert imports_of_test_modules(files, tmp_path) == [
+        "tests/integration/test_c.py imports tests.unit.test_a",
+        "tests/shared.py imports test_c",
+        "tests/unit/test_a.py imports test_b.helper",
+        "tests/unit/test_b.py imports test_a",
+    ]
