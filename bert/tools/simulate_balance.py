@@ -38,7 +38,7 @@ from bert.tools.common import git_commit, import_pyplot
 from data.comm import sparse
 from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths
 from data.order.node_balance import node_swap_rows
-from data.order.simulate import dealt_batches
+from data.order.simulate import Simulation, dealt_batches
 from data.order.strategies import STRATEGIES, balance, tokens_per_rank
 
 # [Kim], appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
@@ -241,16 +241,8 @@ def simulate(
     rpn = args.ranks_per_node
     sums = {s: np.zeros(len(METRICS)) for s in strategies}
     timed = {}
-    for s, batch, a in dealt_batches(
-        world,
-        args.local_batch,
-        rpn,
-        trials,
-        np.random.default_rng(args.seed),
-        pmf,
-        strategies,
-        chunk_samples=chunk_samples,
-    ):
+    sim = Simulation(world, args.local_batch, rpn, trials, pmf, strategies, None, chunk_samples)
+    for s, batch, a in dealt_batches(sim, np.random.default_rng(args.seed)):
         tok = tokens_per_rank(batch, a)
         got = host_bytes(s, batch, masked_counts(batch, args.max_pred), a, rpn)
         sums[s] += [

@@ -14,7 +14,7 @@ import pytest
 from data.order import lengths as ln
 from data.order import strategies as bal
 from data.order.node_balance import node_swap_rows
-from data.order.simulate import simulate_token_range
+from data.order.simulate import Simulation, simulate_token_range
 
 REPO = Path(__file__).resolve().parents[2]
 ALL = tuple(bal.STRATEGIES)
@@ -245,7 +245,7 @@ PUBLISHED = {
 @pytest.fixture(scope="module")
 def table_5():
     rng = np.random.default_rng(0)
-    return simulate_token_range(1024, 16, 8, 100, rng, ln.length_pmf(512))
+    return simulate_token_range(Simulation(1024, 16, 8, 100, ln.length_pmf(512)), rng)
 
 
 def test_simulation_reproduces_table_5_values(table_5):
@@ -267,7 +267,9 @@ def test_simulation_reproduces_table_5_ordering(table_5):
 def test_single_node_ordering():
     # One node of 8: local presort is the global presort there, and no better than the
     # stratified draw alone; snake dealing is what wins (spread about 70 vs 400+ tokens).
-    r = simulate_token_range(8, 16, 8, 400, np.random.default_rng(0), ln.length_pmf(512))
+    r = simulate_token_range(
+        Simulation(8, 16, 8, 400, ln.length_pmf(512)), np.random.default_rng(0)
+    )
     spread = {k: v["max_tokens"] - v["min_tokens"] for k, v in r.items()}
     assert spread["none"] == max(spread.values())
     assert spread["stratified_local_snake"] < 0.5 * spread["stratified_local_presort"]
