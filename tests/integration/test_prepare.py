@@ -25,6 +25,7 @@ from data.prepare.distinct import samples_digest
 from data.prepare.eval_pick import pick_indices
 from data.prepare.fixed import read_fixed
 from data.prepare.instances import ExampleParams
+from data.prepare.parallel import StepRun
 from data.prepare.reshard import reshard
 from data.prepare.to_varlen import to_varlen
 from data.prepare.wordpiece import load_tokenizer
@@ -215,7 +216,7 @@ def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_pat
         shards_per_bucket=1,
         max_seq_length=MAX_LEN,
         max_predictions=MAX_PRED,
-        log=lambda *_: None,
+        run=StepRun(log=lambda *_: None),
     )
     for mine, theirs in zip(other, shards(prepared)):
         assert samples_digest(read_samples(mine, MAX_LEN, MAX_PRED)) == samples_digest(
@@ -232,7 +233,7 @@ def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_pat
         shards_per_bucket=1,
         max_seq_length=MAX_LEN,
         max_predictions=MAX_PRED,
-        log=lambda *_: None,
+        run=StepRun(log=lambda *_: None),
     )
     assert samples_digest(read_samples(other[2], MAX_LEN, MAX_PRED)) == before
     with pytest.raises(DataError, match="other inputs or parameters"):
@@ -243,7 +244,7 @@ def test_reshard_is_independent_of_buckets_workers_and_resumes(prepared, tmp_pat
             seed=7,
             max_seq_length=MAX_LEN,
             max_predictions=MAX_PRED,
-            log=lambda *_: None,
+            run=StepRun(log=lambda *_: None),
         )
 
 
@@ -337,19 +338,19 @@ def test_duplicate_shards_are_detected(prepared, tmp_path):
 
 def test_examples_are_deterministic_and_resumable(prepared, corpus, tmp_path):
     texts, _, vocab = corpus
-    (made,) = create_examples([texts[1]], tmp_path, vocab, PARAMS, log=lambda *_: None)
+    (made,) = create_examples([texts[1]], tmp_path, vocab, PARAMS, run=StepRun(log=lambda *_: None))
     theirs = prepared / "intermediate" / "train" / made.name
     with h5py.File(made) as a, h5py.File(theirs) as b:  # same seed, other process: same data
         for name in a:
             np.testing.assert_array_equal(a[name][:], b[name][:], err_msg=name)
     stamp = made.stat().st_mtime_ns
-    create_examples([texts[1]], tmp_path, vocab, PARAMS, log=lambda *_: None)
+    create_examples([texts[1]], tmp_path, vocab, PARAMS, run=StepRun(log=lambda *_: None))
     assert made.stat().st_mtime_ns == stamp  # existing output skipped
 
 
 def test_to_varlen_round_trip(prepared, tmp_path):
     src = sorted((prepared / "intermediate" / "train").glob("*.hdf5"))[0]
-    (dst,) = to_varlen([src], tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None)
+    (dst,) = to_varlen([src], tmp_path, MAX_LEN, MAX_PRED, run=StepRun(log=lambda *_: None))
     assert samples_digest(read_samples(dst, MAX_LEN, MAX_PRED)) == samples_digest(
         read_fixed(src, MAX_LEN, MAX_PRED)
     )
