@@ -38,19 +38,10 @@ from bert.tools.common import git_commit, import_pyplot
 from data.comm import sparse
 from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths
 from data.order.node_balance import node_swap_rows
-from data.order.simulate import Simulation, dealt_batches
+from data.order.simulate import PUBLISHED_TABLE_5, Simulation, dealt_batches
 from data.order.strategies import STRATEGIES, balance, tokens_per_rank
 
-# [Kim], appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
-# node, max length 512. The GPU count is not stated; these numbers come out of this simulation
-# at 1024 GPUs (their 128-node cluster), not at 8 or 64.
-PUBLISHED_TABLE_5 = {
-    "none": (1886, 6459),
-    "stratified": (3620, 4482),
-    "stratified_local_presort": (3743, 4401),
-    "stratified_local_snake": (3900, 4246),
-    "global_presort": (3807, 4313),
-}
+# the setup of [Kim]'s Table 5 (PUBLISHED_TABLE_5)
 PUBLISHED_SETUP = {"local_batch": 16, "ranks_per_node": 8, "max_len": 512}
 
 LABELS = {

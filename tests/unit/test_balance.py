@@ -14,7 +14,7 @@ import pytest
 from data.order import lengths as ln
 from data.order import strategies as bal
 from data.order.node_balance import node_swap_rows
-from data.order.simulate import Simulation, simulate_token_range
+from data.order.simulate import PUBLISHED_TABLE_5, Simulation, simulate_token_range
 
 REPO = Path(__file__).resolve().parents[2]
 ALL = tuple(bal.STRATEGIES)
@@ -229,19 +229,10 @@ def test_lengths_from_shards_reads_vlen_and_fixed(tmp_path):
 
 # ------------------------------------------------------------------------- [Kim] Table 5
 
-# [Kim] (Samsung), appendix C.2, Table 5, also REFERENCE.md section 5: mean min / max tokens
-# per GPU over trials, 16 samples per GPU, 8 GPUs per node, max length 512. The paper does not
-# state the GPU count; our simulation matches it (within about 1 %) at 1024 GPUs, their cluster
-# size, and not at 8 or 64 GPUs, so the test runs 1024 ranks.
-PUBLISHED = {
-    "none": (1886, 6459),
-    "stratified": (3620, 4482),
-    "stratified_local_presort": (3743, 4401),
-    "stratified_local_snake": (3900, 4246),
-    "global_presort": (3807, 4313),
-}
 
-
+# [Kim] (Samsung), appendix C.2, Table 5 (PUBLISHED_TABLE_5), also REFERENCE.md section 5. The
+# paper does not state the GPU count; our simulation matches it (within about 1 %) at 1024 GPUs,
+# their cluster size, and not at 8 or 64 GPUs, so the test runs 1024 ranks.
 @pytest.fixture(scope="module")
 def table_5():
     rng = np.random.default_rng(0)
@@ -249,7 +240,7 @@ def table_5():
 
 
 def test_simulation_reproduces_table_5_values(table_5):
-    for name, (lo, hi) in PUBLISHED.items():
+    for name, (lo, hi) in PUBLISHED_TABLE_5.items():
         assert table_5[name]["min_tokens"] == pytest.approx(lo, rel=0.05), name
         assert table_5[name]["max_tokens"] == pytest.approx(hi, rel=0.05), name
 
@@ -258,8 +249,10 @@ def test_simulation_reproduces_table_5_ordering(table_5):
     spread = {k: v["max_tokens"] - v["min_tokens"] for k, v in table_5.items()}
     # published spreads: none 4573 > stratified 862 > local presort 658 > global presort 506
     # > stratified + local snake 346
-    published_order = sorted(PUBLISHED, key=lambda k: PUBLISHED[k][0] - PUBLISHED[k][1])
-    ours = sorted(PUBLISHED, key=lambda k: -spread[k])
+    published_order = sorted(
+        PUBLISHED_TABLE_5, key=lambda k: PUBLISHED_TABLE_5[k][0] - PUBLISHED_TABLE_5[k][1]
+    )
+    ours = sorted(PUBLISHED_TABLE_5, key=lambda k: -spread[k])
     assert ours == published_order
     assert spread["serpentine"] < spread["stratified_local_snake"]  # not in Table 5
 
