@@ -20,12 +20,10 @@ continuation, so that most differences show as different ids rather than vanishi
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
 import random
-import shlex
 import sys
 import tempfile
 import unicodedata
@@ -35,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare.wordpiece import load_tokenizer  # noqa: E402
 from bert.submission.system_desc import cpu_model  # noqa: E402
-from bert.tools.common import git_commit  # noqa: E402
+from bert.tools.common import provenance  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
 
 RANDOM_LINES = 20_000
@@ -118,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     import tokenizers
 
     record = {
-        "benchmark": "compare_tokenizer_library",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'})",
-        "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv]),
+        **provenance("compare_tokenizer_library", f"cpu ({cpu_model() or 'unknown model'})"),
         "python": platform.python_version(),
         "unicodedata": unicodedata.unidata_version,
         "tokenizers": tokenizers.__version__,
