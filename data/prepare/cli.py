@@ -43,6 +43,7 @@ from data.prepare.arguments import (
     ShapeReader,
     example_args,
     force_folder_args,
+    option_args,
     quiet_args,
     reshard_args,
     resolve_shape,
@@ -404,8 +405,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--force", action="store_true", help="--write-checksums: replace an existing SHA256SUMS"
     )
     p.set_defaults(func=cmd_checksums)
-    first_k = argparse.ArgumentParser(add_help=False)
-    first_k.add_argument(
+    first_k = option_args(
         "--first-k",
         type=int_arg(),
         default=16,
