@@ -63,6 +63,7 @@ from data.prefetch import DeviceTransfer, Prefetcher, Transferred
 from data.sample_record import SampleRecorder
 from data.sources import SOURCES
 from data.sources.bucket_queues import BucketStream
+from data.sources.rank_shards import RankShards
 from data.sources.shards import list_shards
 
 
@@ -105,18 +106,19 @@ class TrainPipeline:
         self.prepare_hooks = list(prepare_hooks)
         files = list_shards(data.train_dir)
         self.curriculum, self.feedback = None, None
+        shards = RankShards(
+            files,
+            rank,
+            self.world_size,
+            seed,
+            data.max_seq_length,
+            data.max_predictions_per_seq,
+            vocab_size,
+        )
         if data.curriculum.enabled:
-            self._open_curriculum(data, files, seed, device)
+            self._open_curriculum(data, shards, seed, device)
         else:
-            self.source = SOURCES[self.strategy.source](
-                files,
-                rank,
-                self.world_size,
-                seed,
-                data.max_seq_length,
-                data.max_predictions_per_seq,
-                vocab_size=vocab_size,
-            )
+            self.source = SOURCES[self.strategy.source](shards)
         self.comm = comm  # all ranks: the curriculum's losses are averaged over it
         self.group = self._exchange_group(comm)
         self.transfer = DeviceTransfer(device)
@@ -127,19 +129,10 @@ class TrainPipeline:
         self._next_to_prepare = 0
         self._state = {**self._snapshot(), "step": 0}
 
-    def _open_curriculum(self, data: DataConfig, files, seed: int, device) -> None:
+    def _open_curriculum(self, data: DataConfig, shards: RankShards, seed: int, device) -> None:
         """Bucketed source, the curriculum over its buckets, and the loss feedback it needs."""
         # the division rule was checked with the config (Config.__post_init__)
-        self.source = BucketStream(
-            files,
-            self.rank,
-            self.world_size,
-            seed,
-            data.max_seq_length,
-            data.max_predictions_per_seq,
-            data.curriculum.bucket_boundaries,
-            vocab_size=self.vocab_size,
-        )
+        self.source = BucketStream(shards, data.curriculum.bucket_boundaries)
         self.curriculum = curriculum_from_config(data.curriculum, self.source.shares, seed)
         if self.curriculum.uses_losses:
             self.feedback = LossFeedback(device, lag=self.depth + 1)

@@ -231,12 +231,7 @@ def linear_bias(
     autocast cast) to be used as the block's residual: its gradient is then added inside the
     data-gradient GEMM (beta = 1) instead of by autograd.
     """
-    x, weight, bias = _prepare(x, weight, bias)
-    _check(x, weight, bias)
-    if x.is_cuda:
-        _loader.require(OP)
-    y, residual = _Linear.apply(x, weight, bias, False)
-    return (y, residual) if return_residual else y
+    return _linear(x, weight, bias, False, return_residual)
 
 
 def linear_bias_gelu(
@@ -254,11 +249,18 @@ def linear_bias_gelu(
     "tanh" (see the module docstring).
     """
     _check_gelu(approximate)
+    return _linear(x, weight, bias, True, return_residual)
+
+
+def _linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, gelu: bool, return_residual: bool
+) -> Tensor | tuple[Tensor, Tensor]:
+    """linear_bias (gelu False) or linear_bias_gelu (True), after their argument checks."""
     x, weight, bias = _prepare(x, weight, bias)
     _check(x, weight, bias)
     if x.is_cuda:
         _loader.require(OP)
-    y, residual = _Linear.apply(x, weight, bias, True)
+    y, residual = _Linear.apply(x, weight, bias, gelu)
     return (y, residual) if return_residual else y
 
 

@@ -53,11 +53,6 @@ def lamb_sums(
     sums.add_(ref.local_sums(grad, groups, sums.numel() - 1, trust_ratio=True))
 
 
-@lamb_sums.register_fake
-def _(grad, master, segments, decays, sums):
-    return None
-
-
 @torch.library.custom_op(
     "bert_kernels::lamb_update", mutates_args=("exp_avg", "exp_avg_sq", "update", "update_sq")
 )
@@ -113,27 +108,6 @@ def lamb_update(
         update_sq.add_(ref.sum_squares(groups, "update", update_sq.numel(), update.device))
 
 
-@lamb_update.register_fake
-def _(
-    grad,
-    master,
-    exp_avg,
-    exp_avg_sq,
-    update,
-    segments,
-    decays,
-    coef,
-    ok,
-    bc1,
-    bc2,
-    beta1,
-    beta2,
-    eps,
-    update_sq,
-):
-    return None
-
-
 @torch.library.custom_op("bert_kernels::lamb_apply", mutates_args=("master", "update", "model"))
 def lamb_apply(
     master: Tensor,
@@ -166,6 +140,12 @@ def lamb_apply(
         model.copy_(master)
 
 
-@lamb_apply.register_fake
-def _(master, update, segments, decays, lrs, ok, w_sq, u_sq, model):
+def _no_output(*args) -> None:
+    """The ops' fake (meta) implementation: they only write into their arguments, so there
+    is no output whose shape a tracer would need."""
     return None
+
+
+lamb_sums.register_fake(_no_output)
+lamb_update.register_fake(_no_output)
+lamb_apply.register_fake(_no_output)

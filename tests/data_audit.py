@@ -19,6 +19,7 @@ from data.order.lengths import strata_edges, stratum_of
 from data.order.strategies import STRATEGIES, balance
 from data.sample_record import read_records
 from data.sources import SOURCES
+from data.sources.rank_shards import RankShards
 from data.sources.shard_stream import ShardStream
 from data.sources.shards import list_shards, read_samples
 from data.sources.stratified import StratifiedStream
@@ -71,7 +72,7 @@ def expected_assignment(
     files = list_shards(data_dir)
     local = global_batch // world
     cls = SOURCES[STRATEGIES[strategy].source]
-    sources = [cls(files, r, world, seed, max_seq, max_pred) for r in range(world)]
+    sources = [cls(RankShards(files, r, world, seed, max_seq, max_pred)) for r in range(world)]
     expected: list[dict[int, list[Key]]] = [{} for _ in range(world)]
     for step in range(steps):
         drawn = [s.next_batch_tagged(local) for s in sources]
@@ -92,10 +93,12 @@ def first_pass_steps(
     """Steps every stratum queue of every rank serves before its first pass ends: within them
     no sample may be trained twice."""
     files = list_shards(data_dir)
-    counts = StratifiedStream(files, 0, world, seed, max_seq, max_pred).counts(local)
+    counts = StratifiedStream(RankShards(files, 0, world, seed, max_seq, max_pred)).counts(local)
     steps = []
     for rank in range(world):
-        shards = ShardStream(files, rank, world, seed, max_seq, max_pred).shards_of_epoch(0)
+        shards = ShardStream(
+            RankShards(files, rank, world, seed, max_seq, max_pred)
+        ).shards_of_epoch(0)
         lengths = np.array(
             [len(s.input_ids) for k in shards for s in read_samples(files[k], max_seq, max_pred)]
         )

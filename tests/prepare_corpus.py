@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from data.prepare.parallel import StepRun
 from data.prepare.reshard import reshard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,10 +102,9 @@ def all_args(corpus, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def reshard_quietly(inputs, out: Path, **changed) -> list[Path]:
+def reshard_quietly(inputs, out: Path, show_progress: bool = True, **changed) -> list[Path]:
     """`inputs` resharded into NUM_SHARDS shards at the corpus's shape, one shard per bucket
     unless `changed` says otherwise, without log lines."""
-    settings = dict(
-        shards_per_bucket=1, max_seq_length=MAX_LEN, max_predictions=MAX_PRED, log=lambda *_: None
-    )
-    return reshard(inputs, out, NUM_SHARDS, **{**settings, **changed})
+    settings = dict(shards_per_bucket=1, max_seq_length=MAX_LEN, max_predictions=MAX_PRED)
+    run = StepRun(log=lambda *_: None, show_progress=show_progress)
+    return reshard(inputs, out, NUM_SHARDS, **{**settings, **changed}, run=run)

@@ -187,3 +187,26 @@ class Tokenizer:
     def ids(self, words: list[str]) -> list[int]:
         """The ids of the basic tokenizer's words."""
         return [self.vocab[piece] for word in words for piece in wordpiece(word, self.vocab)]
+
+
+# -- inputs: what the tests and scripts/bench/compare_tokenizer_library.py draw lines from ------
+
+# code point ranges of the scripts a mixed-script line takes its words from
+MIXED_SCRIPTS = [
+    (0x41, 0x24F),
+    (0x370, 0x3FF),
+    (0x400, 0x4FF),
+    (0x590, 0x6FF),
+    (0x900, 0x9FF),
+    (0xE00, 0xEFF),
+    (0x1100, 0x11FF),
+    (0x3040, 0x30FF),
+    (0x4E00, 0x4E80),
+    (0xAC00, 0xAD00),
+    (0x1F300, 0x1F64F),
+    (0x300, 0x36F),
+    (0x2000, 0x206F),
+    (0xFF00, 0xFFEF),
+]
+# what such a line puts after each word
+SEPARATORS = [" ", "\t", "\u00a0", "\u2028", "\u3000", "\u200b", "\x00", "  "]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 import torch
 from torch import nn
 
+from bert.model.fused import gemm_features
 from bert.model.fused_functions import require_low_precision_gemm_on_cuda
 
 if TYPE_CHECKING:
@@ -207,13 +208,7 @@ def encoder_gemms(block: nn.Module, cfg: "ModelConfig") -> dict[str, nn.Module]:
 
 def config_problem(cfg: "ModelConfig") -> Optional[str]:
     """What model.fp8_linear needs that `cfg` lacks, as "<what> ..., got <value>"."""
-    for name in ("hidden_size", "intermediate_size"):
-        if getattr(cfg, name) % GEMM_MULTIPLE:
-            return (
-                f"model.{name} to be a multiple of {GEMM_MULTIPLE} (torch._scaled_mm's FP8 "
-                f"GEMM features), got {getattr(cfg, name)}"
-            )
-    return None
+    return gemm_features(cfg, GEMM_MULTIPLE, "torch._scaled_mm's FP8 GEMM features")
 
 
 def require_device(cfg: "ModelConfig", device: torch.device | str) -> None:

@@ -75,15 +75,18 @@ def _padded_vocab(cfg: "ModelConfig", what: str = "") -> Optional[str]:
     )
 
 
+def gemm_features(cfg: "ModelConfig", multiple: int, why: str) -> Optional[str]:
+    """model.hidden_size and intermediate_size (the in and out features of every encoder GEMM)
+    as multiples of `multiple`: the first that is not, as "<what> (`why`), got <value>"."""
+    for name in ("hidden_size", "intermediate_size"):
+        if getattr(cfg, name) % multiple:
+            return f"model.{name} to be a multiple of {multiple} ({why}), got {getattr(cfg, name)}"
+    return None
+
+
 def _gemm_features(cfg: "ModelConfig") -> Optional[str]:
     """cuBLASLt's epilogues: in and out features of every fused GEMM a multiple of 8."""
-    for name in ("hidden_size", "intermediate_size"):
-        if getattr(cfg, name) % FEATURE_MULTIPLE:
-            return (
-                f"model.{name} to be a multiple of {FEATURE_MULTIPLE} (cuBLASLt GEMM "
-                f"features), got {getattr(cfg, name)}"
-            )
-    return None
+    return gemm_features(cfg, FEATURE_MULTIPLE, "cuBLASLt GEMM features")
 
 
 def _dense(cfg: "ModelConfig") -> Optional[str]:

@@ -56,15 +56,19 @@ if TYPE_CHECKING:
     from bert.train.distributed import DistContext
 
 
-def lamb_optimizer(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
-    return LAMB(
-        groups,
+def lamb_hparams(o: "OptimConfig") -> dict:
+    """The section's hyperparameters as LAMB and ShardedOptimizer both take them."""
+    return dict(
         lr=o.lr,
         betas=(o.beta1, o.beta2),
         eps=o.eps,
         weight_decay=o.weight_decay,
         max_grad_norm=o.max_grad_norm,
     )
+
+
+def lamb_optimizer(groups: list[dict], o: "OptimConfig") -> torch.optim.Optimizer:
+    return LAMB(groups, **lamb_hparams(o))
 
 
 class Replicated:
@@ -178,11 +182,7 @@ class Sharded:
         )
         self.optimizer = ShardedOptimizer(
             param_groups(model, o.weight_decay),
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-            max_grad_norm=o.max_grad_norm,
+            **lamb_hparams(o),
             bucket_cap_mb=o.bucket_cap_mb,
             clip_mode=o.clip_mode,
             trust_ratio=spec.weight_norms,

@@ -74,16 +74,8 @@ FIELDS = (
     "sw_notes",
 )
 NA = "N/A"
-ACCELERATOR_FIELDS = (
-    "accelerator_model_name",
-    "accelerator_host_interconnect",
-    "accelerator_frequency",
-    "accelerator_on-chip_memories",
-    "accelerator_memory_configuration",
-    "accelerator_memory_capacity",
-    "accelerator_interconnect",
-    "accelerator_interconnect_topology",
-)
+# what only a system with accelerators can state (accelerators_per_node is 0 without them)
+ACCELERATOR_FIELDS = tuple(f for f in FIELDS if f.startswith("accelerator_"))
 
 
 class DescriptionError(BadInputError):

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 from bert.build_info import stamped_commit
 from bert.core.errors import install_hint
 from bert.core.files import write_text_atomic
+from bert.submission.system_desc import cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +40,18 @@ def git_commit() -> str:
     if stamp.is_file():
         return stamp.read_text().strip()
     return stamped_commit() or "unknown"
+
+
+def provenance(benchmark: str, machine: str | None = None) -> dict:
+    """What a result record opens with: the benchmark, when it ran (UTC), on which machine
+    (default: the CPU model and its core count), at which commit, by which command."""
+    return {
+        "benchmark": benchmark,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine or f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
+        "commit": git_commit(),
+        "command": shlex.join([sys.executable, *sys.argv]),
+    }
 
 
 def set_args(values: dict) -> list[str]:

@@ -37,19 +37,10 @@ from bert.core.inputs import Parser, int_arg
 from bert.tools.common import git_commit, import_pyplot
 from data.comm import sparse
 from data.order.lengths import length_pmf, lengths_from_shards, pmf_from_lengths
-from data.order.simulate import dealt_batches
+from data.order.simulate import PUBLISHED_TABLE_5, Simulation, dealt_batches
 from data.order.strategies import STRATEGIES, balance, tokens_per_rank
 
-# [Kim], appendix C.2, Table 5: mean min / max tokens per GPU, 16 samples per GPU, 8 GPUs per
-# node, max length 512. The GPU count is not stated; these numbers come out of this simulation
-# at 1024 GPUs (their 128-node cluster), not at 8 or 64.
-PUBLISHED_TABLE_5 = {
-    "none": (1886, 6459),
-    "stratified": (3620, 4482),
-    "stratified_local_presort": (3743, 4401),
-    "stratified_local_snake": (3900, 4246),
-    "global_presort": (3807, 4313),
-}
+# the setup of [Kim]'s Table 5 (PUBLISHED_TABLE_5)
 PUBLISHED_SETUP = {"local_batch": 16, "ranks_per_node": 8, "max_len": 512}
 
 LABELS = {
@@ -241,16 +232,8 @@ def simulate(
     rpn = args.ranks_per_node
     sums = {s: np.zeros(len(METRICS)) for s in strategies}
     timed = {}
-    for s, batch, a in dealt_batches(
-        world,
-        args.local_batch,
-        rpn,
-        trials,
-        np.random.default_rng(args.seed),
-        pmf,
-        strategies,
-        chunk_samples=chunk_samples,
-    ):
+    sim = Simulation(world, args.local_batch, rpn, trials, pmf, strategies, None, chunk_samples)
+    for s, batch, a in dealt_batches(sim, np.random.default_rng(args.seed)):
         tok = tokens_per_rank(batch, a)
         got = host_bytes(s, batch, masked_counts(batch, args.max_pred), a, rpn)
         sums[s] += [

@@ -80,7 +80,25 @@ class Curriculum:
         loss_after: float | None = None,
         step: int | None = None,
     ) -> None:
-        """Fixed orders ignore losses; kept so a trainer can call every curriculum alike."""
+        """The losses of the step that trained `bucket`: the draw of `step`, else the oldest
+        pending one. Fixed orders ignore them; kept so a trainer can call every curriculum
+        alike."""
+        pending = getattr(self, "pending", None)
+        if pending is None:
+            return  # a fixed order: nothing to learn
+        if self.needs_loss_after and loss_after is None:
+            raise ValueError(
+                f"{self.name}: update() needs loss_after (the batch's loss after the step)"
+            )
+        _, drawn, prob = pending.pop(bucket, step)
+        self._learn(drawn, prob, float(loss_before), loss_after)
+
+    def _learn(
+        self, bucket: int, prob: float, loss_before: float, loss_after: float | None
+    ) -> None:
+        """A loss-driven curriculum's use of one update: the draw's bucket and probability,
+        the batch's losses."""
+        raise NotImplementedError
 
     def update_step(self, step: int, loss_before: float, loss_after: float | None = None) -> None:
         """update() for the draw of `step`, whose bucket the curriculum recorded itself (a
@@ -350,18 +368,13 @@ class LossControlledCurriculum(Curriculum):
         self.pending.add(step, self.current_bucket, 1.0)
         return self.current_bucket
 
-    def update(
-        self,
-        bucket: int,
-        loss_before: float,
-        loss_after: float | None = None,
-        step: int | None = None,
+    def _learn(
+        self, bucket: int, prob: float, loss_before: float, loss_after: float | None
     ) -> None:
-        self.pending.pop(bucket, step)
         if bucket != self.current_bucket:
             return  # a late update from the previous visit (prefetch lag): not this bucket's
         self.visit_batches += 1
-        self.recent.append(float(loss_before))
+        self.recent.append(loss_before)
         if self._visit_done():
             self._advance()
 

@@ -150,21 +150,12 @@ class Exp3SCurriculum(Curriculum):
         self.pending.add(step, arm, probs[arm])
         return arm
 
-    def update(
-        self,
-        bucket: int,
-        loss_before: float,
-        loss_after: float | None = None,
-        step: int | None = None,
-    ) -> None:
-        if self.needs_loss_after and loss_after is None:
-            raise ValueError("exp3s: update() needs loss_after (the batch's loss after the step)")
-        _, arm, prob = self.pending.pop(bucket, step)
-        raw = self._raw_reward(arm, float(loss_before), loss_after)
+    def _learn(self, arm: int, prob: float, loss_before: float, loss_after: float | None) -> None:
+        raw = self._raw_reward(arm, loss_before, loss_after)
         if raw is not None:
             self.apply_reward(arm, self.scaler.scale(raw), prob)
 
-    def _raw_reward(self, arm: int, loss_before: float, loss_after: float | None):
+    def _raw_reward(self, arm: int, loss_before: float, loss_after: float | None) -> None:
         """r^ of this update, or None (visit_gain on a bucket's first batch)."""
         if self.reward == "prediction_gain":
             return loss_before - float(loss_after)

@@ -86,37 +86,39 @@ def shape_args() -> argparse.ArgumentParser:
     return p
 
 
-def workers_args() -> argparse.ArgumentParser:
+def option_args(flag: str, **spec) -> argparse.ArgumentParser:
+    """A parent parser (argparse `parents=`) holding the one option `flag` (add_argument's
+    `spec`): every step that takes it shares the one definition."""
     p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
+    p.add_argument(flag, **spec)
+    return p
+
+
+def workers_args() -> argparse.ArgumentParser:
+    return option_args(
         "--workers",
         type=int_arg(1),
         default=1,
         help="processes, one file each (default %(default)s)",
     )
-    return p
 
 
 def quiet_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
+    return option_args(
         "--quiet",
         action="store_true",
         help="no progress or disk-estimate lines on stderr (results still on stdout)",
     )
-    return p
 
 
 def force_folder_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
+    return option_args(
         "--force",
         action="store_true",
         help="use an --out folder that holds files this step did not write (or "
         "wrote with other settings) as is: files under an output's name there "
         "are kept and taken as done",
     )
-    return p
 
 
 def example_args() -> argparse.ArgumentParser:
@@ -169,15 +171,13 @@ def reshard_args() -> argparse.ArgumentParser:
 
 
 def seed_args() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument(
+    return option_args(
         "--seed",
         type=int_arg(),
         default=12345,
         help="random_seed of the examples (every shard, as the reference) and of "
         "the reshard shuffle (default %(default)s)",
     )
-    return p
 
 
 def resolve_shape(args: argparse.Namespace, read_shape: ShapeReader | None) -> None:

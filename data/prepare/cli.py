@@ -43,6 +43,7 @@ from data.prepare.arguments import (
     ShapeReader,
     example_args,
     force_folder_args,
+    option_args,
     quiet_args,
     reshard_args,
     resolve_shape,
@@ -59,6 +60,7 @@ from data.prepare.disk import check_disk, text_estimate, total_size
 from data.prepare.distinct import duplicate_groups
 from data.prepare.eval_pick import EVAL_SAMPLES, pick_eval
 from data.prepare.instances import ExampleParams
+from data.prepare.parallel import StepRun
 from data.prepare.reshard import PLAN_NAME as RESHARD_PLAN, reshard
 from data.prepare.to_varlen import to_varlen
 from data.prepare.vocab import write_vocab
@@ -144,6 +146,10 @@ def picked_eval(args: argparse.Namespace, src, dst, count_flag: str) -> Path:
         ) from None
 
 
+def _step_run(args: argparse.Namespace) -> StepRun:
+    return StepRun(args.workers, show_progress=not args.quiet)
+
+
 def cmd_examples(args: argparse.Namespace) -> None:
     check_output(args.out, [*args.text, args.vocab])  # a folder it resumes into
     check_vocab_fits(args)
@@ -160,8 +166,7 @@ def cmd_examples(args: argparse.Namespace) -> None:
         args.out,
         args.vocab,
         example_params(args),
-        args.workers,
-        show_progress=not args.quiet,
+        _step_run(args),
     )
     mark_out(args.out, "examples", settings)
 
@@ -182,8 +187,7 @@ def cmd_to_varlen(args: argparse.Namespace) -> None:
         args.out,
         args.max_seq_length,
         args.max_predictions,
-        args.workers,
-        show_progress=not args.quiet,
+        _step_run(args),
     )
     mark_out(args.out, "to-varlen", settings)
 
@@ -210,8 +214,7 @@ def cmd_reshard(args: argparse.Namespace) -> None:
         args.shards_per_bucket,
         args.max_seq_length,
         args.max_predictions,
-        args.workers,
-        show_progress=not args.quiet,
+        _step_run(args),
     )
     mark_out(args.out, "reshard", settings)
 
@@ -259,7 +262,7 @@ def cmd_check_distinct(args: argparse.Namespace) -> None:
 
 
 def cmd_all(args: argparse.Namespace) -> None:
-    out, params, show = Path(args.out), example_params(args), not args.quiet
+    out, params, run = Path(args.out), example_params(args), _step_run(args)
     check_output(out, [*args.train_text, args.eval_text, args.vocab])
     check_vocab_fits(args)
     work = out / "intermediate"
@@ -275,12 +278,8 @@ def cmd_all(args: argparse.Namespace) -> None:
     }
     check_out(out, "all", settings, ALL_OUTPUTS.__contains__, args.force)
     check_all_space(args, train_text, out)
-    fixed_train = create_examples(
-        train_text, work / "train", args.vocab, params, args.workers, show_progress=show
-    )
-    (fixed_eval,) = create_examples(
-        [args.eval_text], work / "eval", args.vocab, params, args.workers, show_progress=show
-    )
+    fixed_train = create_examples(train_text, work / "train", args.vocab, params, run)
+    (fixed_eval,) = create_examples([args.eval_text], work / "eval", args.vocab, params, run)
     shards = reshard(
         fixed_train,
         out / "train",
@@ -289,8 +288,7 @@ def cmd_all(args: argparse.Namespace) -> None:
         args.shards_per_bucket,
         args.max_seq_length,
         args.max_predictions,
-        args.workers,
-        show_progress=show,
+        run,
     )
     eval_file = picked_eval(
         args, fixed_eval, out / "eval" / f"eval_{args.eval_samples}.hdf5", "eval_samples"
@@ -406,8 +404,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--force", action="store_true", help="--write-checksums: replace an existing SHA256SUMS"
     )
     p.set_defaults(func=cmd_checksums)
-    first_k = argparse.ArgumentParser(add_help=False)
-    first_k.add_argument(
+    first_k = option_args(
         "--first-k",
         type=int_arg(1),
         default=16,

@@ -26,7 +26,7 @@ from data.prepare.instances import (
     create_instances,
     load_compiled_code,
 )
-from data.prepare.parallel import run_parallel
+from data.prepare.parallel import StepRun
 from data.prepare.progress import Progress
 from data.prepare.wordpiece import load_tokenizer, read_documents
 from data.sources.shards import DataError
@@ -66,14 +66,10 @@ def create_examples(
     out_dir: str | os.PathLike,
     vocab_file: str | os.PathLike,
     params: ExampleParams = ExampleParams(),
-    workers: int = 1,
-    log=print,
-    show_progress: bool = True,
+    run: StepRun = StepRun(),
 ) -> list[Path]:
-    """All shards into `out_dir`; returns every output path (made now or earlier).
-
-    Progress goes to stderr unless `show_progress` is False; the disk check runs first.
-    """
+    """All shards into `out_dir`; returns every output path (made now or earlier). The disk
+    check runs first."""
     load_tokenizer(vocab_file)  # a bad vocabulary fails here once, before any folder is made
     out = Path(out_dir)
     jobs = [ShardJob(Path(t), out / output_name(Path(t)), Path(vocab_file), params) for t in texts]
@@ -82,30 +78,30 @@ def create_examples(
         raise ValueError("two input shards map to the same output name; rename them")
     todo = [j for j in jobs if not j.output.exists()]
     if len(todo) < len(jobs):
-        log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
+        run.log(f"examples: {len(jobs) - len(todo)} of {len(jobs)} outputs exist, skipped")
     text_bytes = {j.output: j.text.stat().st_size for j in todo}
     check_disk(
         "examples",
         text_estimate(sum(text_bytes.values()), params.dupe_factor)[0],
         out,
         f"{len(todo)} text files, {FIXED_HOW}",
-        show_progress,
+        run.show_progress,
     )
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
-    if todo and show_progress and not compiled_code_cached():
+    if todo and run.show_progress and not compiled_code_cached():
         # else a first run sits silent through the compile
         print(COMPILE_NOTE, file=sys.stderr, flush=True)
-    if workers > 1 and len(todo) > 1:
+    if run.workers > 1 and len(todo) > 1:
         load_compiled_code()  # compiled here once, not in every worker on a first run
-    progress = Progress("examples", len(todo), sum(text_bytes.values()), show_progress)
+    progress = Progress("examples", len(todo), sum(text_bytes.values()), run.show_progress)
 
     def finished(result: tuple[Path, int, float]) -> None:
         path, count, seconds = result
-        log(f"examples: wrote {path} ({count} samples, {seconds:.1f} s)")
+        run.log(f"examples: wrote {path} ({count} samples, {seconds:.1f} s)")
         progress.done(count, text_bytes[path])
 
-    run_parallel(create_examples_file, todo, workers, finished)
+    run.map(create_examples_file, todo, finished)
     return [j.output for j in jobs]
 
 

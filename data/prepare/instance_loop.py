@@ -26,6 +26,7 @@ instance loop noticing.
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -156,89 +157,88 @@ KEEP_PROB = 0.5
 RANDOM_DOC_TRIES = 10
 
 
+class Corpus(NamedTuple):
+    """instances.flatten's arrays: the text and where its sentences and documents start."""
+
+    text: np.ndarray  # (T,) int32 token ids
+    sentence_starts: np.ndarray  # (S+1,) int64 token offsets
+    doc_starts: np.ndarray  # (D+1,) int64 sentence indices
+
+
+class Rules(NamedTuple):
+    """The example parameters and vocabulary ids every instance is made by. (numba takes
+    named tuples, not dataclasses.)"""
+
+    max_seq_length: int
+    max_predictions: int
+    masked_lm_prob: float
+    short_seq_prob: float
+    vocab_size: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+
+class Flat(NamedTuple):
+    """Instances appended flat, as InstanceSet stores them (nsp as int8), the buffers that
+    grow first. The first n / used / masked entries are made."""
+
+    tokens: np.ndarray  # (used,) int32
+    positions: np.ndarray  # (masked,) int32
+    ids: np.ndarray  # (masked,) int32
+    offset: np.ndarray  # (n,) int64
+    length: np.ndarray  # (n,) int64
+    len_a: np.ndarray  # (n,) int64
+    nsp: np.ndarray  # (n,) int8
+    mask_offset: np.ndarray  # (n,) int64
+    mask_count: np.ndarray  # (n,) int64
+
+
 @njit(cache=True)
-def create(
-    text,
-    sentence_starts,
-    doc_starts,
-    max_seq_length,
-    max_predictions,
-    masked_lm_prob,
-    short_seq_prob,
-    dupe_factor,
-    vocab_size,
-    cls_id,
-    sep_id,
-    mask_id,
-    state,
-):
+def create(corpus, rules, dupe_factor, state):
     """create_training_instances after tokenizing, on instances.flatten's arrays; returns
-    the flat instance arrays (InstanceSet's fields, in creation order) and the final order."""
-    n_docs = len(doc_starts) - 1
+    the instances (Flat, in creation order), their counts (n, used, masked) and the final
+    order (n,)."""
+    n_docs = len(corpus.doc_starts) - 1
     order = np.arange(n_docs)
     shuffle(state, order)  # rng.shuffle(all_documents): document k is order[k]
     # Each instance takes at least one sentence of its document: at most one per sentence.
-    most = dupe_factor * (len(sentence_starts) - 1)
-    offset = np.empty(most, np.int64)
-    length = np.empty(most, np.int64)
-    len_a = np.empty(most, np.int64)
-    nsp = np.empty(most, np.int8)
-    mask_offset = np.empty(most, np.int64)
-    mask_count = np.empty(most, np.int64)
-    # A first guess (pages never written are never backed by memory); _room grows them.
-    tokens = np.empty(2 * dupe_factor * len(text) + 16, np.int32)
-    positions = np.empty(len(tokens) // 4 + 16, np.int32)
-    ids = np.empty(len(positions), np.int32)
+    most = dupe_factor * (len(corpus.sentence_starts) - 1)
+    # A first guess at the int32 buffers (pages never written are never backed by memory);
+    # _room grows them.
+    tokens = np.empty(2 * dupe_factor * len(corpus.text) + 16, np.int32)
+    masks = len(tokens) // 4 + 16
+    flat = Flat(
+        tokens,
+        np.empty(masks, np.int32),
+        np.empty(masks, np.int32),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.int8),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+    )
     n = used = masked = np.int64(0)  # not literals: numba would compile a variant for 0
     for _ in range(dupe_factor):
         for index in range(n_docs):
             doc = order[index]
-            sentences = doc_starts[doc + 1] - doc_starts[doc]
-            tokens = _room(tokens, used, sentences * max_seq_length)
-            positions = _room(positions, masked, sentences * max_predictions)
-            ids = _room(ids, masked, sentences * max_predictions)
-            n, used, masked = _document(
-                text,
-                sentence_starts,
-                doc_starts,
-                order,
-                index,
-                max_seq_length,
-                max_predictions,
-                masked_lm_prob,
-                short_seq_prob,
-                vocab_size,
-                cls_id,
-                sep_id,
-                mask_id,
-                state,
-                tokens,
-                offset,
-                length,
-                len_a,
-                nsp,
-                positions,
-                ids,
-                mask_offset,
-                mask_count,
-                n,
-                used,
-                masked,
-            )
+            sentences = corpus.doc_starts[doc + 1] - corpus.doc_starts[doc]
+            flat = _room_for(flat, used, masked, sentences, rules)
+            n, used, masked = _document(corpus, order, index, rules, state, flat, n, used, masked)
     final = np.arange(n)
     shuffle(state, final)  # rng.shuffle(instances)
-    return (
-        tokens[:used],
-        offset[:n],
-        length[:n],
-        len_a[:n],
-        nsp[:n],
-        positions[:masked],
-        ids[:masked],
-        mask_offset[:n],
-        mask_count[:n],
-        final,
-    )
+    return flat, (n, used, masked), final
+
+
+@njit(cache=True)
+def _room_for(flat, used, masked, sentences, rules):
+    """`flat`, its int32 buffers grown where a document of `sentences` sentences (at most
+    one instance each) might not fit."""
+    tokens = _room(flat.tokens, used, sentences * rules.max_seq_length)
+    positions = _room(flat.positions, masked, sentences * rules.max_predictions)
+    ids = _room(flat.ids, masked, sentences * rules.max_predictions)
+    return Flat(tokens, positions, ids, *flat[3:])
 
 
 @njit(cache=True)
@@ -260,41 +260,16 @@ def _copy(source, lo, hi, target, at):
 
 
 @njit(cache=True)
-def _document(
-    text,
-    sentence_starts,
-    doc_starts,
-    order,
-    index,
-    max_seq_length,
-    max_predictions,
-    masked_lm_prob,
-    short_seq_prob,
-    vocab_size,
-    cls_id,
-    sep_id,
-    mask_id,
-    state,
-    tokens,
-    offset,
-    length,
-    len_a,
-    nsp,
-    positions,
-    ids,
-    mask_offset,
-    mask_count,
-    n,
-    used,
-    masked,
-):
-    """The instances of document `index` (of the shuffled list), appended at n / used /
-    masked; returns the new counts."""
-    first = doc_starts[order[index]]
-    stop = doc_starts[order[index] + 1]
-    max_tokens = max_seq_length - 3
+def _document(corpus, order, index, rules, state, flat, n, used, masked):
+    """The instances of document `index` (of the shuffled list), appended to `flat` at
+    n / used / masked; returns the new counts."""
+    text, sentence_starts, _ = corpus
+    tokens, positions, ids, offset, length, len_a, nsp, mask_offset, mask_count = flat
+    first = corpus.doc_starts[order[index]]
+    stop = corpus.doc_starts[order[index] + 1]
+    max_tokens = rules.max_seq_length - 3
     target = max_tokens
-    if uniform(state) < short_seq_prob:
+    if uniform(state) < rules.short_seq_prob:
         target = randint(state, 2, max_tokens)
     chunk_first, chunk_tokens, i = first, 0, first
     while i < stop:
@@ -307,26 +282,15 @@ def _document(
             # `or` short-circuits: a one-segment chunk draws nothing here, as in the reference.
             is_random = segments == 1 or uniform(state) < NSP_RANDOM_PROB
             if is_random:
-                b_lo, b_hi = _random_next(
-                    sentence_starts, doc_starts, order, index, target - (a_hi - a_lo), state
-                )
+                wanted = target - (a_hi - a_lo)
+                b_lo, b_hi = _random_next(corpus, order, index, wanted, state)
                 i -= segments - split  # the unused segments start the next chunk
             else:
                 b_lo, b_hi = a_hi, sentence_starts[i + 1]
             a_lo, a_hi, b_lo, b_hi = _truncate(a_lo, a_hi, b_lo, b_hi, max_tokens, state)
-            size = _write_pair(text, a_lo, a_hi, b_lo, b_hi, cls_id, sep_id, tokens, used)
-            count = _mask(
-                tokens[used : used + size],
-                max_predictions,
-                masked_lm_prob,
-                vocab_size,
-                cls_id,
-                sep_id,
-                mask_id,
-                state,
-                positions[masked:],
-                ids[masked:],
-            )
+            size = _write_pair(text, a_lo, a_hi, b_lo, b_hi, rules, tokens, used)
+            pair = tokens[used : used + size]
+            count = _mask(pair, rules, state, positions[masked:], ids[masked:])
             offset[n], length[n], len_a[n], nsp[n] = used, size, a_hi - a_lo, is_random
             mask_offset[n], mask_count[n] = masked, count
             n, used, masked = n + 1, used + size, masked + count
@@ -336,9 +300,10 @@ def _document(
 
 
 @njit(cache=True)
-def _random_next(sentence_starts, doc_starts, order, index, wanted, state):
+def _random_next(corpus, order, index, wanted, state):
     """(lo, hi) token range: sentences from a random start in a random other document (10
     tries), until `wanted` tokens or the document's end."""
+    sentence_starts, doc_starts = corpus.sentence_starts, corpus.doc_starts
     other = index
     for _ in range(RANDOM_DOC_TRIES):
         other = randint(state, 0, len(order) - 1)
@@ -372,14 +337,14 @@ def _truncate(a_lo, a_hi, b_lo, b_hi, max_tokens, state):
 
 
 @njit(cache=True)
-def _write_pair(text, a_lo, a_hi, b_lo, b_hi, cls_id, sep_id, tokens, at):
+def _write_pair(text, a_lo, a_hi, b_lo, b_hi, rules, tokens, at):
     """[CLS] A [SEP] B [SEP] into tokens[at:]; returns its length."""
     la, lb = a_hi - a_lo, b_hi - b_lo
-    tokens[at] = cls_id
+    tokens[at] = rules.cls_id
     _copy(text, a_lo, a_hi, tokens, at + 1)
-    tokens[at + 1 + la] = sep_id
+    tokens[at + 1 + la] = rules.sep_id
     _copy(text, b_lo, b_hi, tokens, at + 2 + la)
-    tokens[at + 2 + la + lb] = sep_id
+    tokens[at + 2 + la + lb] = rules.sep_id
     return la + lb + 3
 
 
@@ -391,30 +356,19 @@ def mask_count_for(length, max_predictions, masked_lm_prob):
 
 
 @njit(cache=True)
-def _mask(
-    tokens,
-    max_predictions,
-    masked_lm_prob,
-    vocab_size,
-    cls_id,
-    sep_id,
-    mask_id,
-    state,
-    positions,
-    ids,
-):
+def _mask(tokens, rules, state, positions, ids):
     """BERT masking of one instance in place; its positions (ascending) and original ids go
     to positions[:m] / ids[:m]; returns m. Each chosen token becomes [MASK] (80%), stays
     (10%) or becomes a random id of the whole vocabulary (10%)."""
     candidates = np.empty(len(tokens), np.int64)
     c = 0
     for p in range(len(tokens)):
-        if tokens[p] != cls_id and tokens[p] != sep_id:
+        if tokens[p] != rules.cls_id and tokens[p] != rules.sep_id:
             candidates[c] = p
             c += 1
     candidates = candidates[:c]
     shuffle(state, candidates)
-    m = min(c, mask_count_for(len(tokens), max_predictions, masked_lm_prob))
+    m = min(c, mask_count_for(len(tokens), rules.max_predictions, rules.masked_lm_prob))
     for k in range(m):  # insertion sort: m is small
         p = candidates[k]
         j = k
@@ -427,11 +381,11 @@ def _mask(
     for k in range(m):  # draws in shuffled order, as the reference makes them
         p = candidates[k]
         if uniform(state) < MASK_PROB:
-            tokens[p] = mask_id
+            tokens[p] = rules.mask_id
         elif uniform(state) < KEEP_PROB:
             continue  # keeps its own token
         else:
-            tokens[p] = randint(state, 0, vocab_size - 1)
+            tokens[p] = randint(state, 0, rules.vocab_size - 1)
     return m
 
 

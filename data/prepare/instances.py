@@ -110,39 +110,34 @@ def create_instances(
     """All instances of one shard's documents (empty ones dropped first, as the reference
     does). `rng` ends where the reference's generator would; `documents` is not changed."""
     # numba and the compiled code load on first use, not for the command line's parsing.
-    from data.prepare.instance_loop import create, give_state, take_state
+    from data.prepare.instance_loop import Corpus, Rules, create, give_state, take_state
 
-    text, sentence_starts, doc_starts = flatten([doc for doc in documents if len(doc)])
-    if len(doc_starts) > 1 << 31 or (np.diff(sentence_starts) == 0).any():
+    corpus = Corpus(*flatten([doc for doc in documents if len(doc)]))
+    if len(corpus.doc_starts) > 1 << 31 or (np.diff(corpus.sentence_starts) == 0).any():
         raise ValueError("a shard needs fewer than 2**31 documents and no empty sentence")
-    state = take_state(rng)
-    made = create(
-        text,
-        sentence_starts,
-        doc_starts,
+    rules = Rules(
         params.max_seq_length,
         params.max_predictions,
         params.masked_lm_prob,
         params.short_seq_prob,
-        params.dupe_factor,
         vocab.size,
         vocab.cls_id,
         vocab.sep_id,
         vocab.mask_id,
-        state,
     )
+    state = take_state(rng)
+    flat, (_, used, masked), final = create(corpus, rules, params.dupe_factor, state)
     give_state(rng, state)
-    tokens, offset, length, len_a, nsp, positions, ids, mask_offset, mask_count, final = made
     return InstanceSet(
-        tokens,
-        offset[final],
-        length[final],
-        len_a[final],
-        nsp[final] != 0,
-        positions,
-        ids,
-        mask_offset[final],
-        mask_count[final],
+        flat.tokens[:used],
+        flat.offset[final],
+        flat.length[final],
+        flat.len_a[final],
+        flat.nsp[final] != 0,
+        flat.positions[:masked],
+        flat.ids[:masked],
+        flat.mask_offset[final],
+        flat.mask_count[final],
     )
 
 

@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+from dataclasses import dataclass
 from typing import Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """How a folder step (examples, to-varlen, reshard) runs: its files on `workers`
+    processes (`run_parallel`), a line per written file to `log`, and progress and the disk
+    estimate on stderr unless `show_progress` is False."""
+
+    workers: int = 1
+    log: Callable[[str], None] = print
+    show_progress: bool = True
+
+    def map(
+        self, fn: Callable[[T], R], tasks: Iterable[T], on_result: Callable[[R], None] | None
+    ) -> list[R]:
+        return run_parallel(fn, tasks, self.workers, on_result)
 
 
 def _init_worker() -> None:

@@ -34,7 +34,7 @@ from bert.core.files import atomic_path, remove_stale_temps, write_text_atomic
 from bert.core.readers import read_json
 from data.prepare.disk import check_disk, content_bytes
 from data.prepare.fixed import count_samples, load_samples
-from data.prepare.parallel import run_parallel
+from data.prepare.parallel import StepRun
 from data.prepare.progress import Progress
 from data.sources.shards import SHARD_GLOB, DataError, read_samples, write_samples
 from data.synthetic import shard_name
@@ -167,9 +167,7 @@ def reshard(
     shards_per_bucket: int = 32,
     max_seq_length: int = 512,
     max_predictions: int = 76,
-    workers: int = 1,
-    log=print,
-    show_progress: bool = True,
+    run: StepRun = StepRun(),
 ) -> list[Path]:
     """Write `num_shards` part_XXXXX_of_NNNNN.hdf5 shards of `inputs` (either format)."""
     plan = make_plan(
@@ -179,30 +177,30 @@ def reshard(
     outputs = [plan.output(j) for j in range(num_shards)]
     if _finished(plan):
         shutil.rmtree(out / TMP_NAME, ignore_errors=True)  # killed while cleaning up
-        log(f"reshard: {out} already holds these {num_shards} shards")
+        run.log(f"reshard: {out} already holds these {num_shards} shards")
         return outputs
     pending = [i for i in range(len(plan.inputs)) if not plan.done_marker(i).exists()]
     missing = [j for j in range(num_shards) if not outputs[j].exists()]
-    _check_space(plan, pending, len(missing), show_progress)
+    _check_space(plan, pending, len(missing), run.show_progress)
     _claim(plan, outputs)
     for folder in [out, *(out / TMP_NAME).glob("bucket_*")]:
         remove_stale_temps(folder)
     split = Progress(
-        "reshard split", len(pending), sum(plan.counts[i] for i in pending), show_progress
+        "reshard split", len(pending), sum(plan.counts[i] for i in pending), run.show_progress
     )
-    run_parallel(
-        split_input, [(plan, i) for i in pending], workers, lambda count: split.done(count, count)
-    )
-    log(f"reshard: split {len(pending)} inputs into {plan.num_buckets} buckets")
+    run.map(split_input, [(plan, i) for i in pending], lambda count: split.done(count, count))
+    run.log(f"reshard: split {len(pending)} inputs into {plan.num_buckets} buckets")
     buckets = sorted({j // plan.shards_per_bucket for j in missing})
-    assemble = Progress("reshard assemble", len(missing), len(missing), show_progress)
+    assemble = Progress("reshard assemble", len(missing), len(missing), run.show_progress)
 
     def finished(result: tuple[list[Path], int]) -> None:
         paths, count = result
-        log(f"reshard: wrote {len(paths)} shards" + (f" ({paths[0].name} ...)" if paths else ""))
+        run.log(
+            f"reshard: wrote {len(paths)} shards" + (f" ({paths[0].name} ...)" if paths else "")
+        )
         assemble.done(count, len(paths), files=len(paths))
 
-    run_parallel(assemble_bucket, [(plan, b) for b in buckets], workers, finished)
+    run.map(assemble_bucket, [(plan, b) for b in buckets], finished)
     write_text_atomic(out / PLAN_NAME, json.dumps(asdict(plan), indent=1))
     shutil.rmtree(out / TMP_NAME, ignore_errors=True)
     return outputs

@@ -10,7 +10,7 @@ from typing import Sequence
 from bert.core.files import remove_stale_temps
 from data.prepare.disk import check_disk, content_bytes
 from data.prepare.fixed import read_fixed
-from data.prepare.parallel import run_parallel
+from data.prepare.parallel import StepRun
 from data.prepare.progress import Progress
 from data.sources.shards import write_samples
 
@@ -34,9 +34,7 @@ def to_varlen(
     out_dir: str | os.PathLike,
     max_seq_length: int = 512,
     max_predictions: int = 76,
-    workers: int = 1,
-    log=print,
-    show_progress: bool = True,
+    run: StepRun = StepRun(),
 ) -> list[Path]:
     """Each input to a same-named file in `out_dir`; existing outputs are skipped."""
     out = Path(out_dir)
@@ -50,16 +48,16 @@ def to_varlen(
         sum(sizes.values()),
         out,
         f"{len(todo)} files, their samples' real tokens",
-        show_progress,
+        run.show_progress,
     )
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
-    progress = Progress("to-varlen", len(todo), sum(sizes.values()), show_progress)
+    progress = Progress("to-varlen", len(todo), sum(sizes.values()), run.show_progress)
 
     def finished(result: tuple[Path, int]) -> None:
         path, count = result
-        log(f"to-varlen: wrote {path} ({count} samples)")
+        run.log(f"to-varlen: wrote {path} ({count} samples)")
         progress.done(count, sizes[path])
 
-    run_parallel(convert_file, todo, workers, finished)
+    run.map(convert_file, todo, finished)
     return [j.dst for j in jobs]

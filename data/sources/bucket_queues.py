@@ -7,17 +7,15 @@ from the shards, so memory stays a few shards whatever the data size.
 
 from __future__ import annotations
 
-from functools import partial
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from data.order.bucketing import check_boundaries, reference_shares
 from data.sample import Sample
-from data.sources.loader import ShardLoader
+from data.sources.rank_shards import RankShards
 from data.sources.shard_stream import ShardStream
-from data.sources.shards import DataError, read_samples
+from data.sources.shards import DataError
 
 
 class _BucketShardStream(ShardStream):
@@ -111,45 +109,19 @@ class BucketStream:
     position (plus deferred samples) per bucket: exact resume.
     """
 
-    def __init__(
-        self,
-        files: Sequence[str | Path],
-        rank: int,
-        world_size: int,
-        seed: int,
-        max_seq_length: int,
-        max_predictions: int,
-        boundaries: Sequence[int],
-        vocab_size: int | None = None,
-    ):
+    def __init__(self, shards: RankShards, boundaries: Sequence[int]):
+        max_seq_length = shards.max_seq_length
         self.edges = check_boundaries(boundaries)
         if self.edges[-1] != max_seq_length:
             raise ValueError(
                 f"bucket boundaries {self.edges.tolist()} must end at "
                 f"max_seq_length={max_seq_length}"
             )
-        files = [Path(p) for p in files]
-        read = partial(
-            read_samples,
-            max_seq_length=max_seq_length,
-            max_predictions=max_predictions,
-            vocab_size=vocab_size,
-        )
-        self.loader = ShardLoader(files, seed, read, capacity=2 * self.edges.size)
+        self.loader = shards.loader(capacity=2 * self.edges.size)
         lows = [0, *self.edges[:-1].tolist()]
         self.queues = [
             BucketQueue(
-                _BucketShardStream(
-                    files,
-                    rank,
-                    world_size,
-                    seed,
-                    max_seq_length,
-                    max_predictions,
-                    length_range=(lo, int(hi)),
-                    loader=self.loader,
-                ),
-                b,
+                _BucketShardStream(shards, length_range=(lo, int(hi)), loader=self.loader), b
             )
             for b, (lo, hi) in enumerate(zip(lows, self.edges))
         ]

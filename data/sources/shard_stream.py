@@ -7,17 +7,12 @@ memory and the next one read in the background, data/sources/loader.py.
 
 from __future__ import annotations
 
-import os
-from functools import partial
-from pathlib import Path
-from typing import Sequence
-
 import numpy as np
 
 from bert.core.errors import DataError
 from data.sample import Sample
 from data.sources.loader import ShardLoader
-from data.sources.shards import read_samples
+from data.sources.rank_shards import RankShards
 
 
 class ShardStream:
@@ -39,39 +34,16 @@ class ShardStream:
 
     def __init__(
         self,
-        files: Sequence[str | os.PathLike],
-        rank: int,
-        world_size: int,
-        seed: int,
-        max_seq_length: int,
-        max_predictions: int,
+        shards: RankShards,
         length_range: tuple[int, int] | None = None,
         loader: ShardLoader | None = None,
-        vocab_size: int | None = None,
     ):
-        self.files = [Path(p) for p in files]
-        if not 0 <= rank < world_size:
-            raise ValueError(f"ShardStream: rank {rank} is outside world_size {world_size}")
-        if len(self.files) < world_size:
-            where = self.files[0].parent if self.files else "training data"
-            raise DataError(
-                f"{where}: {len(self.files)} training shards for {world_size} "
-                f"ranks; every rank needs at least one shard"
-            )
-        self.rank = rank
-        self.world_size = world_size
-        self.seed = seed
+        self.files = list(shards.files)
+        self.rank = shards.rank
+        self.world_size = shards.world_size
+        self.seed = shards.seed
         self.length_range = length_range
-        self.loader = loader or ShardLoader(
-            self.files,
-            seed,
-            partial(
-                read_samples,
-                max_seq_length=max_seq_length,
-                max_predictions=max_predictions,
-                vocab_size=vocab_size,
-            ),
-        )
+        self.loader = loader or shards.loader()
         self.epoch = 0
         self.shard_pos = 0
         self.offset = 0

@@ -22,55 +22,29 @@ Properties and costs:
 
 from __future__ import annotations
 
-import os
-from functools import partial
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from data.order.lengths import length_pmf, strata_counts, strata_edges, strata_fractions
 from data.sample import Sample
-from data.sources.loader import ShardLoader
+from data.sources.rank_shards import RankShards
 from data.sources.shard_stream import ShardStream
-from data.sources.shards import read_samples
 
 
 class StratifiedStream:
     """Drop-in for ShardStream.next_batch_tagged whose batches have fixed per-stratum counts."""
 
-    def __init__(
-        self,
-        files: Sequence[str | os.PathLike],
-        rank: int,
-        world_size: int,
-        seed: int,
-        max_seq_length: int,
-        max_predictions: int,
-        fracs: Sequence[float] | None = None,
-        vocab_size: int | None = None,
-    ):
-        files = [Path(p) for p in files]
-        self.edges = strata_edges(max_seq_length)
+    def __init__(self, shards: RankShards, fracs: Sequence[float] | None = None):
+        self.edges = strata_edges(shards.max_seq_length)
         if fracs is None:
-            fracs = strata_fractions(length_pmf(max_seq_length), self.edges)
+            fracs = strata_fractions(length_pmf(shards.max_seq_length), self.edges)
         self.fracs = np.asarray(fracs, dtype=np.float64)
-        read = partial(
-            read_samples,
-            max_seq_length=max_seq_length,
-            max_predictions=max_predictions,
-            vocab_size=vocab_size,
-        )
         num_strata = len(self.edges) - 1
-        self.loader = ShardLoader(files, seed, read, capacity=2 * num_strata)
+        self.loader = shards.loader(capacity=2 * num_strata)
         self.streams = [
             ShardStream(
-                files,
-                rank,
-                world_size,
-                seed,
-                max_seq_length,
-                max_predictions,
+                shards,
                 length_range=(int(self.edges[s]), int(self.edges[s + 1])),
                 loader=self.loader,
             )

@@ -35,14 +35,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import datetime as dt
 import hashlib
 import json
-import os
 import platform
 import random
 import re
-import shlex
 import subprocess
 import sys
 import sysconfig
@@ -65,8 +62,7 @@ from data.prepare.instances import (
     load_compiled_code,
 )
 from data.prepare.wordpiece import SPECIAL_TOKENS, load_tokenizer  # noqa: E402
-from bert.submission.system_desc import cpu_model  # noqa: E402
-from bert.tools.common import git_commit  # noqa: E402
+from bert.tools.common import provenance  # noqa: E402
 import reference_instances  # noqa: E402
 import reference_writer  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
@@ -344,11 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_lines = vocab_file.read_bytes().count(b"\n")
         vocab_sha = sha256(vocab_file)
     record = {
-        "benchmark": "bench_prepare",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
-        "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv]),
+        **provenance("bench_prepare"),
         "python": platform.python_version(),
         "unicodedata": unicodedata.unidata_version,
         "vocab": {

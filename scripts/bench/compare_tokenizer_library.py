@@ -20,12 +20,10 @@ continuation, so that most differences show as different ids rather than vanishi
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
 import random
-import shlex
 import sys
 import tempfile
 import unicodedata
@@ -35,28 +33,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from data.prepare.wordpiece import load_tokenizer  # noqa: E402
 from bert.submission.system_desc import cpu_model  # noqa: E402
-from bert.tools.common import git_commit  # noqa: E402
+from bert.tools.common import provenance  # noqa: E402
 import tokenization_oracle as oracle  # noqa: E402
 
 RANDOM_LINES = 20_000
 VOCAB_CHARS = 16_000
-SCRIPTS = [
-    (0x41, 0x24F),
-    (0x370, 0x3FF),
-    (0x400, 0x4FF),
-    (0x590, 0x6FF),
-    (0x900, 0x9FF),
-    (0xE00, 0xEFF),
-    (0x1100, 0x11FF),
-    (0x3040, 0x30FF),
-    (0x4E00, 0x4E80),
-    (0xAC00, 0xAD00),
-    (0x1F300, 0x1F64F),
-    (0x300, 0x36F),
-    (0x2000, 0x206F),
-    (0xFF00, 0xFFEF),
-]
-SEPARATORS = [" ", "\t", "\u00a0", "\u2028", "\u3000", "\u200b", "\x00", "  "]
 
 
 def code_points() -> list[int]:
@@ -73,9 +54,9 @@ def inputs(rng: random.Random) -> dict[str, list[str]]:
     for _ in range(RANDOM_LINES):
         words = []
         for _ in range(rng.randint(1, 10)):
-            lo, hi = rng.choice(SCRIPTS)
+            lo, hi = rng.choice(oracle.MIXED_SCRIPTS)
             words.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 10))))
-        mixed.append("".join(w + rng.choice(SEPARATORS) for w in words))
+        mixed.append("".join(w + rng.choice(oracle.SEPARATORS) for w in words))
     return {
         "code_point_alone": [chr(c) for c in points],
         "code_point_inside_word": [f"a{chr(c)}b" for c in points],
@@ -135,11 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     import tokenizers
 
     record = {
-        "benchmark": "compare_tokenizer_library",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'})",
-        "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv]),
+        **provenance("compare_tokenizer_library", f"cpu ({cpu_model() or 'unknown model'})"),
         "python": platform.python_version(),
         "unicodedata": unicodedata.unidata_version,
         "tokenizers": tokenizers.__version__,

@@ -11,10 +11,7 @@ HDF5 and the variable-length HDF5, plus the variable-length bytes of full-length
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -24,8 +21,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts" / "bench")]
 from bench_prepare import stand_in_text, train_vocab  # noqa: E402
-from bert.submission.system_desc import cpu_model  # noqa: E402
-from bert.tools.common import git_commit  # noqa: E402
+from bert.tools.common import provenance  # noqa: E402
 from data.packing import Sample  # noqa: E402
 from data.prepare.create_examples import ShardJob, create_examples_file  # noqa: E402
 from data.prepare.fixed import read_fixed  # noqa: E402
@@ -69,11 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes["fixed_per_text_byte"] = sizes["fixed_bytes"] / sizes["text_bytes"]
     sizes["varlen_per_text_byte"] = sizes["varlen_bytes"] / sizes["text_bytes"]
     record = {
-        "benchmark": "measure_prepare_sizes",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"cpu ({cpu_model() or 'unknown model'}), {os.cpu_count()} cores",
-        "commit": git_commit(),
-        "command": shlex.join([sys.executable, *sys.argv]),
+        **provenance("measure_prepare_sizes"),
         "text": "stand-in (pydoc topics + stdlib docstrings)",
         "params": vars(params),
         **sizes,

@@ -24,6 +24,7 @@ import torch
 from bert.config import ConfigError, load_config
 from data.order.loss_feedback import LossFeedback
 from data.sources.bucket_queues import BucketStream
+from data.sources.rank_shards import RankShards
 from data.sources.shards import DataError, list_shards
 
 from bucket_data import (
@@ -303,7 +304,7 @@ def test_a_batch_across_an_epoch_end_never_repeats_a_sample(data_dir):
     """32 samples per bucket and epoch (one rank), batches of 6: batches straddle epoch ends;
     a sample of the new epoch already in the batch waits for the next batch, also across a
     resume taken while it waits."""
-    stream = BucketStream(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED, EDGES)
+    stream = BucketStream(RankShards(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED), EDGES)
     drawn, saved = [], None
     for batch in range(16):  # 96 samples: 3 epochs of the queue
         _, origin = stream.next_batch_tagged(6, 2)
@@ -316,7 +317,7 @@ def test_a_batch_across_an_epoch_end_never_repeats_a_sample(data_dir):
     for epoch in range(3):
         assert len(set(drawn[32 * epoch : 32 * (epoch + 1)])) == 32, epoch
     done, state = saved
-    again = BucketStream(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED, EDGES)
+    again = BucketStream(RankShards(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED), EDGES)
     again.load_state_dict(state)
     rest = [tuple(o) for _ in range(done, 16) for o in again.next_batch_tagged(6, 2)[1].tolist()]
     assert rest == drawn[6 * done :]
@@ -326,14 +327,16 @@ def test_a_batch_across_an_epoch_end_never_repeats_a_sample(data_dir):
 
 def test_a_bucket_smaller_than_the_batch_is_a_clear_error(data_dir):
     """One rank reads all 4 shards: 32 samples of bucket 1 per epoch, fewer than 40."""
-    stream = BucketStream(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED, EDGES)
+    stream = BucketStream(RankShards(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED), EDGES)
     with pytest.raises(DataError, match=r"length bucket \(16, 32\] holds fewer than 40"):
         stream.next_batch_tagged(40, 1)
     stream.close()
 
 
 def test_an_empty_bucket_is_a_clear_error(data_dir):
-    stream = BucketStream(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED, (2, 16, 64))
+    stream = BucketStream(
+        RankShards(list_shards(data_dir), 0, 1, SEED, MAX_SEQ, MAX_PRED), (2, 16, 64)
+    )
     with pytest.raises(DataError, match=r"length in \(0, 2\].*bucket is empty"):
         stream.next_batch_tagged(4, 0)
     stream.close()

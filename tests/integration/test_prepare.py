@@ -23,6 +23,7 @@ from data.prepare.distinct import samples_digest
 from data.prepare.eval_pick import pick_indices
 from data.prepare.fixed import read_fixed
 from data.prepare.instances import ExampleParams
+from data.prepare.parallel import StepRun
 from data.prepare.to_varlen import to_varlen
 from data.prepare.wordpiece import load_tokenizer
 from data.sources.shards import DataError, read_samples
@@ -243,19 +244,19 @@ def test_duplicate_shards_are_detected(prepared, tmp_path):
 
 def test_examples_are_deterministic_and_resumable(prepared, corpus, tmp_path):
     texts, _, vocab = corpus
-    (made,) = create_examples([texts[1]], tmp_path, vocab, PARAMS, log=lambda *_: None)
+    (made,) = create_examples([texts[1]], tmp_path, vocab, PARAMS, run=StepRun(log=lambda *_: None))
     theirs = prepared / "intermediate" / "train" / made.name
     with h5py.File(made) as a, h5py.File(theirs) as b:  # same seed, other process: same data
         for name in a:
             np.testing.assert_array_equal(a[name][:], b[name][:], err_msg=name)
     stamp = made.stat().st_mtime_ns
-    create_examples([texts[1]], tmp_path, vocab, PARAMS, log=lambda *_: None)
+    create_examples([texts[1]], tmp_path, vocab, PARAMS, run=StepRun(log=lambda *_: None))
     assert made.stat().st_mtime_ns == stamp  # existing output skipped
 
 
 def test_to_varlen_round_trip(prepared, tmp_path):
     src = sorted((prepared / "intermediate" / "train").glob("*.hdf5"))[0]
-    (dst,) = to_varlen([src], tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None)
+    (dst,) = to_varlen([src], tmp_path, MAX_LEN, MAX_PRED, run=StepRun(log=lambda *_: None))
     assert samples_digest(read_samples(dst, MAX_LEN, MAX_PRED)) == samples_digest(
         read_fixed(src, MAX_LEN, MAX_PRED)
     )

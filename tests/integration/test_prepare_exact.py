@@ -22,6 +22,7 @@ import tokenization_oracle as oracle
 from data.prepare.create_examples import create_examples
 from data.prepare.fixed import read_fixed
 from data.prepare.instances import ExampleParams, create_instances
+from data.prepare.parallel import StepRun
 from data.prepare.wordpiece import Vocab
 from data.sources.shards import DataError
 from reference_writer import padded_features
@@ -230,14 +231,14 @@ def test_reference_records_read_back_as_written(corpus, tmp_path):
 
 def test_samples_read_back_equal_the_oracle(corpus, tmp_path):
     texts, vocab = corpus
-    outputs = create_examples(texts, tmp_path, vocab, PARAMS, log=lambda *_: None)
+    outputs = create_examples(texts, tmp_path, vocab, PARAMS, run=StepRun(log=lambda *_: None))
     for output, text in zip(outputs, texts):
         assert_same_as_oracle(output, text, vocab, PARAMS)
 
 
 def test_output_is_byte_identical_across_runs_and_worker_counts(corpus, tmp_path):
     texts, vocab = corpus
-    one = create_examples(texts, tmp_path / "one", vocab, PARAMS, log=lambda *_: None)
+    one = create_examples(texts, tmp_path / "one", vocab, PARAMS, run=StepRun(log=lambda *_: None))
     proc = run_script(
         *map(str, texts),
         "--vocab",
@@ -266,7 +267,9 @@ def test_one_enormous_line_is_handled_as_the_reference(corpus, tmp_path):
     text = tmp_path / "part-00000-of-00001"
     text.write_text(" ".join(rng.choice(LEXICON) for _ in range(100_000)), encoding="utf-8")
     params = ExampleParams(max_seq_length=MAX_LEN, max_predictions=MAX_PRED, dupe_factor=1)
-    (output,) = create_examples([text], tmp_path / "out", vocab, params, log=lambda *_: None)
+    (output,) = create_examples(
+        [text], tmp_path / "out", vocab, params, run=StepRun(log=lambda *_: None)
+    )
     assert_same_as_oracle(output, text, vocab, params)
 
 
@@ -314,7 +317,9 @@ def test_shard_of_nothing_to_tokenize_is_refused(corpus, tmp_path, content):
     text = tmp_path / "part-00000-of-00001"
     text.write_bytes(content)
     with pytest.raises(DataError, match="no sentences"):
-        create_examples([text], tmp_path / "out", corpus[1], PARAMS, log=lambda *_: None)
+        create_examples(
+            [text], tmp_path / "out", corpus[1], PARAMS, run=StepRun(log=lambda *_: None)
+        )
     assert not list((tmp_path / "out").iterdir()) and no_temporaries(tmp_path)
 
 

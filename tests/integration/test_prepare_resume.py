@@ -18,6 +18,7 @@ import pytest
 from bert.core.files import remove_stale_temps, temp_name
 from data.prepare import reshard as reshard_module
 from data.prepare.disk import FREE_BYTES_ENV, content_bytes
+from data.prepare.parallel import StepRun
 from data.prepare.progress import Progress, duration
 from data.prepare.to_varlen import to_varlen
 from prepare_corpus import MAX_LEN, MAX_PRED, ROOT, SCRIPT, all_args, reshard_quietly, write_corpus
@@ -162,7 +163,9 @@ def test_quiet_run_prints_no_progress(corpus, uninterrupted, tmp_path):
 
 def test_varlen_estimate_is_close_to_the_real_size(uninterrupted, tmp_path):
     inputs = sorted((uninterrupted / "intermediate" / "train").glob("*.hdf5"))
-    made = to_varlen(inputs, tmp_path, MAX_LEN, MAX_PRED, log=lambda *_: None, show_progress=False)
+    made = to_varlen(
+        inputs, tmp_path, MAX_LEN, MAX_PRED, run=StepRun(log=lambda *_: None, show_progress=False)
+    )
     estimate = sum(content_bytes(p) for p in inputs)
     real = sum(p.stat().st_size for p in made)
     assert 0.9 * real < estimate < 1.1 * real, (estimate, real)

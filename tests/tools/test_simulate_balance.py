@@ -14,7 +14,7 @@ import pytest
 from data.comm import sparse as sx
 from data.order import lengths as ln
 from data.order import strategies as bal
-from data.order.simulate import simulate_token_range
+from data.order.simulate import Simulation, simulate_token_range
 
 from commands import run_python
 
@@ -73,7 +73,9 @@ def test_moved_fraction(sim):
 def test_token_ranges_equal_simulate_token_range(sim):
     args = _args(sim, "--ranks", "32", "--trials", "7", "--seed", "3")
     ours = sim.simulate(32, args, 7, ln.length_pmf(512))
-    theirs = simulate_token_range(32, 16, 8, 7, np.random.default_rng(3), ln.length_pmf(512))
+    theirs = simulate_token_range(
+        Simulation(32, 16, 8, 7, ln.length_pmf(512)), np.random.default_rng(3)
+    )
     for name, r in theirs.items():
         assert ours[name]["min_tokens"] == pytest.approx(r["min_tokens"])
         assert ours[name]["max_tokens"] == pytest.approx(r["max_tokens"])

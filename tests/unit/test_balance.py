@@ -11,7 +11,7 @@ import pytest
 from data.order import lengths as ln
 from data.order import strategies as bal
 from data.order.node_balance import node_swap_rows
-from data.order.simulate import simulate_token_range
+from data.order.simulate import PUBLISHED_TABLE_5, Simulation, simulate_token_range
 
 from commands import run_python
 
@@ -228,27 +228,18 @@ def test_lengths_from_shards_reads_vlen_and_fixed(tmp_path):
 
 # ------------------------------------------------------------------------- [Kim] Table 5
 
-# [Kim] (Samsung), appendix C.2, Table 5, also REFERENCE.md section 5: mean min / max tokens
-# per GPU over trials, 16 samples per GPU, 8 GPUs per node, max length 512. The paper does not
-# state the GPU count; our simulation matches it (within about 1 %) at 1024 GPUs, their cluster
-# size, and not at 8 or 64 GPUs, so the test runs 1024 ranks.
-PUBLISHED = {
-    "none": (1886, 6459),
-    "stratified": (3620, 4482),
-    "stratified_local_presort": (3743, 4401),
-    "stratified_local_snake": (3900, 4246),
-    "global_presort": (3807, 4313),
-}
 
-
+# [Kim] (Samsung), appendix C.2, Table 5 (PUBLISHED_TABLE_5), also REFERENCE.md section 5. The
+# paper does not state the GPU count; our simulation matches it (within about 1 %) at 1024 GPUs,
+# their cluster size, and not at 8 or 64 GPUs, so the test runs 1024 ranks.
 @pytest.fixture(scope="module")
 def table_5():
     rng = np.random.default_rng(0)
-    return simulate_token_range(1024, 16, 8, 100, rng, ln.length_pmf(512))
+    return simulate_token_range(Simulation(1024, 16, 8, 100, ln.length_pmf(512)), rng)
 
 
 def test_simulation_reproduces_table_5_values(table_5):
-    for name, (lo, hi) in PUBLISHED.items():
+    for name, (lo, hi) in PUBLISHED_TABLE_5.items():
         assert table_5[name]["min_tokens"] == pytest.approx(lo, rel=0.05), name
         assert table_5[name]["max_tokens"] == pytest.approx(hi, rel=0.05), name
 
@@ -257,8 +248,10 @@ def test_simulation_reproduces_table_5_ordering(table_5):
     spread = {k: v["max_tokens"] - v["min_tokens"] for k, v in table_5.items()}
     # published spreads: none 4573 > stratified 862 > local presort 658 > global presort 506
     # > stratified + local snake 346
-    published_order = sorted(PUBLISHED, key=lambda k: PUBLISHED[k][0] - PUBLISHED[k][1])
-    ours = sorted(PUBLISHED, key=lambda k: -spread[k])
+    published_order = sorted(
+        PUBLISHED_TABLE_5, key=lambda k: PUBLISHED_TABLE_5[k][0] - PUBLISHED_TABLE_5[k][1]
+    )
+    ours = sorted(PUBLISHED_TABLE_5, key=lambda k: -spread[k])
     assert ours == published_order
     assert spread["serpentine"] < spread["stratified_local_snake"]  # not in Table 5
 
@@ -266,7 +259,9 @@ def test_simulation_reproduces_table_5_ordering(table_5):
 def test_single_node_ordering():
     # One node of 8: local presort is the global presort there, and no better than the
     # stratified draw alone; snake dealing is what wins (spread about 70 vs 400+ tokens).
-    r = simulate_token_range(8, 16, 8, 400, np.random.default_rng(0), ln.length_pmf(512))
+    r = simulate_token_range(
+        Simulation(8, 16, 8, 400, ln.length_pmf(512)), np.random.default_rng(0)
+    )
     spread = {k: v["max_tokens"] - v["min_tokens"] for k, v in r.items()}
     assert spread["none"] == max(spread.values())
     assert spread["stratified_local_snake"] < 0.5 * spread["stratified_local_presort"]

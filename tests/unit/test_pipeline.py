@@ -24,6 +24,7 @@ from data.order.lengths import strata_counts, stratum_of
 from data.order.strategies import STRATEGIES
 from data.packing import Sample
 from data.pipeline import TrainPipeline
+from data.sources.rank_shards import RankShards
 from data.sources.shard_stream import ShardStream
 from data.sources.shards import DataError, list_shards, read_samples, write_samples
 from data.sources.stratified import StratifiedStream
@@ -283,7 +284,7 @@ def test_bad_node_size(data_dir, strategy):
 
 def test_stratified_batches_have_the_fixed_counts(data_dir):
     files = list_shards(data_dir)
-    stream = StratifiedStream(files, 0, 2, SEED, MAX_SEQ, MAX_PRED)
+    stream = StratifiedStream(RankShards(files, 0, 2, SEED, MAX_SEQ, MAX_PRED))
     counts = stream.counts(8)
     assert counts.sum() == 8 and counts.tolist() == strata_counts(8, stream.fracs).tolist()
     seen = []
@@ -297,7 +298,7 @@ def test_stratified_batches_have_the_fixed_counts(data_dir):
     assert len(seen) == len(set(seen))
     state = stream.state_dict()
     expected = stream.next_batch_tagged(8)[1]
-    again = StratifiedStream(files, 0, 2, SEED, MAX_SEQ, MAX_PRED)
+    again = StratifiedStream(RankShards(files, 0, 2, SEED, MAX_SEQ, MAX_PRED))
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.next_batch_tagged(8)[1], expected)
     with pytest.raises(ValueError, match="stratum positions"):
@@ -317,7 +318,7 @@ def test_missing_stratum_is_a_clear_error(tmp_path):
             )
         ] * 10
         write_samples(tmp_path / f"part_{k:05d}_of_00002.hdf5", samples)
-    stream = StratifiedStream(list_shards(tmp_path), 0, 1, SEED, MAX_SEQ, MAX_PRED)
+    stream = StratifiedStream(RankShards(list_shards(tmp_path), 0, 1, SEED, MAX_SEQ, MAX_PRED))
     with pytest.raises(DataError, match=r"no sample of length in \(16, 32\]"):
         stream.next_batch_tagged(8)
 
@@ -338,11 +339,11 @@ def test_stratum_stream_resumes_before_a_shard_without_its_lengths(tmp_path):
     write_samples(tmp_path / f"part_{first:05d}_of_00002.hdf5", [sample(60)] * 3)
     write_samples(tmp_path / f"part_{1 - first:05d}_of_00002.hdf5", [sample(6)] * 3)
     files = list_shards(tmp_path)
-    stream = ShardStream(files, 0, 1, SEED, MAX_SEQ, MAX_PRED, length_range=(48, 64))
+    stream = ShardStream(RankShards(files, 0, 1, SEED, MAX_SEQ, MAX_PRED), length_range=(48, 64))
     stream.next_batch(3)  # the long samples of the first shard, up to its end
     state = stream.state_dict()
     assert state == {"epoch": 0, "shard_pos": 1, "offset": 0}  # a shard with none of them
-    again = ShardStream(files, 0, 1, SEED, MAX_SEQ, MAX_PRED, length_range=(48, 64))
+    again = ShardStream(RankShards(files, 0, 1, SEED, MAX_SEQ, MAX_PRED), length_range=(48, 64))
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.next_batch_tagged(2)[1], stream.next_batch_tagged(2)[1])
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from data.packing import Sample
+from data.sources.rank_shards import RankShards
 from data.sources.shard_stream import ShardStream
 from data.sources.shards import (
     DataError,
@@ -351,7 +352,7 @@ def shard_files(tmp_path) -> list[Path]:
 
 
 def make_stream(files, rank=0, world_size=1, seed=7) -> ShardStream:
-    return ShardStream(files, rank, world_size, seed, MAX_SEQ, MAX_PRED)
+    return ShardStream(RankShards(files, rank, world_size, seed, MAX_SEQ, MAX_PRED))
 
 
 def epoch_samples(stream: ShardStream, epoch: int) -> int:

@@ -126,25 +126,8 @@ def test_every_whitespace_and_control_character_between_words():
 # -- random text ----------------------------------------------------------------------------------
 
 any_char = st.characters(blacklist_categories=("Cs",))
-scripts = st.sampled_from(
-    [
-        (0x41, 0x24F),
-        (0x370, 0x3FF),
-        (0x400, 0x4FF),
-        (0x590, 0x6FF),
-        (0x900, 0x9FF),
-        (0xE00, 0xEFF),
-        (0x1100, 0x11FF),
-        (0x3040, 0x30FF),
-        (0x4E00, 0x4E80),
-        (0xAC00, 0xAD00),
-        (0x1F300, 0x1F64F),
-        (0x300, 0x36F),
-        (0x2000, 0x206F),
-        (0xFF00, 0xFFEF),
-        (0x20000, 0x20100),
-    ]
-)
+# the bench's scripts, and one beyond the Basic Multilingual Plane
+scripts = st.sampled_from([*oracle.MIXED_SCRIPTS, (0x20000, 0x20100)])
 
 
 @st.composite
@@ -157,7 +140,7 @@ def mixed_script_text(draw) -> str:
                 st.text(st.characters(min_codepoint=lo, max_codepoint=hi), min_size=1, max_size=12)
             )
         )
-    seps = st.sampled_from([" ", "\t", "\u00a0", "\u2028", "\u3000", "\u200b", "\x00", "  "])
+    seps = st.sampled_from(oracle.SEPARATORS)
     return "".join(w + draw(seps) for w in words)
 
 

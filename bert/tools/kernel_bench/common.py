@@ -27,20 +27,28 @@ def parser(description: str, default_sizes: list[int], size_name: str) -> argpar
     p = argparse.ArgumentParser(description=description)
     p.add_argument(f"--{size_name}", type=int, nargs="+", default=default_sizes)
     p.add_argument("--dtype", choices=sorted(DTYPES), nargs="+", default=["fp16", "bf16"])
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=100)
+    add_timing_args(p, 10, 100, "composition", "<benchmark>")
+    return p
+
+
+def add_timing_args(
+    p: argparse.ArgumentParser, warmup: int, iters: int, compiled: str, name: str
+) -> None:
+    """--warmup, --iters, --no-compile (skips the torch.compile'd `compiled`) and --out (the
+    JSON record, default results/bench/`name`.json)."""
+    p.add_argument("--warmup", type=int, default=warmup)
+    p.add_argument("--iters", type=int, default=iters)
     p.add_argument(
         "--no-compile",
         action="store_true",
-        help="skip the torch.compile'd composition (saves compile time)",
+        help=f"skip the torch.compile'd {compiled} (saves compile time)",
     )
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="JSON output (default: results/bench/<benchmark>.json)",
+        help=f"JSON output (default: results/bench/{name}.json)",
     )
-    return p
 
 
 def require_cuda_and_kernels(op: str) -> None:

@@ -21,7 +21,6 @@ import copy
 import functools
 import statistics
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -63,19 +62,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--param-dtype", choices=sorted(DTYPES), nargs="+", default=["fp32", "fp16"])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--tiny", action="store_true", help="tiny parameter list instead of BERT-Large")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument(
-        "--no-compile",
-        action="store_true",
-        help="skip the torch.compile'd reference step (saves compile time)",
-    )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="JSON output (default: results/bench/bench_lamb.json)",
-    )
+    common.add_timing_args(p, 5, 50, "reference step", "bench_lamb")
     return p.parse_args()
 
 
