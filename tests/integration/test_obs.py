@@ -437,6 +437,7 @@ def test_profile_keys_are_checked():
         load_config(None, ["profile.steps=-1"])
 
 
+@pytest.mark.slow  # two whole runs of the command (about 14 s)
 def test_the_profiler_window_keeps_kinetos_lines_off_the_console(tmp_path):
     """Kineto prints a `USDT:` line at each profiler start and stop, amid the progress lines; the
     run turns its logging off unless the user set KINETO_LOG_LEVEL (the control: their level
