@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from bert.config import load_config
+from bert.core.checkpoint_files import TRAINER_FILE
 from bert.core.files import atomic_path, write_text_atomic
 from bert.core.readers import read_json
 from bert.model import BertForPretraining, ModelConfig
@@ -39,7 +40,6 @@ MODEL_KEYS = (
     "initializer_range",
     "layer_norm_eps",
 )
-TRAINER_FILE = "trainer.pt"  # a training checkpoint's weights (bert/train/checkpoint/layout.py)
 # a run's model keys that fix the tensors' shapes (its kernel and backend choices do not)
 SHAPE_KEYS = (*MODEL_KEYS, "hidden_act", "pad_vocab_to_multiple_of")
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 import torch
 
+from bert.core.checkpoint_files import MANIFEST, TRAINER_FILE
 from bert.core.errors import CheckpointError, install_hint
 from bert.core.inputs import check_path, read_regular
 
@@ -217,10 +218,10 @@ def read_checkpoint_file(path: str | Path, weights_only: bool = True) -> dict[st
 
 def _folder_hint(path: Path) -> str:
     """What a folder given as a checkpoint file is, and which file to pass instead."""
-    if (path / "manifest.json").is_file() and (path / "trainer.pt").is_file():
+    if (path / MANIFEST).is_file() and (path / TRAINER_FILE).is_file():
         return (
             f"{path}: is a training checkpoint folder (for --resume {path}); to start a new "
-            f"run from its weights pass run.init_checkpoint={path / 'trainer.pt'}"
+            f"run from its weights pass run.init_checkpoint={path / TRAINER_FILE}"
         )
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():

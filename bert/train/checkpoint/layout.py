@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from bert.core.checkpoint_files import MANIFEST, TRAINER_FILE
 from bert.core.errors import DamagedCheckpoint
 from bert.core.readers import read_json, read_torch, require_keys
 
@@ -35,8 +36,6 @@ FORMAT = "open-bert-train-state"
 # 2: the optimizer state follows the fp16 skip rule (bert/optim/registry.py): a v1 replicated
 # schedule counted skipped steps, and it had no skip count
 VERSION = 2
-MANIFEST = "manifest.json"
-TRAINER_FILE = "trainer.pt"
 RANK = "rank"  # the state dict's per-rank part, saved in each rank's own file
 # What each file must hold: checked when a checkpoint is picked, before the log opens, so a
 # damaged file is refused (or skipped by `auto`) before anything is written.
