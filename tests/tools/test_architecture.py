@@ -125,21 +125,17 @@ def floor_violations(files: list[Path], root: Path = ROOT) -> list[str]:
     modules = {module_name(p, root): p for p in files}
     bad = []
     for name, path in sorted(modules.items()):
-        own = floor_of(name)
+        own, where = floor_of(name), path.relative_to(root).as_posix()
         for module in sorted(runtime_imports(path, root)):
             target = _owner(module, modules)
             if target is None or target == name:
                 continue
-            if floor_of(target) > own:
-                bad.append(
-                    f"{path.relative_to(root).as_posix()} ({FLOORS[own][0]}) imports {target} "
-                    f"({FLOORS[floor_of(target)][0]})"
-                )
-            for pair in ROOMS_APART:
-                if name.split(".")[0] in pair and target.split(".")[0] in set(pair) - {
-                    name.split(".")[0]
-                }:
-                    bad.append(f"{path.relative_to(root).as_posix()} imports {target} (apart)")
+            above = floor_of(target)
+            if above > own:
+                bad.append(f"{where} ({FLOORS[own][0]}) imports {target} ({FLOORS[above][0]})")
+            rooms = {name.split(".")[0], target.split(".")[0]}
+            if any(rooms == set(pair) for pair in ROOMS_APART):
+                bad.append(f"{where} imports {target} (apart)")
     return bad
 
 
