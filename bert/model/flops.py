@@ -88,8 +88,12 @@ def training_flops(cfg: ModelConfig, mix: LengthMix) -> float:
 def batch_flops(
     cfg: ModelConfig, tokens: int, square_sum: float, masked: int, sequences: int
 ) -> float:
-    """Useful training FLOPs of one packed batch: `tokens` real tokens, sum(l_i^2) over its
-    sequences, `masked` masked tokens and `sequences` sequences (padding is never credited)."""
+    """Useful training FLOPs of one packed batch: `tokens` real tokens T, `square_sum` the
+    sum(l_i^2) over its sequences, `masked` masked tokens M and `sequences` sequences B:
+
+        6 L (4h^2 + 2hF) T  +  12 L h sum(l_i^2)  +  6 M (h^2 + hV)  +  6 B (h^2 + 2h)
+
+    (V the padded vocabulary). Padding is never credited."""
     per_token, per_square, per_masked, per_sequence = coefficients(cfg)
     return 3.0 * (
         per_token * tokens

@@ -1,13 +1,6 @@
-"""What MFU needs beyond the FLOP count (bert/model/flops.py, `batch_flops`): the sum of
+"""What MFU needs beyond the FLOP count (bert/model/flops.py, `batch_flops`, which counts a
+packed batch from its T real tokens, M masked tokens, B sequences and sum(l_i^2)): the sum of
 squared sequence lengths of each batch, and the device's peak rate.
-
-The count per batch is
-
-    6 L (4h^2 + 2hF) T  +  12 L h sum(l_i^2)  +  6 M (h^2 + hV)  +  6 B (h^2 + 2h)
-
-(encoder products on the T real tokens; attention scores and context per sequence of length
-l_i; the MLM head on the M masked tokens; pooler and NSP on the B sequences; V the padded
-vocabulary). Padding is never credited; element-wise work is not counted.
 
 T, M and B are shapes the host knows. sum(l_i^2) needs the lengths, which on a GPU run live
 on the device: `SquareSums` takes them on the prefetch thread, where each micro-batch is packed
