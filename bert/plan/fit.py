@@ -84,11 +84,7 @@ def _topology(row: dict) -> scale.Topology:
 def residuals(k: scale.Fitted, rows: list[dict], params: int) -> np.ndarray:
     """Log(predicted / measured) of every training result's training time, and of its eval time
     where its logs time evals."""
-    by_id = {scale.row_id(r): r for r in rows}
-    peaks = {}
-    for kind, row_id in calibration_ids(rows).items():
-        row = by_id[row_id]
-        peaks[kind] = scale.calibrate_row(row, params, _topology(row), k)
+    peaks = _peaks(rows, params, k)
     out = []
     for row in training_rows(rows):
         peak, topo = peaks[row["gpu"]], _topology(row)
@@ -100,17 +96,45 @@ def residuals(k: scale.Fitted, rows: list[dict], params: int) -> np.ndarray:
     return np.array(out)
 
 
+def _peaks(rows: list[dict], params: int, k: scale.Fitted | None) -> dict[str, float]:
+    """GPU kind -> R from its calibration point in `rows`, under the constants `k`."""
+    by_id = {scale.row_id(r): r for r in rows}
+    return {
+        kind: scale.calibrate_row(by_id[row_id], params, _topology(by_id[row_id]), k)
+        for kind, row_id in calibration_ids(rows).items()
+    }
+
+
+def _run_time_error(row: dict, peaks: dict[str, float], params: int, k) -> float:
+    train, evals = scale.predicted_seconds(row, params, _topology(row), peaks[row["gpu"]], k)
+    return (train + evals) / (row["olympic_mean_minutes"] * 60) - 1
+
+
 def in_sample_errors(rows: list[dict], params: int, k: scale.Fitted | None = None) -> list:
     """(training result, relative error of its predicted run time) under the constants `k`,
     with the samples and evals it took: the fit seen from inside, not a validation."""
-    by_id = {scale.row_id(r): r for r in rows}
-    peaks = {}
-    for kind, row_id in calibration_ids(rows).items():
-        peaks[kind] = scale.calibrate_row(by_id[row_id], params, _topology(by_id[row_id]), k)
+    peaks = _peaks(rows, params, k)
+    return [(row, _run_time_error(row, peaks, params, k)) for row in training_rows(rows)]
+
+
+def refit_errors_at_scale(rows: list[dict], params: int, gpus: int = 512) -> list:
+    """(training result on `gpus` or more, its error when the constants are refitted without
+    it, its error when refitted without every such result): how the model predicts a large
+    run it was not fitted on, since the held-out rounds hold only one. The run-time error is
+    in_sample_errors' (the samples and evals the result took)."""
+    large = [r for r in training_rows(rows) if r["gpus"] >= gpus]
+    without_all = fit([r for r in rows if all(r is not x for x in large)], params)
+    peaks_all = _peaks(rows, params, without_all)
     out = []
-    for row in training_rows(rows):
-        train, evals = scale.predicted_seconds(row, params, _topology(row), peaks[row["gpu"]], k)
-        out.append((row, (train + evals) / (row["olympic_mean_minutes"] * 60) - 1))
+    for row in large:
+        k = fit([r for r in rows if r is not row], params)
+        out.append(
+            (
+                row,
+                _run_time_error(row, _peaks(rows, params, k), params, k),
+                _run_time_error(row, peaks_all, params, without_all),
+            )
+        )
     return out
 
 

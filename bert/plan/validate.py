@@ -150,6 +150,26 @@ def in_sample(rows: list[dict]) -> str:
     )
 
 
+def refitted_at_scale(rows: list[dict]) -> str:
+    """One line on the training subset's 512+ results predicted by constants refitted without
+    them: out-of-sample evidence at the scale the held-out rounds hardly reach."""
+    from bert.model.config import ModelConfig
+    from bert.plan.memory import parameter_count
+
+    errors = fit.refit_errors_at_scale(rows, parameter_count(ModelConfig()), BANDS[-1][1])
+
+    def listed(i: int) -> str:
+        ok = sum(1 for e in errors if abs(e[i]) <= 0.15)
+        each = ", ".join(f"{e[0]['gpu']} x{e[0]['gpus']} {e[i]:+.1%}" for e in errors)
+        return f"{each} ({ok} of {len(errors)} within 15%)"
+
+    return (
+        "Refitted without them (`fit.refit_errors_at_scale`, the samples each result took): "
+        f"the training subset's 512+ results, each left out alone: {listed(1)}; all left "
+        f"out together: {listed(2)}."
+    )
+
+
 def markdown(rows: list[dict]) -> str:
     s = summary(rows)
     k = scale.FITTED
@@ -159,6 +179,8 @@ def markdown(rows: list[dict]) -> str:
         f"Constants (fitted by `python -m bert.plan.fit`): overhead {k.overhead_samples:g} "
         f"samples per step, eval speed {k.eval_speed:g} x R, hidden share of the backward "
         f"{k.hidden:g}. {in_sample(scale.published_results())}",
+        "",
+        refitted_at_scale(scale.published_results()),
         "",
         "Targets:",
         "",

@@ -128,6 +128,25 @@ def test_pinned_constants_are_the_fit():
     assert fit.disagreements(edited, found) == ["overhead_samples"]
 
 
+@pytest.mark.slow
+def test_refit_at_scale_predicts_what_it_left_out():
+    """On data made from known constants every large result left out is still predicted (errors
+    near 0); one whose time is doubled is predicted about 50% too fast when left out, which an
+    in-sample score would blur."""
+    truth = scale.Fitted(overhead_samples=30.0, eval_speed=0.6, hidden=0.0)
+    rows = _synthetic(truth)
+    clean = fit.refit_errors_at_scale(rows, PARAMS)
+    assert len(clean) >= 2
+    assert all(abs(e) < 0.01 for _, alone, together in clean for e in (alone, together))
+    target = clean[0][0]
+    doubled = [
+        {**r, "olympic_mean_minutes": 2 * r["olympic_mean_minutes"]} if r is target else r
+        for r in rows
+    ]
+    wrong = fit.refit_errors_at_scale(doubled, PARAMS)
+    assert wrong[0][1] == pytest.approx(-0.5, abs=0.02)
+
+
 def test_split_is_the_rule():
     rows = scale.published_results()
     cal = fit.calibration_ids(rows)
