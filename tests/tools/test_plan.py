@@ -3,6 +3,7 @@ the written config, the start-of-run RCP warning and the comparison with publish
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,37 @@ def test_counted_activations_scaled_match_a_cpu_measurement():
     measured = measured_forward_bytes(SMALL, micro_batch)
     assert measured > 0
     assert abs(4 * counted.activations - measured) / measured < 0.10, (counted, measured)
+
+
+def _newest_memory_record() -> dict:
+    """The newest GPU window's unfused eager throughput record (our largest-memory path)."""
+    found = sorted(ROOT.glob("benchmarks/results/gpu/*_window/throughput_eager.json"))
+    assert found, "no GPU throughput record in benchmarks/results/gpu"
+    return {**json.loads(found[-1].read_text()), "path": found[-1].relative_to(ROOT).as_posix()}
+
+
+def memory_margin(record: dict) -> float:
+    """The planner's estimate (tensors only: the runtime assumption left out, as the
+    allocator's peak leaves it out) over the record's measured peak, minus 1."""
+    from bert.plan import memory
+
+    est = memory.estimate(ModelConfig(), record["precision"], record["batch"], 1, False)
+    measured = record["variants"]["fastest"]["peak_mem_gb"] * 1e9
+    return (est.total() - est.runtime) / measured - 1
+
+
+def test_memory_estimate_is_above_the_gpu_measurement_by_what_the_docs_say():
+    """The estimate stays on the safe side of our own GPU measurement (same batch, precision,
+    one GPU, replicated LAMB), and docs/plan.md states by how much; a record measuring more
+    than the estimate fails the first check."""
+    record = _newest_memory_record()
+    margin = memory_margin(record)
+    assert margin > 0
+    doc = " ".join((ROOT / "docs/plan.md").read_text().split())
+    assert f"{margin:+.0%} above" in doc and record["path"] in doc
+    heavier = json.loads(json.dumps(record))
+    heavier["variants"]["fastest"]["peak_mem_gb"] *= 1 + margin + 0.05
+    assert memory_margin(heavier) < 0
 
 
 def test_meta_count_reports_the_16_bit_weight_copies():
