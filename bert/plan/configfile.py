@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
+from bert.core.files import temp_name
 from bert.core.inputs import check_path
 from bert.plan.planner import Assumptions, Candidate, Cluster, PlanError
 
@@ -117,9 +117,11 @@ def write_config(path: str, cluster: Cluster, candidate: Candidate, a: Assumptio
     text = header(cluster, candidate) + yaml.safe_dump(
         config_tree(cluster, candidate, a), sort_keys=False
     )
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    # A hidden unique name opened as a new file (not mkstemp: its 0600 mode would stay on the
+    # config; this one gets the mode any file the user writes gets, 0666 less the umask).
+    temp = temp_name(target)
     try:
-        with os.fdopen(fd, "w") as out:
+        with open(temp, "x") as out:
             out.write(text)
         os.link(temp, target)  # fails if the name appeared meanwhile: never replaces a file
     except FileExistsError:
@@ -127,5 +129,5 @@ def write_config(path: str, cluster: Cluster, candidate: Candidate, a: Assumptio
             f"--write-config {str(target)!r}: the file exists; it is left as it is"
         ) from None
     finally:
-        os.unlink(temp)
+        temp.unlink(missing_ok=True)
     return target

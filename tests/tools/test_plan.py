@@ -4,6 +4,8 @@ the written config, the start-of-run RCP warning and the comparison with publish
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -206,6 +208,11 @@ def test_written_config_runs_as_is(tmp_path, capsys):
     )
     written = sorted(tmp_path.glob("*.yaml"))
     assert [p.name for p in written] == ["bert_large_1x1xa100_lb96_ga8.yaml"], written
+    # the mode any file the user writes gets (0666 less the umask), not a temp file's 0600
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(written[0].stat().st_mode) == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == [written[0].name]  # no temp file left
     cfg = load_config(written[0])
     assert cfg.run.global_batch_size == 768 and cfg.run.gradient_accumulation_steps == 8
     assert "no RCP of its own" in check.rcp_warning(cfg)  # 768 is interpolated
