@@ -170,10 +170,12 @@ def _neighbours(global_batch_size: int) -> tuple[RCP, RCP]:
     return below[-1], above[0]
 
 
-def plan_for(global_batch_size: int) -> Plan:
-    """The RCP's own hyperparameters where the table has this batch; between two RCPs, the
-    planner's interpolation (module doc of `_interpolate`). Raises RCPError outside the table or
-    above what the checker accepts."""
+def plan_for(global_batch_size: int, published: dict | None = None) -> Plan:
+    """The RCP's own hyperparameters where the table has this batch; else, where `published`
+    has the batch (batch -> (config settings, expected samples or None for the RCP line,
+    source); the planner passes what published submissions converged with,
+    bert/plan/published_hyper.py), those; else the planner's interpolation between two RCPs
+    (`_interpolate`). Raises RCPError outside the table or above what the checker accepts."""
     reference, rule = checked_against(global_batch_size)
     own = own_rcp(global_batch_size)
     if own is not None:
@@ -192,9 +194,9 @@ def plan_for(global_batch_size: int) -> Plan:
     t = (global_batch_size - low.global_batch_size) / (
         high.global_batch_size - low.global_batch_size
     )
-    published = PUBLISHED_SETTINGS.get(global_batch_size)
-    if published is not None:
-        settings, samples, source = published
+    found = (published or {}).get(global_batch_size)
+    if found is not None:
+        settings, samples, source = found
         line_mean = _lerp(low.mean_samples, high.mean_samples, t)
         mean = samples or line_mean
         return Plan(
@@ -225,44 +227,6 @@ def plan_for(global_batch_size: int) -> Plan:
 
 def _lerp(a: float, b: float, t: float) -> float:
     return a + (b - a) * t
-
-
-# Batches without an RCP of their own that published closed-division submissions converged at
-# (every run of the result reached 0.720), with the hyperparameters their logs print:
-# config settings, expected samples to 0.720 (None: the RCP line between the neighbours, so the
-# prediction never uses a submission's own samples) and the source.
-_BASE = {"optim.eps": 1e-6, "schedule.warmup_steps": 0, "schedule.start_warmup_step": 0}
-PUBLISHED_SETTINGS: dict[int, tuple[dict, float | None, str]] = {
-    768: (
-        {
-            **_BASE,
-            "optim.lr": 9.6e-4,
-            "optim.beta1": 0.60466,
-            "optim.beta2": 0.85437,
-            "optim.weight_decay": 0.1,
-            "schedule.total_steps": 3680,
-        },
-        2.5e6,
-        "published submissions at 768: REFERENCE.md 3 (H100/H200 reference, about 2.5M samples) "
-        "and the logs of the v3.0-v5.0 8-GPU results (bert/plan/published_results.json; all "
-        "but 4 print 3,680 steps)",
-    ),
-    13888: (
-        {
-            "optim.eps": 1e-6,
-            "optim.lr": 3.6e-3,
-            "optim.beta1": 0.75,
-            "optim.beta2": 0.9,
-            "optim.weight_decay": 0.0166629,
-            "schedule.total_steps": 480,
-            "schedule.warmup_steps": 290,
-            "schedule.start_warmup_step": -100,
-        },
-        None,
-        "published submission at 13888: NVIDIA v3.1 eos_n434_ngc23.09_pytorch logs "
-        "(bert/plan/published_results.json)",
-    ),
-}
 
 
 def _interpolate(low: RCP, high: RCP, t: float, global_batch_size: int) -> dict:

@@ -9,7 +9,7 @@ from bert.core.inputs import check_float
 from bert.model.config import ModelConfig
 from bert.mlperf import rcp
 from bert.model import flops
-from bert.plan import memory, network, scale, timing
+from bert.plan import memory, network, published_hyper, scale, timing
 from bert.core.gpus import GPUKind
 from bert.train.config import mlperf_eval_interval
 
@@ -198,7 +198,7 @@ def candidate_batches(cluster: Cluster, target: int | None) -> list[int]:
                 f"micro-batch divides it evenly"
             )
         return [target]
-    batches = sorted({r.global_batch_size for r in rcp.table()} | set(rcp.PUBLISHED_SETTINGS))
+    batches = sorted({r.global_batch_size for r in rcp.table()} | set(published_hyper.published()))
     return [b for b in batches if b % cluster.gpus == 0]
 
 
@@ -210,7 +210,7 @@ def plan(
     found = []
     for gbs in candidate_batches(cluster, target):
         try:
-            hyper = rcp.plan_for(gbs)
+            hyper = rcp.plan_for(gbs, published_hyper.published())
         except rcp.RCPError as err:
             if target is not None:
                 raise PlanError(f"--batch {target}: {err}") from None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bert.mlperf import rcp
-from bert.plan import timing
+from bert.plan import published_hyper, timing
 from bert.train.config import mlperf_eval_interval
 
 RUNS_FILE = "docs/data/published_bert_runs.json"
@@ -139,7 +139,7 @@ class Comparison:
 
 
 def predict(row: Published, eval_samples: int = 10_000) -> Comparison:
-    samples = rcp.plan_for(row.global_batch_size).samples_mean
+    samples = rcp.plan_for(row.global_batch_size, published_hyper.published()).samples_mean
     throughput = row.gpus * row.per_gpu_samples_per_s
     interval = mlperf_eval_interval(row.global_batch_size)
     evals = max(1, -(-int(samples) // interval))
