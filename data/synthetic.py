@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bert.core.inputs import Parser, int_arg
+from bert.core.inputs import command_parser, int_arg
 from bert.core.errors import BadInputError, ConfigError
 from bert.core.files import temp_name, write_text_atomic
 from bert.core.readers import read_json
@@ -114,11 +114,7 @@ def _refuse_foreign_shards(out: Path, train_files: list[Path]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="python -m data.synthetic",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m data.synthetic", __doc__)
     parser.add_argument(
         "--out",
         required=True,

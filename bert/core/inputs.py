@@ -201,6 +201,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
+def command_parser(prog: str | None, doc: str, **options) -> Parser:
+    """A command's Parser whose --help prints `doc` (its module docstring) with the line breaks
+    it was written with; `options` go to argparse (an epilog, say)."""
+    return Parser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, **options
+    )
+
+
 # -- input files --------------------------------------------------------------------------------
 
 
