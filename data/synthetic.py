@@ -29,10 +29,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bert.core.inputs import Parser, int_arg
-from bert.core.errors import BadInputError, ConfigError
+from bert.core.inputs import command_parser, int_arg
+from bert.core.errors import ConfigError
 from bert.core.files import temp_name, write_text_atomic
-from bert.core.readers import read_json
+from bert.core.readers import read_json_if_any
 from data.sources.shards import SHARD_GLOB, DataError, write_samples
 from data.synthetic_language import (
     EVAL_STREAM,
@@ -114,11 +114,7 @@ def _refuse_foreign_shards(out: Path, train_files: list[Path]) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="python -m data.synthetic",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("python -m data.synthetic", __doc__)
     parser.add_argument(
         "--out",
         required=True,
@@ -183,12 +179,8 @@ EVAL_NAME = "eval.hdf5"
 
 def read_mark(folder: Path) -> dict | None:
     """The settings a folder of ours was written with; None if it holds no readable mark."""
-    try:
-        # a regular file under the input cap: a FIFO or device by that name would block the run
-        mark = read_json(folder / MANIFEST, "synthetic data mark", DataError, expect=object)
-    except BadInputError:
-        return None
-    if not isinstance(mark, dict):
+    mark = read_json_if_any(folder / MANIFEST)
+    if mark is None:
         return None
     # before the format field, the mark was the bare settings
     return mark.get("params") if mark.get("format") == MARK_FORMAT else mark

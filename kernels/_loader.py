@@ -14,8 +14,12 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from kernels import _library
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 ENV_JIT = "BERT_KERNELS_JIT"
 ENV_LIB = "BERT_KERNELS_LIB"
@@ -81,6 +85,17 @@ def require(op: str) -> None:
         f"see kernels/README.md), point {ENV_LIB} at a prebuilt .so, or set {ENV_JIT}=1 to "
         "compile on first use; otherwise turn the fused option off in the config."
     ) from _error
+
+
+def implementation(on: Tensor, op: str, raw: str, reference: Callable) -> Callable:
+    """What a custom op's body calls for tensors on the device of `on`: on CUDA the extension's
+    raw op `raw` of kernel `op` (`require`d first), elsewhere its plain-PyTorch `reference`."""
+    if not on.is_cuda:
+        return reference
+    require(op)
+    import torch  # the caller's tensors have imported it; the loader itself stays light
+
+    return getattr(getattr(torch.ops, _library.LIB_NAME), raw)
 
 
 def reset() -> None:

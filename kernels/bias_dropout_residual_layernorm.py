@@ -101,10 +101,8 @@ def bdrln_backward(
     grad_y: (T, 1024) z.dtype, contiguous. Returns dx, dresidual: (T, 1024) z.dtype;
     dweight, dln_bias, dbias: (1024,) weight.dtype.
     """
-    if z.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.bdrln_backward(grad_y, z, mean, rstd, mask, weight, p)
-    return reference.bdrln_backward_ref(grad_y, z, mean, rstd, mask, weight, p)
+    run = _loader.implementation(z, OP, "bdrln_backward", reference.bdrln_backward_ref)
+    return run(grad_y, z, mean, rstd, mask, weight, p)
 
 
 @bdrln_backward.register_fake

@@ -87,10 +87,8 @@ def dense_forward(
     x: (T, K), weight: (N, K), bias: (N,) or None; fp16/bf16 and contiguous on CUDA, K and N
     multiples of 8. Returns y: (T, N) and pre: (T, N) the pre-activation when gelu, else (0, N).
     """
-    if x.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.dense_forward(x, weight, bias, gelu)
-    return ref.dense_forward_ref(x, weight, bias, gelu)
+    run = _loader.implementation(x, OP, "dense_forward", ref.dense_forward_ref)
+    return run(x, weight, bias, gelu)
 
 
 @dense_forward.register_fake
@@ -110,10 +108,8 @@ def dense_dgrad(
     Returns grad_x: (T, K) and grad_bias: (K,) = grad_x summed over tokens when gelu_pre is
     given, else (0,).
     """
-    if grad_y.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.dense_dgrad(grad_y, weight, residual_grad, gelu_pre)
-    return ref.dense_dgrad_ref(grad_y, weight, residual_grad, gelu_pre)
+    run = _loader.implementation(grad_y, OP, "dense_dgrad", ref.dense_dgrad_ref)
+    return run(grad_y, weight, residual_grad, gelu_pre)
 
 
 @dense_dgrad.register_fake
@@ -133,10 +129,8 @@ def dense_wgrad(x: Tensor, grad_y: Tensor, bias_grad: bool) -> tuple[Tensor, Ten
 
     x: (T, K), grad_y: (T, N). Returns grad_weight: (N, K) and grad_bias: (N,) or (0,).
     """
-    if x.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.dense_wgrad(x, grad_y, bias_grad)
-    return ref.dense_wgrad_ref(x, grad_y, bias_grad)
+    run = _loader.implementation(x, OP, "dense_wgrad", ref.dense_wgrad_ref)
+    return run(x, grad_y, bias_grad)
 
 
 @dense_wgrad.register_fake

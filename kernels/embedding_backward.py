@@ -33,10 +33,8 @@ def embedding_backward(
     torch.float32 (fp32 atomics). Returns (num_weights, 1024) out_dtype. Not bitwise
     deterministic (atomic order); raises under torch.use_deterministic_algorithms(True).
     """
-    if grad.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.embedding_backward(grad, indices, num_weights, out_dtype)
-    return reference.embedding_backward_ref(grad, indices, num_weights, out_dtype)
+    run = _loader.implementation(grad, OP, "embedding_backward", reference.embedding_backward_ref)
+    return run(grad, indices, num_weights, out_dtype)
 
 
 @embedding_backward.register_fake

@@ -31,12 +31,10 @@ def softmax_cross_entropy_op(
     (0 for ignore_index, NaN for a label outside [0, vocab_size)) and grad: (M, V_pad)
     logits.dtype, d(losses[m]) / d(logits[m]); (0, V_pad) when need_grad is False.
     """
-    if logits.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.softmax_cross_entropy(
-            logits, labels, vocab_size, ignore_index, need_grad
-        )
-    return reference.softmax_cross_entropy_ref(logits, labels, vocab_size, ignore_index, need_grad)
+    run = _loader.implementation(
+        logits, OP, "softmax_cross_entropy", reference.softmax_cross_entropy_ref
+    )
+    return run(logits, labels, vocab_size, ignore_index, need_grad)
 
 
 @softmax_cross_entropy_op.register_fake
@@ -51,10 +49,10 @@ def _(logits, labels, vocab_size, ignore_index, need_grad):
 @torch.library.custom_op("bert_kernels::softmax_cross_entropy_backward", mutates_args=())
 def softmax_cross_entropy_backward(grad: Tensor, grad_loss: Tensor) -> Tensor:
     """grad: (M, V_pad) fp16/bf16 from the forward; grad_loss: (M,) fp32 -> (M, V_pad)."""
-    if grad.is_cuda:
-        _loader.require(OP)
-        return torch.ops.bert_kernels_cuda.softmax_cross_entropy_backward(grad, grad_loss)
-    return reference.softmax_cross_entropy_backward_ref(grad, grad_loss)
+    run = _loader.implementation(
+        grad, OP, "softmax_cross_entropy_backward", reference.softmax_cross_entropy_backward_ref
+    )
+    return run(grad, grad_loss)
 
 
 @softmax_cross_entropy_backward.register_fake

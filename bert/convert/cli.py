@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from bert.core.inputs import Parser
+from bert.core.inputs import command_parser
 from bert.core.errors import CheckpointError, ConfigError
 from bert.core.files import check_output
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(None, __doc__)
     parser.add_argument("command", choices=("tf", "nvidia", "hf-import", "hf-export"))
     parser.add_argument("src", help="checkpoint prefix (tf), file or folder")
     parser.add_argument("--out", required=True)

@@ -85,24 +85,15 @@ def parse_int(text: str, what: str, error: type[BadInputError] = ConfigError) ->
     return int(number)
 
 
-def parse_float(
-    text: str,
-    what: str,
-    error: type[BadInputError] = ConfigError,
-    *,
-    low: float | None = None,
-    inclusive: bool = False,
-    finite: bool = True,
-    high: float | None = None,
-) -> float:
-    """The number `text` writes: finite unless `finite=False`, above `low` (at or above it
-    when `inclusive`) and at most `high` when given."""
+def parse_float(text: str, what: str, error: type[BadInputError] = ConfigError, **bounds) -> float:
+    """The number `text` writes, held to `check_float`'s keyword `bounds` (finite unless
+    `finite=False`, above `low` or at it when `inclusive`, at most `high`)."""
     text = _bounded(text, what, "a number", error)
     try:
         value = float(text)
     except ValueError:
         raise error(f"{what}={shown_text(text)}: expected a number") from None
-    return check_float(value, what, error, low=low, inclusive=inclusive, finite=finite, high=high)
+    return check_float(value, what, error, **bounds)
 
 
 def check_float(
@@ -199,6 +190,14 @@ class Parser(argparse.ArgumentParser):
         if len(message) > 400:
             message = message[:300] + " [...] " + message[-80:]
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def command_parser(prog: str | None, doc: str, **options) -> Parser:
+    """A command's Parser whose --help prints `doc` (its module docstring) with the line breaks
+    it was written with; `options` go to argparse (an epilog, say)."""
+    return Parser(
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter, **options
+    )
 
 
 # -- input files --------------------------------------------------------------------------------

@@ -26,13 +26,17 @@ def load(ref: Ref) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-def module_getattr(package: str, exports: dict[str, str]) -> Callable[[str], object]:
-    """A package's `__getattr__` (PEP 562) that imports each of `exports` (name -> the module
-    defining it) on first use, so importing the package itself stays light."""
+def lazy_exports(
+    package: str, modules: dict[str, tuple[str, ...]]
+) -> tuple[list[str], Callable[[str], object]]:
+    """A package's `__all__` and its `__getattr__` (PEP 562), which imports each name of
+    `modules` (a module -> the names it defines) on first use, so importing the package itself
+    stays light."""
+    exports = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str):
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(exports[name]), name)
 
-    return __getattr__
+    return sorted(exports), __getattr__

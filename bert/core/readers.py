@@ -2,6 +2,7 @@
 
     tree = read_yaml(path, "config file")                       # ConfigError on any failure
     manifest = read_json(folder / "manifest.json", "checkpoint manifest", CheckpointError)
+    mark = read_json_if_any(folder / "mark.json")               # None: absent or unreadable
     record = parse_json(line, f"{path}: line {n}", LogError)    # one record of a .jsonl or log
     state = read_torch(folder / "trainer.pt", "training state", CheckpointError)
     require_keys(state, ("model", "optimizer"), path, "training state", CheckpointError)
@@ -223,6 +224,16 @@ def read_json(
             f"{_json_name(type(value))}"
         )
     return value
+
+
+def read_json_if_any(path: str | os.PathLike) -> dict | None:
+    """The JSON object in `path`, or None where there is none to read (missing, not a regular
+    file, too large, not JSON, not an object): a mark that a folder may or may not hold, read
+    like every input file, so a FIFO or a device under its name cannot block the reader."""
+    try:
+        return read_json(path, "JSON object")
+    except BadInputError:
+        return None
 
 
 def _json_name(typ: type) -> str:

@@ -7,17 +7,18 @@ The names below are imported when first used, not with the package: a fused op's
 built (tests/unit/test_registries.py registers one that way).
 """
 
-from bert.core.lazy import module_getattr
+from bert.core.lazy import lazy_exports
 
-_EXPORTS = {
-    "ModelConfig": "bert.model.config",
-    "BertForPretraining": "bert.model.modeling",
-    "FeedForward": "bert.model.modeling",
-    "mlm_correct": "bert.model.modeling",
-    "num_parameters": "bert.model.modeling",
-    "pretraining_loss": "bert.model.modeling",
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = module_getattr(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "bert.model.config": ("ModelConfig",),
+        "bert.model.modeling": (
+            "BertForPretraining",
+            "FeedForward",
+            "mlm_correct",
+            "num_parameters",
+            "pretraining_loss",
+        ),
+    },
+)

@@ -7,17 +7,15 @@ specs.py) is read without torch by the commands that answer at once (--help-conf
 planner), and these need it.
 """
 
-from bert.core.lazy import module_getattr
+from bert.core.lazy import lazy_exports
 
-_EXPORTS = {
-    "DynamicLossScaler": "bert.optim.loss_scale",
-    "LAMB": "bert.optim.lamb",
-    "PolyWarmupScheduler": "bert.optim.schedule",
-    "ShardedOptimizer": "bert.optim.sharded",
-    "lr_at": "bert.optim.schedule",
-    "param_groups": "bert.optim.params",
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__ = module_getattr(__name__, _EXPORTS)
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "bert.optim.lamb": ("LAMB",),
+        "bert.optim.loss_scale": ("DynamicLossScaler",),
+        "bert.optim.params": ("param_groups",),
+        "bert.optim.schedule": ("PolyWarmupScheduler", "lr_at"),
+        "bert.optim.sharded": ("ShardedOptimizer",),
+    },
+)

@@ -18,6 +18,7 @@ is a host-side Python int per parameter (it never depends on device values).
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
@@ -28,43 +29,59 @@ LR = Union[float, Tensor]
 _MOMENT_KEYS = ("exp_avg", "exp_avg_sq")
 
 
+@dataclass(frozen=True)
+class LambHparams:
+    """LAMB's hyperparameters, defaulted and checked once for `LAMB` and `ShardedOptimizer`.
+
+    lr: a float, or a 0-dim tensor the caller may update in place each step (no host sync).
+    betas: (beta1, beta2) for the first and second moments.
+    eps: added to sqrt(v_hat) (outside the square root, as in the reference).
+    weight_decay: decoupled decay added to the update; 0 also turns off the trust ratio.
+    max_grad_norm: clip gradients to this global L2 norm; <= 0 disables clipping.
+    """
+
+    lr: LR = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lr, Tensor) and self.lr < 0.0:
+            raise ValueError(f"invalid learning rate: {self.lr}")
+        if not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"invalid betas: {self.betas}")
+        if self.eps < 0.0:
+            raise ValueError(f"invalid eps: {self.eps}")
+        if self.weight_decay < 0.0:
+            raise ValueError(f"invalid weight_decay: {self.weight_decay}")
+
+    def group_defaults(self) -> dict[str, Any]:
+        """torch.optim's per-group defaults (a group may override lr and weight_decay)."""
+        return dict(lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
+
+
 class LAMB(torch.optim.Optimizer):
     """Layer-wise adaptive moments (LAMB), MLPerf BERT flavour.
 
     Args:
         params: parameters or parameter groups; a group may override `lr` and `weight_decay`.
-        lr: a float, or a 0-dim tensor the caller may update in place each step (no host sync).
-        betas: (beta1, beta2) for the first and second moments.
-        eps: added to sqrt(v_hat) (outside the square root, as in the reference).
-        weight_decay: decoupled decay added to the update; 0 also turns off the trust ratio.
-        max_grad_norm: clip gradients to this global L2 norm; <= 0 disables clipping.
+        hparams: `LambHparams`' fields by name (lr, betas, eps, weight_decay, max_grad_norm).
 
     After each `step()`, `last_grad_norm` holds the global gradient norm before clipping
     (0-dim fp32 tensor on the gradients' device), for logging.
     State per parameter: `step` (int), `exp_avg`, `exp_avg_sq` (fp32, shaped like the param).
     """
 
-    def __init__(
-        self,
-        params: Iterable,
-        lr: LR = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-        max_grad_norm: float = 1.0,
-    ):
-        _check_hparams(lr, betas, eps, weight_decay)
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-        super().__init__(params, defaults)
-        self.max_grad_norm = float(max_grad_norm)
+    def __init__(self, params: Iterable, **hparams: Any):
+        hp = LambHparams(**hparams)
+        super().__init__(params, hp.group_defaults())
+        self.max_grad_norm = float(hp.max_grad_norm)
         self.last_grad_norm: Tensor = torch.zeros(())
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Tensor]] = None) -> Optional[Tensor]:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         groups = [self._gather(group) for group in self.param_groups]
         all_grads = [g for gathered in groups for g in gathered["grads"]]
         if not all_grads:
@@ -132,15 +149,13 @@ class LAMB(torch.optim.Optimizer):
                         )
 
 
-def _check_hparams(lr: LR, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
-    if not isinstance(lr, Tensor) and lr < 0.0:
-        raise ValueError(f"invalid learning rate: {lr}")
-    if not all(0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"invalid betas: {betas}")
-    if eps < 0.0:
-        raise ValueError(f"invalid eps: {eps}")
-    if weight_decay < 0.0:
-        raise ValueError(f"invalid weight_decay: {weight_decay}")
+def closure_loss(closure: Optional[Callable[[], Tensor]]) -> Optional[Tensor]:
+    """torch.optim's closure protocol for `step(closure)`: the loss it returns, computed with
+    gradients enabled (the step itself runs under no_grad); None without one."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 def _global_norm(tensors: list[Tensor]) -> Tensor:

@@ -49,7 +49,7 @@ from torch import Tensor
 from bert.core.ranges import named
 from bert.optim.collectives import ShardComm
 from bert.optim.flat import Bucket, FlatLayout, FlatParams
-from bert.optim.lamb import _check_hparams, _clip_coef
+from bert.optim.lamb import LambHparams, _clip_coef, closure_loss
 from bert.optim.loss_scale import DynamicLossScaler
 from bert.optim.shard_update import (
     LR,
@@ -76,8 +76,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     math unless fused kernels are plugged in (`sums_fn`, `update_fn`).
 
     Args (as `LAMB`): params or param groups (a group may override lr and weight_decay; betas and
-    eps must be the same in all groups), lr (float or 0-dim device tensor), betas, eps,
-    weight_decay (0 also turns off the trust ratio), max_grad_norm (<= 0: no clipping).
+    eps must be the same in all groups) and, by name, `LambHparams`' fields (lr, betas, eps,
+    weight_decay, max_grad_norm).
     Keyword args:
         process_group: ranks that average gradients (default: the whole world). Without an
             initialized process group the optimizer runs single-process.
@@ -108,11 +108,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable,
-        lr: LR = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.01,
-        max_grad_norm: float = 1.0,
         *,
         process_group=None,
         shard_group=None,
@@ -127,12 +122,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
         sums_fn: Optional[SumsFn] = None,
         update_fn: Optional[UpdateFn] = None,
         tensor_collectives: Optional[bool] = None,
+        **hparams: Any,
     ):
-        _check_hparams(lr, betas, eps, weight_decay)
+        hp = LambHparams(**hparams)
         if clip_mode not in CLIP_MODES:
             raise ValueError(f"clip_mode must be one of {CLIP_MODES} (got {clip_mode!r})")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-        self.max_grad_norm, self.clip_mode = float(max_grad_norm), clip_mode
+        super().__init__(params, hp.group_defaults())
+        self.max_grad_norm, self.clip_mode = float(hp.max_grad_norm), clip_mode
         self.trust_ratio = trust_ratio
         self.loss_scaler, self.lr_schedule = loss_scaler, lr_schedule
         self.sums_fn: SumsFn = sums_fn or reference_sums
@@ -287,10 +283,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], Tensor]] = None) -> Optional[Tensor]:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         with named("exchange"):  # profiler ranges (bert/core/ranges.py): free when off
             self._finish_reduction()
         inputs = self._step_inputs()

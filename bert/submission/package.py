@@ -56,7 +56,7 @@ from pathlib import Path
 
 from bert.core.errors import BadInputError
 from bert.core.files import real_path, safe_name
-from bert.core.inputs import Parser, check_output_path, check_regular, int_arg
+from bert.core.inputs import check_output_path, check_regular, command_parser, int_arg
 from bert.core.readers import read_json
 from bert.submission import system_desc
 from bert.submission.compliance import Verdict, run_checker
@@ -383,11 +383,7 @@ def package(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="open-bert-package",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("open-bert-package", __doc__)
     parser.add_argument("runs", nargs="+", metavar="RUNS")
     parser.add_argument("--system", required=True, help="system name: folder and json name")
     parser.add_argument("--out", required=True, help="submission folder (the submitter's)")

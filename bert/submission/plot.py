@@ -30,7 +30,7 @@ from bert.core.errors import install_hint
 from bert.mlperf import constants as C
 from bert.mlperf.constants import LOG_NAME, TARGET_MLM_ACCURACY as TARGET
 from bert.core.files import real_path
-from bert.core.inputs import Parser, check_output_path
+from bert.core.inputs import check_output_path, command_parser
 from bert.submission.reader import LogError, parse_log
 from bert.submission.figures import save_figure
 
@@ -128,11 +128,7 @@ def default_out(logs: list[Path]) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="open-bert-plot",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("open-bert-plot", __doc__)
     parser.add_argument(
         "logs",
         nargs="+",

@@ -19,7 +19,7 @@ import argparse
 import dataclasses
 import sys
 
-from bert.core.inputs import Parser
+from bert.core.inputs import command_parser
 
 EXIT_STATUS = """\
 exit status (composes with && and torchrun; the last line says which end it was, and so does
@@ -39,11 +39,7 @@ DEFAULT_CONFIG = "tiny_cpu"  # the shipped configs/tiny_cpu.yaml (bert.config.fi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(
-        description=__doc__,
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser(None, __doc__, epilog=EXIT_STATUS)
     parser.add_argument(
         "--config",
         default=DEFAULT_CONFIG,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from bert.core.errors import install_hint
-from bert.core.inputs import Parser, check_output_path, float_arg, int_arg
+from bert.core.inputs import check_output_path, command_parser, float_arg, int_arg
 from data.download import published
 from data.download.datasets import download_dataset
 from data.download.errors import DownloadError
@@ -25,11 +25,7 @@ from data.download.metadata import dataset_name
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="open-bert-download",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("open-bert-download", __doc__)
     parser.add_argument(
         "out",
         nargs="?",

@@ -43,7 +43,7 @@ Two samplers share these rules:
 from __future__ import annotations
 
 import zlib
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -364,15 +364,11 @@ class CurriculumSampler:
     def next_batch(self, step: int) -> BucketBatch:
         return self.sampler.draw(self.curriculum.next_bucket(step))
 
-    def update(
-        self,
-        bucket: int,
-        loss_before: float,
-        loss_after: float | None = None,
-        step: int | None = None,
-    ) -> None:
-        """Feed the step's global (all-reduced) losses back to the curriculum."""
-        self.curriculum.update(bucket, loss_before, loss_after, step=step)
+    @property
+    def update(self) -> Callable[..., None]:
+        """The curriculum's own update(bucket, loss_before, loss_after=None, step=None), which
+        takes the step's global (all-reduced) losses: handed out, not restated."""
+        return self.curriculum.update
 
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.sampler.state_dict(), "curriculum": self.curriculum.state_dict()}

@@ -34,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from bert.core.inputs import Parser, check_regular, int_arg
+from bert.core.inputs import check_regular, command_parser, int_arg
 from bert.core.errors import ConfigError
 from bert.core.files import check_output
 from data.prepare.arguments import (
@@ -338,11 +338,7 @@ def check_all_space(args: argparse.Namespace, train_text: list[Path], out: Path)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = Parser(
-        prog="open-bert-prepare",
-        description=__doc__ + "\n" + INPUT_FORMAT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = command_parser("open-bert-prepare", __doc__ + "\n" + INPUT_FORMAT)
     sub = parser.add_subparsers(dest="command", required=True)
     shape, examples, resharding = shape_args(), example_args(), reshard_args()
     workers, quiet, force, seed = workers_args(), quiet_args(), force_folder_args(), seed_args()

@@ -20,21 +20,17 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from bert.core.errors import BadInputError, ConfigError
+from bert.core.errors import ConfigError
 from bert.core.files import write_text_atomic
-from bert.core.readers import read_json
+from bert.core.readers import read_json_if_any
 
 MARK_NAME = ".open-bert-prepare.json"
 MARK_FORMAT = "open-bert-prepare"
 
 
 def read_mark(folder: Path) -> dict | None:
-    try:
-        # a regular file under the input cap: a FIFO or device by that name would block
-        mark = read_json(folder / MARK_NAME, "output mark", ConfigError, expect=object)
-    except BadInputError:
-        return None
-    return mark if isinstance(mark, dict) and mark.get("format") == MARK_FORMAT else None
+    mark = read_json_if_any(folder / MARK_NAME)
+    return mark if mark is not None and mark.get("format") == MARK_FORMAT else None
 
 
 def _wanted(step: str, settings: dict) -> dict:
