@@ -26,16 +26,26 @@ def test_waits(tmp_path_factory):
 """
 
 
-def stopped_session(folder: Path, with_conftest: bool) -> str:
+def stopped_session(folder: Path, with_conftest: bool, workers: list[str] = ()) -> str:
     """A pytest session in `folder` (one quick test, one that waits), sent SIGTERM once the
-    waiting test has started; its output."""
+    waiting test has started; its output. `workers`: pytest-xdist's options, as the README's
+    command gives them."""
     folder.mkdir()
     started = folder / "started"
     (folder / "test_session.py").write_text(SESSION.format(started=str(started)))
     if with_conftest:
         shutil.copy(ROOT / "conftest.py", folder / "conftest.py")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_session.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *workers,
+            "test_session.py",
+        ],
         cwd=folder,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -51,9 +61,10 @@ def stopped_session(folder: Path, with_conftest: bool) -> str:
 
 
 @pytest.mark.slow
-def test_a_terminated_session_prints_its_counts(tmp_path):
-    out = stopped_session(tmp_path / "ours", with_conftest=True)
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "loadfile"]], ids=["one", "xdist"])
+def test_a_terminated_session_prints_its_counts(tmp_path, workers):
+    out = stopped_session(tmp_path / "ours", with_conftest=True, workers=workers)
     assert "stopped by SIGTERM" in out and "1 passed" in out, out
     # the control: the same session without the hook dies without a summary
-    bare = stopped_session(tmp_path / "bare", with_conftest=False)
+    bare = stopped_session(tmp_path / "bare", with_conftest=False, workers=workers)
     assert "passed" not in bare, bare
