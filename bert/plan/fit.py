@@ -28,14 +28,13 @@ refits the same values.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 
 import numpy as np
 
 from bert.core import gpus
-from bert.core.inputs import Parser
+from bert.core.inputs import command_parser
 from bert.plan import scale
 
 TRAINING_ROUNDS = ("v3.0", "v3.1")
@@ -208,11 +207,7 @@ def disagreements(pinned: scale.Fitted, fitted: scale.Fitted) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(
-        prog="python -m bert.plan.fit",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser("python -m bert.plan.fit", __doc__)
     p.add_argument("--list", action="store_true", help="list the split, do not fit")
     args = p.parse_args(argv)
     rows = scale.published_results()

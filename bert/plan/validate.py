@@ -16,7 +16,6 @@ run_start..run_stop minutes.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -24,12 +23,21 @@ import sys
 from pathlib import Path
 
 from bert.core import gpus
-from bert.core.inputs import Parser
+from bert.core.inputs import command_parser
 from bert.plan import fit, network, scale
 
+WITHIN = 0.15  # the targets' "within 15%"
 BANDS = (("8 GPUs", 8, 8), ("16-256 GPUs", 16, 256), ("512+ GPUs", 512, 10**9))
 BEGIN = "<!-- held-out table: python -m bert.plan.validate --write docs/plan.md -->"
 END = "<!-- end of held-out table -->"
+
+
+def _params() -> int:
+    """BERT-Large's parameter count (counted once per process, bert/plan/memory.py)."""
+    from bert.model.config import ModelConfig
+    from bert.plan.memory import parameter_count
+
+    return parameter_count(ModelConfig())
 
 
 def calibration_ids() -> set[str]:
@@ -78,12 +86,10 @@ def predict(row: dict) -> tuple[float, float] | None:
 def own_samples_error(row: dict, peak: float) -> float:
     """The time model's error alone: the same R and step, with the samples and evals the result
     took instead of the RCP's (so the RCPs' convergence is not in it)."""
-    from bert.model.config import ModelConfig
-    from bert.plan.memory import parameter_count
     from bert.plan.planner import row_topology
 
     topo = row_topology(gpus.lookup(row["gpu"]), row)
-    train, evals = scale.predicted_seconds(row, parameter_count(ModelConfig()), topo, peak)
+    train, evals = scale.predicted_seconds(row, _params(), topo, peak)
     return (train + evals) / (row["olympic_mean_minutes"] * 60) - 1
 
 
@@ -101,7 +107,7 @@ def table() -> list[dict]:
 
 
 def _within(rows: list[dict]) -> int:
-    return sum(1 for r in rows if r["error"] is not None and abs(r["error"]) <= 0.15)
+    return sum(1 for r in rows if r["error"] is not None and abs(r["error"]) <= WITHIN)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -138,12 +144,9 @@ def targets(rows: list[dict]) -> list[str]:
 
 def in_sample(rows: list[dict]) -> str:
     """One line on the training subset's own fit (not a validation)."""
-    from bert.model.config import ModelConfig
-    from bert.plan.memory import parameter_count
-
-    errors = fit.in_sample_errors(rows, parameter_count(ModelConfig()))
+    errors = fit.in_sample_errors(rows, _params())
     big = ", ".join(f"{r['gpu']} x{r['gpus']} {e:+.1%}" for r, e in errors if r["gpus"] >= 512)
-    ok = sum(1 for _, e in errors if abs(e) <= 0.15)
+    ok = sum(1 for _, e in errors if abs(e) <= WITHIN)
     return (
         f"In-sample (the training subset, with the samples each result took): {ok} of "
         f"{len(errors)} within 15%; on 512+ GPUs: {big}."
@@ -153,13 +156,10 @@ def in_sample(rows: list[dict]) -> str:
 def refitted_at_scale(rows: list[dict]) -> str:
     """One line on the training subset's 512+ results predicted by constants refitted without
     them: out-of-sample evidence at the scale the held-out rounds hardly reach."""
-    from bert.model.config import ModelConfig
-    from bert.plan.memory import parameter_count
-
-    errors = fit.refit_errors_at_scale(rows, parameter_count(ModelConfig()), BANDS[-1][1])
+    errors = fit.refit_errors_at_scale(rows, _params(), BANDS[-1][1])
 
     def listed(i: int) -> str:
-        ok = sum(1 for e in errors if abs(e[i]) <= 0.15)
+        ok = sum(1 for e in errors if abs(e[i]) <= WITHIN)
         each = ", ".join(f"{e[0]['gpu']} x{e[0]['gpus']} {e[i]:+.1%}" for e in errors)
         return f"{each} ({ok} of {len(errors)} within 15%)"
 
@@ -172,15 +172,16 @@ def refitted_at_scale(rows: list[dict]) -> str:
 
 def markdown(rows: list[dict]) -> str:
     s = summary(rows)
+    published = scale.published_results()
     k = scale.FITTED
     lines = [
         BEGIN,
         "",
         f"Constants (fitted by `python -m bert.plan.fit`): overhead {k.overhead_samples:g} "
         f"samples per step, eval speed {k.eval_speed:g} x R, hidden share of the backward "
-        f"{k.hidden:g}. {in_sample(scale.published_results())}",
+        f"{k.hidden:g}. {in_sample(published)}",
         "",
-        refitted_at_scale(scale.published_results()),
+        refitted_at_scale(published),
         "",
         "Targets:",
         "",
@@ -216,11 +217,7 @@ def replace_block(text: str, block: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(
-        prog="python -m bert.plan.validate",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = command_parser("python -m bert.plan.validate", __doc__)
     p.add_argument("--write", metavar="DOC", help="replace the held-out table in DOC")
     args = p.parse_args(argv)
     if args.write is None:
